@@ -4,6 +4,11 @@
  */
 import { Command } from 'commander';
 import { VERSION } from '@forkd/sdk';
+import { register as registerDoctor } from './doctor.js';
+import { register as registerImage } from './image.js';
+import { register as registerImages } from './images.js';
+import { register as registerRun } from './run.js';
+import { register as registerSetup } from './setup.js';
 import { register as registerVersion } from './version.js';
 
 const program = new Command('forkd')
@@ -11,6 +16,15 @@ const program = new Command('forkd')
   .version(VERSION, '-V, --version-flag')
   .showHelpAfterError();
 
-for (const register of [registerVersion]) register(program);
+for (const register of [
+  registerRun,
+  registerImage,
+  registerImages,
+  registerDoctor,
+  registerSetup,
+  registerVersion,
+]) {
+  register(program);
+}
 
 await program.parseAsync(process.argv);

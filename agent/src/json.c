@@ -1,0 +1,535 @@
+/* json.c — JSON reader and writer. The reader enforces MAX_DEPTH as it descends, so deep
+ * input costs neither stack nor memory; strings must be valid UTF-8 as RFC 8259 asks. */
+#include "json.h"
+
+#include "agent.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct arena_block {
+	struct arena_block *next;
+	size_t used, cap;
+	_Alignas(16) char data[];
+};
+
+static void *arena_alloc(struct json_arena *a, size_t n)
+{
+	n = (n + 15) & ~(size_t)15;
+	struct arena_block *b = a->head;
+	if (!b || b->cap - b->used < n) {
+		size_t cap = n > 65536 ? n : 65536;
+		b = malloc(sizeof *b + cap);
+		if (!b)
+			return NULL;
+		b->next = a->head;
+		b->used = 0;
+		b->cap = cap;
+		a->head = b;
+	}
+	void *p = b->data + b->used;
+	b->used += n;
+	return p;
+}
+
+void json_arena_free(struct json_arena *a)
+{
+	while (a->head) {
+		struct arena_block *next = a->head->next;
+		free(a->head);
+		a->head = next;
+	}
+}
+
+size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	if (c < 0x80)
+		return 1;
+	size_t len;
+	unsigned min;
+	unsigned cp;
+	if (c >= 0xC2 && c <= 0xDF) {
+		len = 2, min = 0x80, cp = c & 0x1F;
+	} else if (c >= 0xE0 && c <= 0xEF) {
+		len = 3, min = 0x800, cp = c & 0x0F;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		len = 4, min = 0x10000, cp = c & 0x07;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3F);
+	}
+	if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+		return 0;
+	return len;
+}
+
+/* ---- reader ---- */
+
+struct parser {
+	const char *s, *end;
+	struct json_arena *a;
+	enum json_error err;
+};
+
+static struct json *parse_value(struct parser *p, int depth);
+
+static void fail(struct parser *p, enum json_error e)
+{
+	if (p->err == JSON_OK)
+		p->err = e;
+}
+
+static void skip_ws(struct parser *p)
+{
+	while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
+		p->s++;
+}
+
+static struct json *node(struct parser *p, enum json_type t)
+{
+	struct json *v = arena_alloc(p->a, sizeof *v);
+	if (!v) {
+		fail(p, JSON_NO_MEMORY);
+		return NULL;
+	}
+	memset(v, 0, sizeof *v);
+	v->type = t;
+	return v;
+}
+
+static int hex4(const char *s)
+{
+	int v = 0;
+	for (int i = 0; i < 4; i++) {
+		char c = s[i];
+		v <<= 4;
+		if (c >= '0' && c <= '9')
+			v |= c - '0';
+		else if (c >= 'a' && c <= 'f')
+			v |= c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			v |= c - 'A' + 10;
+		else
+			return -1;
+	}
+	return v;
+}
+
+static char *put_utf8(char *o, unsigned cp)
+{
+	if (cp < 0x80) {
+		*o++ = (char)cp;
+	} else if (cp < 0x800) {
+		*o++ = (char)(0xC0 | cp >> 6);
+		*o++ = (char)(0x80 | (cp & 0x3F));
+	} else if (cp < 0x10000) {
+		*o++ = (char)(0xE0 | cp >> 12);
+		*o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+		*o++ = (char)(0x80 | (cp & 0x3F));
+	} else {
+		*o++ = (char)(0xF0 | cp >> 18);
+		*o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+		*o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+		*o++ = (char)(0x80 | (cp & 0x3F));
+	}
+	return o;
+}
+
+/* After a backslash-u: one code point, a surrogate pair joined, a lone surrogate as U+FFFD. */
+static bool parse_escape_u(struct parser *p, char **o)
+{
+	if (p->end - p->s < 4)
+		return false;
+	int cp = hex4(p->s);
+	if (cp < 0)
+		return false;
+	p->s += 4;
+	if (cp >= 0xD800 && cp <= 0xDBFF && p->end - p->s >= 6 && p->s[0] == '\\' &&
+	    p->s[1] == 'u') {
+		int lo = hex4(p->s + 2);
+		if (lo >= 0xDC00 && lo <= 0xDFFF) {
+			p->s += 6;
+			*o = put_utf8(*o, 0x10000 + (((unsigned)cp - 0xD800) << 10) +
+						  ((unsigned)lo - 0xDC00));
+			return true;
+		}
+	}
+	if (cp >= 0xD800 && cp <= 0xDFFF)
+		cp = 0xFFFD;
+	*o = put_utf8(*o, (unsigned)cp);
+	return true;
+}
+
+static bool parse_escape(struct parser *p, char **o)
+{
+	if (p->s >= p->end)
+		return false;
+	char c = *p->s++;
+	switch (c) {
+	case '"': case '\\': case '/': *(*o)++ = c; return true;
+	case 'b': *(*o)++ = '\b'; return true;
+	case 'f': *(*o)++ = '\f'; return true;
+	case 'n': *(*o)++ = '\n'; return true;
+	case 'r': *(*o)++ = '\r'; return true;
+	case 't': *(*o)++ = '\t'; return true;
+	case 'u': return parse_escape_u(p, o);
+	default: return false;
+	}
+}
+
+/* p->s is at the opening quote. The decoded form is never longer than the source. */
+static bool parse_string(struct parser *p, const char **out, size_t *out_len)
+{
+	p->s++;
+	const char *q = p->s;
+	while (q < p->end && *q != '"')
+		q += (*q == '\\') ? 2 : 1;
+	if (q >= p->end)
+		return false;
+	char *buf = arena_alloc(p->a, (size_t)(q - p->s) + 1);
+	if (!buf) {
+		fail(p, JSON_NO_MEMORY);
+		return false;
+	}
+	char *o = buf;
+	while (p->s < q) {
+		unsigned char c = (unsigned char)*p->s;
+		if (c == '\\') {
+			p->s++;
+			if (!parse_escape(p, &o))
+				return false;
+		} else if (c < 0x20) {
+			return false;
+		} else {
+			size_t n = utf8_seq_len((const unsigned char *)p->s, (size_t)(q - p->s));
+			if (n == 0)
+				return false;
+			memcpy(o, p->s, n);
+			o += n;
+			p->s += n;
+		}
+	}
+	if (p->s != q) /* an escape ran past the closing quote */
+		return false;
+	p->s++;
+	*o = '\0';
+	*out = buf;
+	*out_len = (size_t)(o - buf);
+	return true;
+}
+
+static bool digits(struct parser *p)
+{
+	const char *start = p->s;
+	while (p->s < p->end && *p->s >= '0' && *p->s <= '9')
+		p->s++;
+	return p->s > start;
+}
+
+static struct json *parse_number(struct parser *p)
+{
+	const char *start = p->s;
+	bool neg = false, is_int = true;
+	if (*p->s == '-') {
+		neg = true;
+		p->s++;
+	}
+	if (p->s < p->end && *p->s == '0')
+		p->s++;
+	else if (!digits(p))
+		return NULL;
+	const char *int_end = p->s;
+	if (p->s < p->end && *p->s == '.') {
+		p->s++;
+		is_int = false;
+		if (!digits(p))
+			return NULL;
+	}
+	if (p->s < p->end && (*p->s == 'e' || *p->s == 'E')) {
+		p->s++;
+		is_int = false;
+		if (p->s < p->end && (*p->s == '+' || *p->s == '-'))
+			p->s++;
+		if (!digits(p))
+			return NULL;
+	}
+	struct json *v = node(p, JSON_NUMBER);
+	if (!v)
+		return NULL;
+	uint64_t acc = 0;
+	for (const char *d = start + neg; is_int && d < int_end; d++) {
+		if (acc > (UINT64_MAX - 9) / 10)
+			is_int = false;
+		acc = acc * 10 + (uint64_t)(*d - '0');
+	}
+	if (is_int && acc > (uint64_t)INT64_MAX)
+		is_int = false;
+	v->u.num.is_int = is_int;
+	if (is_int) {
+		v->u.num.i = neg ? -(int64_t)acc : (int64_t)acc;
+		v->u.num.d = (double)v->u.num.i;
+	} else {
+		char tmp[128];
+		size_t n = (size_t)(p->s - start);
+		if (n >= sizeof tmp)
+			n = sizeof tmp - 1; /* only precision beyond a double's is lost */
+		memcpy(tmp, start, n);
+		tmp[n] = '\0';
+		v->u.num.d = strtod(tmp, NULL);
+	}
+	return v;
+}
+
+static bool literal(struct parser *p, const char *word)
+{
+	size_t n = strlen(word);
+	if ((size_t)(p->end - p->s) < n || memcmp(p->s, word, n) != 0)
+		return false;
+	p->s += n;
+	return true;
+}
+
+static void append(struct json *parent, struct json **tail, struct json *kid)
+{
+	if (*tail)
+		(*tail)->next = kid;
+	else
+		parent->u.kids.first = kid;
+	*tail = kid;
+	parent->u.kids.count++;
+}
+
+static struct json *parse_array(struct parser *p, int depth)
+{
+	struct json *arr = node(p, JSON_ARRAY), *tail = NULL;
+	if (!arr)
+		return NULL;
+	p->s++;
+	skip_ws(p);
+	if (p->s < p->end && *p->s == ']') {
+		p->s++;
+		return arr;
+	}
+	for (;;) {
+		struct json *v = parse_value(p, depth);
+		if (!v)
+			return NULL;
+		append(arr, &tail, v);
+		skip_ws(p);
+		if (p->s >= p->end)
+			return NULL;
+		char c = *p->s++;
+		if (c == ']')
+			return arr;
+		if (c != ',')
+			return NULL;
+	}
+}
+
+static struct json *parse_object(struct parser *p, int depth)
+{
+	struct json *obj = node(p, JSON_OBJECT), *tail = NULL;
+	if (!obj)
+		return NULL;
+	p->s++;
+	skip_ws(p);
+	if (p->s < p->end && *p->s == '}') {
+		p->s++;
+		return obj;
+	}
+	for (;;) {
+		const char *key;
+		size_t key_len;
+		skip_ws(p);
+		if (p->s >= p->end || *p->s != '"' || !parse_string(p, &key, &key_len))
+			return NULL;
+		skip_ws(p);
+		if (p->s >= p->end || *p->s++ != ':')
+			return NULL;
+		struct json *v = parse_value(p, depth);
+		if (!v)
+			return NULL;
+		v->key = key;
+		v->key_len = key_len;
+		append(obj, &tail, v);
+		skip_ws(p);
+		if (p->s >= p->end)
+			return NULL;
+		char c = *p->s++;
+		if (c == '}')
+			return obj;
+		if (c != ',')
+			return NULL;
+	}
+}
+
+/* depth: how many containers enclose this value. */
+static struct json *parse_value(struct parser *p, int depth)
+{
+	skip_ws(p);
+	if (p->s >= p->end)
+		return NULL;
+	char c = *p->s;
+	if (c == '{' || c == '[') {
+		if (depth + 1 > MAX_DEPTH) {
+			fail(p, JSON_TOO_DEEP);
+			return NULL;
+		}
+		return c == '{' ? parse_object(p, depth + 1) : parse_array(p, depth + 1);
+	}
+	if (c == '"') {
+		struct json *v = node(p, JSON_STRING);
+		if (v && !parse_string(p, &v->u.str.s, &v->u.str.len))
+			return NULL;
+		return v;
+	}
+	if (c == '-' || (c >= '0' && c <= '9'))
+		return parse_number(p);
+	struct json *v = NULL;
+	if (literal(p, "true")) {
+		if ((v = node(p, JSON_BOOL)))
+			v->u.boolean = true;
+	} else if (literal(p, "false")) {
+		v = node(p, JSON_BOOL);
+	} else if (literal(p, "null")) {
+		v = node(p, JSON_NULL);
+	}
+	return v;
+}
+
+struct json *json_parse(struct json_arena *a, const char *text, size_t len, enum json_error *err)
+{
+	struct parser p = {.s = text, .end = text + len, .a = a, .err = JSON_OK};
+	struct json *v = parse_value(&p, 0);
+	if (v) {
+		skip_ws(&p);
+		if (p.s != p.end)
+			v = NULL;
+	}
+	*err = v ? JSON_OK : (p.err != JSON_OK ? p.err : JSON_BAD);
+	return v;
+}
+
+const struct json *json_get(const struct json *obj, const char *key)
+{
+	if (!obj || obj->type != JSON_OBJECT)
+		return NULL;
+	size_t n = strlen(key);
+	for (const struct json *m = obj->u.kids.first; m; m = m->next)
+		if (m->key_len == n && memcmp(m->key, key, n) == 0)
+			return m;
+	return NULL;
+}
+
+bool json_int(const struct json *v, int64_t *out)
+{
+	const double limit = 9007199254740992.0; /* 2^53 */
+	if (!v || v->type != JSON_NUMBER)
+		return false;
+	if (v->u.num.is_int) {
+		if (v->u.num.i > (int64_t)limit || v->u.num.i < -(int64_t)limit)
+			return false;
+		*out = v->u.num.i;
+		return true;
+	}
+	double d = v->u.num.d;
+	if (!(d >= -limit && d <= limit) || d != (double)(int64_t)d)
+		return false;
+	*out = (int64_t)d;
+	return true;
+}
+
+/* ---- writer ---- */
+
+bool jbuf_reserve(struct jbuf *b, size_t extra)
+{
+	if (b->oom)
+		return false;
+	if (b->cap - b->len >= extra)
+		return true;
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap - b->len < extra)
+		cap *= 2;
+	char *p = realloc(b->p, cap);
+	if (!p) {
+		b->oom = true;
+		return false;
+	}
+	b->p = p;
+	b->cap = cap;
+	return true;
+}
+
+void jbuf_put(struct jbuf *b, const void *s, size_t n)
+{
+	if (!jbuf_reserve(b, n))
+		return;
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+}
+
+void jbuf_puts(struct jbuf *b, const char *s)
+{
+	jbuf_put(b, s, strlen(s));
+}
+
+void jbuf_int(struct jbuf *b, int64_t v)
+{
+	char tmp[24];
+	int n = snprintf(tmp, sizeof tmp, "%lld", (long long)v);
+	jbuf_put(b, tmp, (size_t)n);
+}
+
+void jbuf_string(struct jbuf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	/* Worst case: every byte becomes a 6-byte escape. */
+	if (!jbuf_reserve(b, n * 6 + 2))
+		return;
+	char *o = b->p + b->len;
+	*o++ = '"';
+	const unsigned char *u = (const unsigned char *)s;
+	for (size_t i = 0; i < n;) {
+		unsigned char c = u[i];
+		if (c >= 0x80) {
+			size_t len = utf8_seq_len(u + i, n - i);
+			if (len == 0) {
+				memcpy(o, "\\ufffd", 6);
+				o += 6;
+				i++;
+			} else {
+				memcpy(o, u + i, len);
+				o += len;
+				i += len;
+			}
+			continue;
+		}
+		i++;
+		if (c == '"' || c == '\\') {
+			*o++ = '\\';
+			*o++ = (char)c;
+		} else if (c == '\n') {
+			*o++ = '\\', *o++ = 'n';
+		} else if (c == '\r') {
+			*o++ = '\\', *o++ = 'r';
+		} else if (c == '\t') {
+			*o++ = '\\', *o++ = 't';
+		} else if (c < 0x20 || c == 0x7F) {
+			*o++ = '\\', *o++ = 'u', *o++ = '0', *o++ = '0';
+			*o++ = hex[c >> 4];
+			*o++ = hex[c & 15];
+		} else {
+			*o++ = (char)c;
+		}
+	}
+	*o++ = '"';
+	b->len = (size_t)(o - b->p);
+}

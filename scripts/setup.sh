@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# forkd host setup: Debian packages, npm dependencies, the build (TypeScript + static C
+# agent), then `forkd setup` (guest kernel from Debian's linux-image-cloud-amd64, the
+# initramfs, the default busybox image). Idempotent; run as root on Debian/Ubuntu.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-tools make gcc
+  cpio xz-utils zstd kmod iproute2 util-linux ca-certificates)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+# apt lists are needed both to install and for `apt-get download` of the guest kernel.
+echo "==> apt-get update"
+$SUDO apt-get update -qq
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "==> installing Debian packages: ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+echo "==> npm ci"
+npm ci --no-audit --no-fund --loglevel=error
+echo "==> build"
+npm run -s build
+echo "==> forkd setup (guest kernel, initramfs, default image)"
+node dist/src/cli/main.js setup
+node dist/src/cli/main.js doctor || true

@@ -1,0 +1,110 @@
+/**
+ * `forkd image build|rm|ls`: build an image from a directory, the host's busybox or a
+ * Debian suite; remove one; list them. Build progress goes to stderr, the result to stdout.
+ */
+import type { Command } from 'commander';
+import { paths } from '../config.js';
+import { ForkdError } from '../errors.js';
+import {
+  buildBusyboxImage,
+  buildDebianImage,
+  buildImageFromDir,
+  removeImage,
+  type BuildOptions,
+  type Image,
+  type Progress,
+} from '../services/images.js';
+import { describeImage, showImages } from './images.js';
+import { action, printJson } from './output.js';
+import { parseMemory } from './parse.js';
+
+interface BuildFlags {
+  name?: string;
+  fromDir?: string;
+  debian?: string;
+  busybox?: boolean;
+  packages?: string;
+  mirror?: string;
+  size?: string;
+  force?: boolean;
+  json?: boolean;
+}
+
+export function register(program: Command): void {
+  const image = program.command('image').description('build, list and remove images');
+  image
+    .command('build')
+    .description('build an image from a directory, the host busybox, or a Debian suite')
+    .option('--name <name>', 'image name: a-z, 0-9, ".", "_", "-"')
+    .option('--from-dir <dir>', 'pack this directory tree')
+    .option('--busybox', "the host's static busybox with its applets (offline)")
+    .option('--debian <suite>', 'debootstrap a minimal Debian suite (needs root), e.g. bookworm')
+    .option('--packages <list>', 'with --debian: extra packages, comma-separated')
+    .option('--mirror <url>', "with --debian: archive URL (default: the host's apt mirror)")
+    .option('--size <size>', 'filesystem size like 512M or 2G (default: 2 × content + 128M)')
+    .option('--force', 'replace an existing image of that name')
+    .option('--json', 'machine-readable output')
+    .action(action(build));
+  image
+    .command('rm <name>')
+    .description('remove an image')
+    .option('--json', 'machine-readable output')
+    .action(
+      action(async (name: string, opts: { json?: boolean }) => {
+        const removed = await removeImage(paths(), name);
+        if (opts.json) printJson(removed);
+        else process.stdout.write(`removed image ${removed.name}\n`);
+      }),
+    );
+  image
+    .command('ls')
+    .description('list images (same as `forkd images`)')
+    .option('--json', 'machine-readable output')
+    .action(action(showImages));
+}
+
+async function build(flags: BuildFlags): Promise<void> {
+  const common: BuildOptions = {
+    name: required(flags.name, '--name NAME'),
+    sizeMiB: flags.size === undefined ? undefined : parseMemory(flags.size),
+    force: flags.force,
+  };
+  const say: Progress | undefined = flags.json
+    ? undefined
+    : (line) => process.stderr.write(`  ${line}\n`);
+  const image = await buildFrom(flags, common, say);
+  if (flags.json) printJson(image);
+  else process.stdout.write(describeImage(image) + '\n');
+}
+
+function buildFrom(flags: BuildFlags, common: BuildOptions, say?: Progress): Promise<Image> {
+  const sources = [flags.fromDir, flags.debian, flags.busybox].filter((s) => s !== undefined);
+  if (sources.length !== 1) {
+    throw usage('pass exactly one of --from-dir DIR, --busybox, --debian SUITE');
+  }
+  if (flags.debian === undefined && (flags.packages || flags.mirror)) {
+    throw usage('--packages and --mirror go with --debian SUITE');
+  }
+  const p = paths();
+  if (flags.fromDir !== undefined)
+    return buildImageFromDir(p, { ...common, dir: flags.fromDir }, say);
+  if (flags.busybox) return buildBusyboxImage(p, common, say);
+  const packages = flags.packages
+    ?.split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  return buildDebianImage(
+    p,
+    { ...common, suite: required(flags.debian, '--debian SUITE'), packages, mirror: flags.mirror },
+    say,
+  );
+}
+
+function required(value: string | undefined, flag: string): string {
+  if (value) return value;
+  throw usage(`missing ${flag}`);
+}
+
+function usage(message: string): ForkdError {
+  return new ForkdError('bad_request', `${message} (see \`forkd image build --help\`)`);
+}

@@ -1,0 +1,58 @@
+/**
+ * Turns the agent's error replies and the channel's own failures into catalog errors. The
+ * same agent code means different things per request (`not_found` is a missing command for
+ * exec but a missing path for file ops), hence the request kind.
+ */
+import { ForkdError } from '../../errors.js';
+import type { AgentMessage } from './wire.js';
+
+/** What a request was about, which decides how `not_found` reads. */
+export type RequestKind = 'exec' | 'file' | 'control';
+
+/** The catalog error for an agent `error` reply. */
+export function agentError(msg: AgentMessage, kind: RequestKind, subject?: string): ForkdError {
+  const agentCode = typeof msg.code === 'string' ? msg.code : 'unknown';
+  const agentMessage = typeof msg.message === 'string' ? msg.message : '';
+  const details = { agentCode, agentMessage, ...(subject === undefined ? {} : { subject }) };
+  const about = subject === undefined ? '' : `${subject}: `;
+  // The agent's text names the stage that failed (a missing cwd is also not_found).
+  const said = agentMessage ? ` (${agentMessage})` : '';
+  if (agentCode === 'not_found' && kind === 'exec') {
+    return new ForkdError(
+      'command_not_found',
+      `${about}no such command in the sandbox image; check argv[0] and PATH${said}`,
+      details,
+    );
+  }
+  if (agentCode === 'not_found' && kind === 'file') {
+    return new ForkdError('guest_file_not_found', `${about}no such file or directory in the sandbox`, details);
+  }
+  if (agentCode === 'permission') {
+    return new ForkdError(
+      'guest_permission_denied',
+      `${about}permission denied in the sandbox${said}`,
+      details,
+    );
+  }
+  return new ForkdError(
+    'guest_error',
+    `${about}the guest agent reported ${agentCode}${agentMessage ? `: ${agentMessage}` : ''}`,
+    details,
+  );
+}
+
+/** The channel is gone or was reset: every request in flight ends with this. */
+export function unreachable(why: string, details?: Record<string, unknown>): ForkdError {
+  return new ForkdError(
+    'agent_unreachable',
+    `the guest agent connection ${why}; reconnect, or check the sandbox's console log`,
+    details,
+  );
+}
+
+/** A per-call deadline passed. */
+export function timedOut(what: string, timeoutMs: number): ForkdError {
+  return new ForkdError('timeout', `${what} did not finish within ${timeoutMs} ms`, {
+    timeoutMs,
+  });
+}
