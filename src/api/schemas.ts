@@ -1,0 +1,299 @@
+/**
+ * The REST contract, written once (TypeBox): Fastify validates requests with it, the
+ * OpenAPI document (docs/openapi.json) is generated from it, and the SDK's types mirror it.
+ * Requests reject unknown fields; clients ignore unknown response fields.
+ */
+import Type, { type Static, type TSchema } from 'typebox';
+
+const strict = { additionalProperties: false } as const;
+
+/** Ids and names: no `/`, `..`, NUL or whitespace; bounded length. */
+export const SandboxId = Type.String({ pattern: '^sbx-[0-9a-f]{12}$', description: 'sandbox id' });
+export const ImageName = Type.String({
+  pattern: '^[a-z0-9][a-z0-9._-]{0,62}$',
+  description: 'image name',
+});
+export const ExecId = Type.String({
+  pattern: '^ex-[0-9a-f]{12}$',
+  description: 'exec id (streaming exec)',
+});
+/** An absolute guest path, at most 4096 bytes, no NUL. */
+export const GuestPath = Type.String({ pattern: '^/[^\\u0000]*$', maxLength: 4096 });
+
+const LabelKey = '^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$';
+export const Labels = Type.Record(
+  Type.String({ pattern: LabelKey }),
+  Type.String({ maxLength: 256 }),
+  {
+    maxProperties: 64,
+    description: 'free-form key → value labels',
+  },
+);
+const EnvName = '^[A-Za-z_][A-Za-z0-9_]{0,127}$';
+export const Env = Type.Record(
+  Type.String({ pattern: EnvName }),
+  Type.String({ maxLength: 32768 }),
+  {
+    maxProperties: 256,
+  },
+);
+
+// ---- errors ---------------------------------------------------------------------------
+
+export const ErrorBody = Type.Object(
+  {
+    error: Type.Object({
+      code: Type.String(),
+      message: Type.String(),
+      details: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+    }),
+  },
+  { $id: 'Error' },
+);
+
+// ---- sandboxes ------------------------------------------------------------------------
+
+export const SandboxState = Type.Union(
+  [
+    Type.Literal('starting'),
+    Type.Literal('running'),
+    Type.Literal('stopped'),
+    Type.Literal('dead'),
+  ],
+  { description: 'starting → running → stopped (killed by request or timeout) | dead (QEMU died)' },
+);
+
+export const Sandbox = Type.Object(
+  {
+    id: SandboxId,
+    state: SandboxState,
+    image: Type.Union([Type.String(), Type.Null()]),
+    snapshot: Type.Union([Type.String(), Type.Null()], {
+      description: 'snapshot it was forked from',
+    }),
+    parent: Type.Union([Type.String(), Type.Null()], { description: 'sandbox it descends from' }),
+    memory_mib: Type.Integer(),
+    cpus: Type.Integer(),
+    labels: Labels,
+    created_at: Type.String({ format: 'date-time' }),
+    expires_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+    pid: Type.Union([Type.Integer(), Type.Null()], { description: 'host pid of its QEMU' }),
+    reason: Type.Optional(Type.String({ description: 'why it is stopped or dead' })),
+  },
+  { $id: 'Sandbox' },
+);
+
+export const CreateSandbox = Type.Object(
+  {
+    image: Type.Optional(ImageName),
+    memory_mib: Type.Optional(Type.Integer({ minimum: 64, maximum: 65536 })),
+    cpus: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
+    env: Type.Optional(Env),
+    timeout_s: Type.Optional(Type.Integer({ minimum: 1, maximum: 7 * 24 * 3600 })),
+    labels: Type.Optional(Labels),
+  },
+  strict,
+);
+
+export const PatchSandbox = Type.Object(
+  {
+    timeout_s: Type.Integer({
+      minimum: 1,
+      maximum: 7 * 24 * 3600,
+      description: 'the sandbox now expires this many seconds from now',
+    }),
+  },
+  strict,
+);
+
+export const ListSandboxesQuery = Type.Object(
+  {
+    state: Type.Optional(SandboxState),
+    label: Type.Optional(
+      Type.String({ maxLength: 400, description: 'key=value; only sandboxes with that label' }),
+    ),
+  },
+  strict,
+);
+
+export const SandboxList = Type.Object({ sandboxes: Type.Array(Sandbox) });
+
+export const SandboxParams = Type.Object({ id: SandboxId }, strict);
+
+// ---- exec ----------------------------------------------------------------------------
+
+export const ExecRequest = Type.Object(
+  {
+    argv: Type.Array(Type.String({ maxLength: 131072 }), { minItems: 1, maxItems: 4096 }),
+    env: Type.Optional(Env),
+    cwd: Type.Optional(GuestPath),
+    user: Type.Optional(Type.String({ pattern: '^[a-z_][a-z0-9_-]{0,31}$|^[0-9]{1,10}$' })),
+    timeout_ms: Type.Optional(Type.Integer({ minimum: 1, maximum: 24 * 3600 * 1000 })),
+    stdin: Type.Optional(Type.String({ description: 'base64 bytes given to stdin, then EOF' })),
+    stream: Type.Optional(
+      Type.Boolean({ description: 'answer with NDJSON events as output is produced' }),
+    ),
+    keep_stdin_open: Type.Optional(
+      Type.Boolean({
+        description: 'streaming only: stdin stays open for POST /execs/:exec_id/stdin',
+      }),
+    ),
+  },
+  strict,
+);
+
+/** Buffered exec answer. stdout/stderr are base64. */
+export const ExecResult = Type.Object(
+  {
+    exit_code: Type.Union([Type.Integer(), Type.Null()]),
+    signal: Type.Union([Type.String(), Type.Null()]),
+    timed_out: Type.Boolean(),
+    duration_ms: Type.Number(),
+    stdout: Type.String({ description: 'base64' }),
+    stderr: Type.String({ description: 'base64' }),
+  },
+  { $id: 'ExecResult' },
+);
+
+/**
+ * Streaming exec answer (application/x-ndjson), one event per line:
+ * {"type":"started","exec_id","pid"} · {"type":"stdout"|"stderr","data":base64} ·
+ * {"type":"exit","exit_code","signal","timed_out","duration_ms"} · {"type":"error","error":{code,message}}
+ */
+export const ExecEvent = Type.Union(
+  [
+    Type.Object({ type: Type.Literal('started'), exec_id: ExecId, pid: Type.Integer() }),
+    Type.Object({ type: Type.Literal('stdout'), data: Type.String() }),
+    Type.Object({ type: Type.Literal('stderr'), data: Type.String() }),
+    Type.Object({
+      type: Type.Literal('exit'),
+      exit_code: Type.Union([Type.Integer(), Type.Null()]),
+      signal: Type.Union([Type.String(), Type.Null()]),
+      timed_out: Type.Boolean(),
+      duration_ms: Type.Number(),
+    }),
+    Type.Object({ type: Type.Literal('error'), error: ErrorBody.properties.error }),
+  ],
+  { $id: 'ExecEvent' },
+);
+
+export const ExecParams = Type.Object({ id: SandboxId, exec_id: ExecId }, strict);
+export const StdinQuery = Type.Object({ eof: Type.Optional(Type.Boolean()) }, strict);
+export const KillExec = Type.Object(
+  {
+    signal: Type.Optional(
+      Type.Union(
+        [
+          'SIGKILL',
+          'SIGTERM',
+          'SIGINT',
+          'SIGHUP',
+          'SIGQUIT',
+          'SIGUSR1',
+          'SIGUSR2',
+          'SIGSTOP',
+          'SIGCONT',
+        ].map((s) => Type.Literal(s)),
+      ),
+    ),
+  },
+  strict,
+);
+
+// ---- files ---------------------------------------------------------------------------
+
+export const PathQuery = Type.Object({ path: GuestPath }, strict);
+export const PutFileQuery = Type.Object(
+  {
+    path: GuestPath,
+    mode: Type.Optional(Type.Integer({ minimum: 0, maximum: 0o7777 })),
+    parents: Type.Optional(Type.Boolean()),
+  },
+  strict,
+);
+export const RemoveQuery = Type.Object(
+  { path: GuestPath, recursive: Type.Optional(Type.Boolean()) },
+  strict,
+);
+export const Mkdir = Type.Object(
+  {
+    path: GuestPath,
+    parents: Type.Optional(Type.Boolean()),
+    mode: Type.Optional(Type.Integer({ minimum: 0, maximum: 0o7777 })),
+  },
+  strict,
+);
+export const FileStat = Type.Object(
+  {
+    name: Type.String(),
+    kind: Type.Union([
+      Type.Literal('file'),
+      Type.Literal('dir'),
+      Type.Literal('symlink'),
+      Type.Literal('other'),
+    ]),
+    size: Type.Integer(),
+    mode: Type.Integer(),
+    mtime_ms: Type.Number(),
+  },
+  { $id: 'FileStat' },
+);
+export const FileList = Type.Object({ entries: Type.Array(FileStat) });
+export const WriteResult = Type.Object({ size: Type.Integer() });
+
+// ---- images --------------------------------------------------------------------------
+
+export const Image = Type.Object(
+  {
+    name: ImageName,
+    format: Type.String(),
+    size_bytes: Type.Integer(),
+    disk_bytes: Type.Integer(),
+    created_at: Type.String(),
+    source: Type.Record(Type.String(), Type.Unknown()),
+  },
+  { $id: 'Image' },
+);
+export const ImageList = Type.Object({ images: Type.Array(Image) });
+export const CreateImage = Type.Object(
+  {
+    name: ImageName,
+    from_dir: Type.String({
+      pattern: '^/[^\\u0000]*$',
+      maxLength: 4096,
+      description: 'a directory on the daemon host',
+    }),
+    size_mib: Type.Optional(Type.Integer({ minimum: 16, maximum: 1048576 })),
+    force: Type.Optional(Type.Boolean()),
+  },
+  strict,
+);
+export const ImageParams = Type.Object({ name: ImageName }, strict);
+
+// ---- host ----------------------------------------------------------------------------
+
+export const Health = Type.Object({ status: Type.Literal('ok') });
+export const Version = Type.Object({
+  version: Type.String(),
+  api: Type.Literal('v1'),
+  qemu: Type.String(),
+  accel: Type.Union([Type.Literal('kvm'), Type.Literal('tcg')]),
+});
+
+export type SandboxT = Static<typeof Sandbox>;
+export type CreateSandboxT = Static<typeof CreateSandbox>;
+export type ExecRequestT = Static<typeof ExecRequest>;
+export type ExecResultT = Static<typeof ExecResult>;
+export type ExecEventT = Static<typeof ExecEvent>;
+export type FileStatT = Static<typeof FileStat>;
+export type ImageT = Static<typeof Image>;
+
+/** Every named schema, registered with Fastify so the OpenAPI document references them. */
+export const SHARED_SCHEMAS: TSchema[] = [
+  ErrorBody,
+  Sandbox,
+  ExecResult,
+  ExecEvent,
+  FileStat,
+  Image,
+];

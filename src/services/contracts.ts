@@ -1,0 +1,105 @@
+/**
+ * What the route layer may ask of the services, as interfaces: the daemon wires the real
+ * services in, API tests wire fakes. Routes parse and call these; services decide.
+ * Field names follow the REST contract (src/api/schemas.ts) so routes pass values through.
+ */
+import type { Readable } from 'node:stream';
+import type {
+  CreateSandboxT,
+  ExecRequestT,
+  ExecResultT,
+  FileStatT,
+  ImageT,
+  SandboxT,
+} from '../api/schemas.js';
+
+/** Who asked: `unix` for the local socket, else the token's id. For the audit log. */
+export interface Caller {
+  principal: string;
+}
+
+/** One streaming exec, for POST /exec with stream:true. */
+export interface ExecStream {
+  execId: string;
+  pid: Promise<number>;
+  /** Events in order: stdout/stderr chunks; ends after the exit (or an error). */
+  events: AsyncIterable<
+    | { type: 'stdout' | 'stderr'; data: Buffer }
+    | {
+        type: 'exit';
+        exit_code: number | null;
+        signal: string | null;
+        timed_out: boolean;
+        duration_ms: number;
+      }
+  >;
+}
+
+export interface SandboxService {
+  create(req: CreateSandboxT, caller: Caller): Promise<SandboxT>;
+  list(filter: {
+    state?: SandboxT['state'];
+    label?: { key: string; value: string };
+  }): Promise<SandboxT[]>;
+  get(id: string): Promise<SandboxT>;
+  /** Sets expires_at = now + timeoutS. */
+  extend(id: string, timeoutS: number): Promise<SandboxT>;
+  kill(id: string): Promise<void>;
+  exec(id: string, req: ExecRequestT): Promise<ExecResultT>;
+  execStream(id: string, req: ExecRequestT): Promise<ExecStream>;
+  writeStdin(id: string, execId: string, data: Buffer, eof: boolean): Promise<void>;
+  killExec(id: string, execId: string, signal: string): Promise<void>;
+  readFile(id: string, path: string): Promise<Readable>;
+  writeFile(
+    id: string,
+    path: string,
+    body: Readable,
+    opts: { mode?: number; parents?: boolean },
+  ): Promise<number>;
+  statFile(id: string, path: string): Promise<FileStatT>;
+  listFiles(id: string, path: string): Promise<FileStatT[]>;
+  makeDir(id: string, path: string, opts: { parents?: boolean; mode?: number }): Promise<void>;
+  removeFile(id: string, path: string, opts: { recursive?: boolean }): Promise<void>;
+  consoleLog(id: string): Promise<string>;
+}
+
+export interface ImageService {
+  list(): Promise<ImageT[]>;
+  create(req: {
+    name: string;
+    from_dir: string;
+    size_mib?: number;
+    force?: boolean;
+  }): Promise<ImageT>;
+  remove(name: string): Promise<void>;
+}
+
+export interface AuditEntry {
+  at: string;
+  principal: string;
+  method: string;
+  route: string;
+  target: string | null;
+  status: number;
+  code: string | null;
+  duration_ms: number;
+}
+
+export interface AuditLog {
+  record(entry: AuditEntry): void;
+}
+
+/** Host facts for /version and /metrics. */
+export interface HostInfo {
+  qemuVersion(): Promise<string>;
+  accel(): Promise<'kvm' | 'tcg'>;
+  /** Gauges for /metrics: sandboxes by state. */
+  sandboxCounts(): Record<string, number>;
+}
+
+export interface Services {
+  sandboxes: SandboxService;
+  images: ImageService;
+  audit: AuditLog;
+  host: HostInfo;
+}
