@@ -26,6 +26,7 @@ export const Labels = Type.Record(
   Type.String({ maxLength: 256 }),
   {
     maxProperties: 64,
+    additionalProperties: false,
     description: 'free-form key → value labels',
   },
 );
@@ -35,6 +36,7 @@ export const Env = Type.Record(
   Type.String({ maxLength: 32768 }),
   {
     maxProperties: 256,
+    additionalProperties: false,
   },
 );
 
@@ -110,7 +112,10 @@ export const ListSandboxesQuery = Type.Object(
   {
     state: Type.Optional(SandboxState),
     label: Type.Optional(
-      Type.String({ maxLength: 400, description: 'key=value; only sandboxes with that label' }),
+      Type.String({
+        pattern: `${LabelKey.slice(0, -1)}=.{0,256}$`,
+        description: 'key=value; only sandboxes with that label',
+      }),
     ),
   },
   strict,
@@ -129,7 +134,12 @@ export const ExecRequest = Type.Object(
     cwd: Type.Optional(GuestPath),
     user: Type.Optional(Type.String({ pattern: '^[a-z_][a-z0-9_-]{0,31}$|^[0-9]{1,10}$' })),
     timeout_ms: Type.Optional(Type.Integer({ minimum: 1, maximum: 24 * 3600 * 1000 })),
-    stdin: Type.Optional(Type.String({ description: 'base64 bytes given to stdin, then EOF' })),
+    stdin: Type.Optional(
+      Type.String({
+        pattern: '^[A-Za-z0-9+/]*={0,2}$',
+        description: 'base64 bytes given to stdin, then EOF',
+      }),
+    ),
     stream: Type.Optional(
       Type.Boolean({ description: 'answer with NDJSON events as output is produced' }),
     ),

@@ -1,7 +1,11 @@
-/** `forkd images`: the images under FORKD_HOME, as a table or `--json`. */
+/**
+ * `forkd images`: the images, as a table or `--json`: the daemon's when one runs, else
+ * those under FORKD_HOME.
+ */
 import type { Command } from 'commander';
 import { paths } from '../config.js';
 import { listImages, type Image, type ImageSource } from '../services/images.js';
+import { daemonImages } from './client.js';
 import { action, printJson, printTable } from './output.js';
 
 export function register(program: Command): void {
@@ -14,7 +18,7 @@ export function register(program: Command): void {
 
 /** The listing shared by `forkd images` and `forkd image ls`. */
 export async function showImages(opts: { json?: boolean }): Promise<void> {
-  const images = await listImages(paths());
+  const images = ((await daemonImages()) as Image[] | undefined) ?? (await listImages(paths()));
   if (opts.json) return printJson(images);
   if (images.length === 0) {
     process.stderr.write(

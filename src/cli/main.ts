@@ -4,9 +4,16 @@
  */
 import { Command } from 'commander';
 import { VERSION } from '@forkd/sdk';
+import { register as registerDaemon } from './daemon.js';
+import { register as registerCp } from './cp.js';
+import { register as registerCreate } from './create.js';
 import { register as registerDoctor } from './doctor.js';
+import { register as registerExec } from './exec.js';
 import { register as registerImage } from './image.js';
 import { register as registerImages } from './images.js';
+import { register as registerKill } from './kill.js';
+import { register as registerLogs } from './logs.js';
+import { register as registerPs } from './ps.js';
 import { register as registerRun } from './run.js';
 import { register as registerSetup } from './setup.js';
 import { register as registerVersion } from './version.js';
@@ -18,8 +25,15 @@ const program = new Command('forkd')
 
 for (const register of [
   registerRun,
+  registerCreate,
+  registerExec,
+  registerPs,
+  registerCp,
+  registerLogs,
+  registerKill,
   registerImage,
   registerImages,
+  registerDaemon,
   registerDoctor,
   registerSetup,
   registerVersion,

@@ -1,12 +1,24 @@
 /**
  * `forkd run`: boot a sandbox from an image, run one command with stdin/stdout/stderr
- * wired through, exit with its exit code, and leave nothing behind.
+ * wired through, exit with its exit code, and leave nothing behind. Through the daemon
+ * when one runs (create → exec → kill), else in this process.
  */
 import type { Command } from 'commander';
+import { Sandbox as DaemonSandbox } from '@forkd/sdk';
 import { paths } from '../config.js';
 import { ForkdError } from '../errors.js';
 import { DEFAULT_IMAGE } from '../services/images.js';
 import { bootSandbox, destroySandbox, type Sandbox } from '../services/sandboxes.js';
+import {
+  collect,
+  commandFailed,
+  drained,
+  exitCodeOf,
+  findDaemon,
+  parseTimeout,
+  pumpStdin,
+} from './client.js';
+import { attach } from './exec.js';
 import { action } from './output.js';
 import { parseEnv, parseMemory } from './parse.js';
 
@@ -20,16 +32,11 @@ interface RunOptions {
   json?: boolean;
 }
 
-const SIGNAL_NUMBERS: Record<string, number> = {
-  SIGHUP: 1,
-  SIGINT: 2,
-  SIGQUIT: 3,
-  SIGABRT: 6,
-  SIGKILL: 9,
-  SIGSEGV: 11,
-  SIGPIPE: 13,
-  SIGTERM: 15,
-};
+/** A booted sandbox, wherever it runs: run the command once, then destroy it. */
+interface Booted {
+  run(): Promise<number>;
+  destroy(): Promise<void>;
+}
 
 export function register(program: Command): void {
   program
@@ -44,29 +51,16 @@ export function register(program: Command): void {
     .option('-i, --stdin', 'forward stdin even when it is a terminal')
     .action(
       action(async (argv: string[], opts: RunOptions) => {
-        const timeoutS = opts.timeout === undefined ? undefined : Number(opts.timeout);
-        if (timeoutS !== undefined && !(timeoutS > 0)) {
-          throw new ForkdError('bad_request', '--timeout must be a positive number of seconds');
-        }
+        const timeoutS = parseTimeout(opts.timeout);
+        const boot = (await findDaemon()) ? bootThroughDaemon : bootInProcess;
         const stop = interruptible();
         try {
-          const sandbox = await bootSandbox(paths(), {
-            image: opts.image,
-            memoryMiB: parseMemory(opts.memory),
-            cpus: Number(opts.cpus),
-            env: parseEnv(opts.env),
-            signal: stop.signal,
-          });
-          stop.onInterrupt(() => destroySandbox(sandbox));
+          const sandbox = await boot(argv, opts, timeoutS, stop.signal);
+          stop.onInterrupt(() => sandbox.destroy());
           try {
-            return await runIn(
-              sandbox,
-              argv,
-              timeoutS,
-              Boolean(opts.stdin) || !process.stdin.isTTY,
-            );
+            return await sandbox.run();
           } finally {
-            await destroySandbox(sandbox);
+            await sandbox.destroy();
           }
         } catch (e) {
           if (stop.signal.aborted) return 130;
@@ -76,6 +70,56 @@ export function register(program: Command): void {
         }
       }),
     );
+}
+
+function wantsStdin(opts: RunOptions): boolean {
+  return Boolean(opts.stdin) || !process.stdin.isTTY;
+}
+
+async function bootInProcess(
+  argv: string[],
+  opts: RunOptions,
+  timeoutS: number | undefined,
+  signal: AbortSignal,
+): Promise<Booted> {
+  const sandbox = await bootSandbox(paths(), {
+    image: opts.image,
+    memoryMiB: parseMemory(opts.memory),
+    cpus: Number(opts.cpus),
+    env: parseEnv(opts.env),
+    signal,
+  });
+  return {
+    run: () => runIn(sandbox, argv, timeoutS, wantsStdin(opts)),
+    destroy: () => destroySandbox(sandbox),
+  };
+}
+
+/**
+ * The daemon goes on booting when the client hangs up, so an interrupt during create is
+ * honoured once the id is known: the sandbox is killed rather than left behind.
+ */
+async function bootThroughDaemon(
+  argv: string[],
+  opts: RunOptions,
+  timeoutS: number | undefined,
+  signal: AbortSignal,
+): Promise<Booted> {
+  const sandbox = await DaemonSandbox.create({
+    image: opts.image,
+    memoryMib: parseMemory(opts.memory),
+    cpus: Number(opts.cpus),
+    env: parseEnv(opts.env),
+  });
+  if (signal.aborted) {
+    await sandbox.kill().catch(() => undefined);
+    throw signal.reason;
+  }
+  return {
+    run: () =>
+      attach(sandbox, argv, { timeoutS, forwardStdin: wantsStdin(opts), forwardSignals: false }),
+    destroy: () => sandbox.kill().catch(() => undefined),
+  };
 }
 
 /**
@@ -103,10 +147,6 @@ function interruptible() {
   };
 }
 
-function collect(value: string, previous: string[]): string[] {
-  return [...previous, value];
-}
-
 async function runIn(
   sb: Sandbox,
   argv: string[],
@@ -122,41 +162,18 @@ async function runIn(
         onStderr: (c) => process.stderr.write(c),
       },
     );
-    if (forwardStdin) void pumpStdin(exec);
+    if (forwardStdin) {
+      void pumpStdin(
+        (chunk) => exec.writeStdin(chunk),
+        () => exec.endStdin(),
+      );
+    }
     const result = await exec.result;
     await drained();
-    if (result.timedOut) {
-      process.stderr.write(`forkd: command timed out after ${timeoutS} s\n`);
-      return 124;
-    }
-    if (result.exitCode !== null) return result.exitCode;
-    return 128 + (SIGNAL_NUMBERS[result.signal ?? ''] ?? 0);
+    return exitCodeOf(result, timeoutS);
   } catch (e) {
-    if (e instanceof ForkdError && e.code === 'command_not_found') {
-      process.stderr.write(`forkd: ${argv[0]}: command not found in image\n`);
-      return 127;
-    }
-    throw e;
+    return commandFailed(e, argv);
   } finally {
     process.stdin.destroy();
   }
-}
-
-async function pumpStdin(exec: {
-  writeStdin(c: Buffer): Promise<void>;
-  endStdin(): Promise<void>;
-}): Promise<void> {
-  try {
-    for await (const chunk of process.stdin) await exec.writeStdin(chunk as Buffer);
-    await exec.endStdin();
-  } catch {
-    // The command may exit before reading all of stdin; that is not an error of run.
-  }
-}
-
-function drained(): Promise<void> {
-  return new Promise((resolve) => {
-    if (process.stdout.writableNeedDrain) process.stdout.once('drain', () => resolve());
-    else resolve();
-  });
 }

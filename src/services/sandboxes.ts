@@ -1,16 +1,18 @@
 /**
  * Sandboxes: a microVM booted from an image with its own disk overlay, reachable through
- * its agent. This module decides names, limits, directories and teardown; the QEMU and
- * agent drivers do the talking.
+ * its agent. This module decides names, limits, directories, boot and teardown; the QEMU
+ * and agent drivers do the talking. `forkd run` uses it directly; the daemon's service
+ * (src/services/sandboxes/) adds the store, timeouts, caps and crash recovery on top.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../config.js';
 import { ForkdError } from '../errors.js';
 import { AgentClient } from '../drivers/agent/client.js';
 import { detectAccel, hostTscKhz } from '../drivers/qemu/accel.js';
 import { createOverlay, Vm } from '../drivers/qemu/vm.js';
+import type { VmSpec } from '../drivers/qemu/cmdline.js';
 import { locateGuest } from './guest.js';
 import { getImage } from './images.js';
 
@@ -24,6 +26,10 @@ export interface BootRequest {
   bootTimeoutMs?: number;
   /** Aborting stops the boot and removes everything made so far. */
   signal?: AbortSignal;
+  /** The id to use (the daemon records it before booting); default a new one. */
+  id?: string;
+  /** Called as soon as QEMU runs, before the guest answers (the daemon records the pid). */
+  onStarted?(vm: Vm): void;
 }
 
 export const LIMITS = { memoryMiB: { min: 64, max: 65536 }, cpus: { min: 1, max: 64 } };
@@ -36,6 +42,12 @@ export interface Sandbox {
   vm: Vm;
   agent: AgentClient;
 }
+
+/**
+ * A file in every sandbox dir naming the process that booted it. The daemon's start-up
+ * sweep leaves alone a dir with no database row whose owner still runs (a `forkd run`).
+ */
+export const OWNER_FILE = 'owner.pid';
 
 /** A new sandbox id: `sbx-` and 12 hex digits. */
 export function newSandboxId(): string {
@@ -55,52 +67,89 @@ function checkRange(name: string, value: number, range: { min: number; max: numb
   }
 }
 
+/** Memory and CPUs of a request with defaults applied; `bad_request` when out of range. */
+export function resolveResources(req: Pick<BootRequest, 'memoryMiB' | 'cpus'>): {
+  memoryMiB: number;
+  cpus: number;
+} {
+  const memoryMiB = req.memoryMiB ?? DEFAULTS.memoryMiB;
+  const cpus = req.cpus ?? DEFAULTS.cpus;
+  checkRange('memory_mib', memoryMiB, LIMITS.memoryMiB);
+  checkRange('cpus', cpus, LIMITS.cpus);
+  return { memoryMiB, cpus };
+}
+
+/** Where a sandbox's files live. */
+export function sandboxDir(p: Paths, id: string): string {
+  return join(p.sandboxes, id);
+}
+
+/** The VM spec of a sandbox booted from an image (also rebuilt to adopt its QEMU later). */
+export function sandboxVmSpec(
+  dir: string,
+  res: { memoryMiB: number; cpus: number; accel: 'kvm' | 'tcg' },
+): VmSpec {
+  return { dir, ...res, memPath: '/dev/zero', disk: join(dir, 'overlay.qcow2') };
+}
+
 /**
  * Boot a sandbox from an image and wait until its agent answers; push identity and clock.
  * On any failure everything made so far (QEMU, sockets, overlay, directory) is removed.
  */
 export async function bootSandbox(p: Paths, req: BootRequest): Promise<Sandbox> {
-  const memoryMiB = req.memoryMiB ?? DEFAULTS.memoryMiB;
-  const cpus = req.cpus ?? DEFAULTS.cpus;
-  checkRange('memory_mib', memoryMiB, LIMITS.memoryMiB);
-  checkRange('cpus', cpus, LIMITS.cpus);
+  const res = resolveResources(req);
   const image = await getImage(p, req.image);
   const guest = await locateGuest(p);
   const { accel } = await detectAccel();
-  const id = newSandboxId();
-  const dir = join(p.sandboxes, id);
+  const id = req.id ?? newSandboxId();
+  const dir = sandboxDir(p, id);
   await mkdir(dir, { recursive: true, mode: 0o700 });
   let vm: Vm | undefined;
   try {
-    const disk = join(dir, 'overlay.qcow2');
-    await createOverlay(disk, image.path, 'raw');
+    await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
+    const spec = sandboxVmSpec(dir, { ...res, accel });
+    await createOverlay(spec.disk, image.path, 'raw');
     vm = await Vm.start({
-      dir,
-      memoryMiB,
-      cpus,
-      accel,
-      memPath: '/dev/zero',
-      disk,
+      ...spec,
       boot: { kernel: guest.kernel, initramfs: guest.initramfs, tscKhz: await hostTscKhz() },
     });
+    req.onStarted?.(vm);
     req.signal?.throwIfAborted();
-    const agent = await vm.guard(
-      AgentClient.connect(vm.files.agent, {
-        timeoutMs: req.bootTimeoutMs ?? 60_000,
-        signal: req.signal,
-      }),
-      'waiting for the guest agent',
-    );
+    const agent = await connectGuest(vm, id, req);
+    return { id, dir, vm, agent };
+  } catch (e) {
+    await vm?.kill();
+    await rm(dir, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+/**
+ * Wait for a booting guest's agent and push its identity, clock and environment. Also
+ * finishes the boot of a sandbox whose booting daemon crashed (configure is idempotent).
+ */
+export async function connectGuest(
+  vm: Vm,
+  id: string,
+  req: Pick<BootRequest, 'env' | 'bootTimeoutMs' | 'signal'>,
+): Promise<AgentClient> {
+  const agent = await vm.guard(
+    AgentClient.connect(vm.files.agent, {
+      timeoutMs: req.bootTimeoutMs ?? 60_000,
+      signal: req.signal,
+    }),
+    'waiting for the guest agent',
+  );
+  try {
     await agent.configure({
       timeMs: Date.now(),
       entropy: randomBytes(64),
       hostname: id,
       env: { FORKD_SANDBOX_ID: id, ...req.env },
     });
-    return { id, dir, vm, agent };
+    return agent;
   } catch (e) {
-    await vm?.kill();
-    await rm(dir, { recursive: true, force: true });
+    agent.close();
     throw e;
   }
 }

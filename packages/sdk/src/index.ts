@@ -1,6 +1,30 @@
 /**
- * @forkd/sdk — the TypeScript client of forkd. Zero runtime dependencies.
+ * @forkd/sdk — the TypeScript client of forkd. Zero runtime dependencies: node:http for
+ * the daemon's unix socket and http(s) for a remote one.
+ *
+ * @example
+ * import { Sandbox } from '@forkd/sdk';
+ * await using sbx = await Sandbox.create({ image: 'busybox' });
+ * console.log((await sbx.commands.run('echo hi')).stdout);
  */
-export { ERROR_CATALOG, ForkdError, isForkdError } from './errors.js';
-export type { ErrorCode } from './errors.js';
+export * from './errors.js';
+export { Forkd, type CallOptions } from './client.js';
+export { Sandbox } from './sandbox.js';
+export type { SandboxCreateOptions, SandboxListOptions, SandboxOptions } from './sandbox.js';
+export { Commands, CommandHandle } from './commands.js';
+export type { CommandOptions, CommandSignal, StartOptions } from './commands.js';
+export { Files } from './files.js';
+export type { WriteInfo, WriteOptions } from './files.js';
+export { Images } from './images.js';
+export type { ImageCreateOptions } from './images.js';
+export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';
+export type { ClientConfig, Endpoint, ResolvedConfig } from './config.js';
+export type {
+  CommandResult,
+  EntryInfo,
+  ImageInfo,
+  SandboxInfo,
+  SandboxState,
+  VersionInfo,
+} from './types.js';
 export { VERSION } from './version.js';

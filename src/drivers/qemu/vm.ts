@@ -3,7 +3,9 @@
  * nothing of sandboxes or HTTP; the sandbox service decides when to call what.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { open, readFile } from 'node:fs/promises';
+import { basename } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
@@ -31,28 +33,105 @@ export async function createOverlay(
   ]);
 }
 
-/** A running QEMU process and its monitor connection. */
-export class Vm {
-  private exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  private exitInfo?: { code: number | null; signal: NodeJS.Signals | null };
+/** How a QEMU process ended; both null when it was adopted (not our child: no status). */
+export interface VmExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
 
-  private constructor(
-    readonly spec: VmSpec,
-    private readonly child: ChildProcess,
-    readonly qmp: QmpClient,
-  ) {
+/**
+ * The QEMU process behind a Vm: either our child, or one adopted after a daemon restart,
+ * which we can only watch by pid.
+ */
+interface VmProcess {
+  readonly pid: number;
+  readonly exited: Promise<VmExit>;
+  /** SIGKILL the process group, only while it is still that QEMU. */
+  forceKill(): void;
+  /** Stop watching (the process keeps running). */
+  release(): void;
+}
+
+/** A QEMU we spawned: exit status from the ChildProcess. */
+class ChildVmProcess implements VmProcess {
+  readonly exited: Promise<VmExit>;
+
+  constructor(private readonly child: ChildProcess) {
     this.exited = new Promise((resolve) => {
       if (child.exitCode !== null || child.signalCode !== null) {
         resolve({ code: child.exitCode, signal: child.signalCode });
       }
       child.once('exit', (code, signal) => resolve({ code, signal }));
     });
-    void this.exited.then((info) => (this.exitInfo = info));
+  }
+
+  get pid(): number {
+    return this.child.pid as number;
+  }
+
+  forceKill(): void {
+    killGroup(this.child);
+  }
+
+  release(): void {
+    // Nothing to stop: the child is unref'd, so it holds no handle on our event loop.
+  }
+}
+
+/**
+ * A QEMU spawned by an earlier daemon: it is not our child, so there is no exit event.
+ * Polled by pid (and checked at once when its monitor socket closes); every check re-reads
+ * /proc/PID/cmdline, so a pid recycled by another process counts as exited.
+ */
+class AdoptedVmProcess implements VmProcess {
+  readonly exited: Promise<VmExit>;
+  private resolveExit!: (e: VmExit) => void;
+  private readonly timer: NodeJS.Timeout;
+  private gone = false;
+
+  constructor(
+    readonly pid: number,
+    private readonly dir: string,
+    pollMs: number,
+  ) {
+    this.exited = new Promise((resolve) => (this.resolveExit = resolve));
+    this.timer = setInterval(() => void this.check(), pollMs);
+    this.timer.unref();
+  }
+
+  /** Resolve `exited` if the process is gone. */
+  async check(): Promise<void> {
+    if (this.gone || (await isQemuOf(this.pid, this.dir))) return;
+    this.gone = true;
+    clearInterval(this.timer);
+    this.resolveExit({ code: null, signal: null });
+  }
+
+  forceKill(): void {
+    if (this.gone || !isQemuOfSync(this.pid, this.dir)) return;
+    signalGroup(this.pid, 'SIGKILL');
+  }
+
+  release(): void {
+    clearInterval(this.timer);
+  }
+}
+
+/** A running QEMU process and its monitor connection. */
+export class Vm {
+  private exitInfo?: VmExit;
+
+  private constructor(
+    readonly spec: VmSpec,
+    private readonly proc: VmProcess,
+    readonly qmp: QmpClient,
+  ) {
+    void proc.exited.then((info) => (this.exitInfo = info));
   }
 
   /** The host pid of QEMU. */
   get pid(): number {
-    return this.child.pid as number;
+    return this.proc.pid;
   }
 
   /** Paths of the VM's sockets and logs. */
@@ -66,13 +145,15 @@ export class Vm {
   }
 
   /** Resolves when QEMU exits, however that happens. */
-  waitExit(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-    return this.exited;
+  waitExit(): Promise<VmExit> {
+    return this.proc.exited;
   }
 
   /**
    * Start QEMU for a spec and connect to its monitor. QEMU's own stderr goes to qemu.log;
-   * if it exits during start-up the error says why (its last log lines).
+   * if it exits during start-up the error says why (its last log lines). QEMU gets its own
+   * session, files for stdio and no reference from our event loop, so it outlives this
+   * process (a daemon restart re-adopts it with {@link Vm.adopt}).
    */
   static async start(spec: VmSpec): Promise<Vm> {
     const files = vmFiles(spec.dir);
@@ -82,39 +163,71 @@ export class Vm {
     try {
       child = spawn(QEMU_BINARY, buildQemuArgs(spec), {
         stdio: ['ignore', log.fd, log.fd],
-        detached: true, // own process group: a Ctrl-C on the CLI reaches forkd, which ends QEMU itself
+        detached: true, // own session: a Ctrl-C on the CLI or the daemon's group never reaches QEMU
       });
       spawned = whenSpawned(child); // listen before any await: 'spawn' fires on the next tick
     } finally {
       await log.close();
     }
     await spawned;
-    const died = new Promise<never>((_, reject) => {
-      child.once(
-        'exit',
-        () =>
-          void tail(files.log).then((t) =>
-            reject(new ForkdError('boot_failed', `QEMU exited during start-up: ${t}`)),
-          ),
-      );
+    child.unref();
+    const proc = new ChildVmProcess(child);
+    const died = proc.exited.then(async () => {
+      throw new ForkdError('boot_failed', `QEMU exited during start-up: ${await tail(files.log)}`);
     });
     try {
       const qmp = await Promise.race([QmpClient.connect(files.qmp), died]);
-      return new Vm(spec, child, qmp);
+      return new Vm(spec, proc, qmp);
     } catch (e) {
-      killGroup(child);
+      proc.forceKill();
       throw e;
+    } finally {
+      died.catch(() => undefined);
+    }
+  }
+
+  /**
+   * Take over a QEMU started by an earlier process (a daemon that crashed or restarted):
+   * check that `pid` really is the QEMU of `spec.dir` (never trust a recycled pid), then
+   * reconnect to its monitor. Its liveness is then polled every `pollMs`.
+   */
+  static async adopt(
+    spec: VmSpec,
+    pid: number,
+    opts: { pollMs?: number; timeoutMs?: number } = {},
+  ): Promise<Vm> {
+    if (!(await isQemuOf(pid, spec.dir))) {
+      throw new ForkdError('internal', `pid ${pid} is not the QEMU of ${spec.dir}`, { pid });
+    }
+    const proc = new AdoptedVmProcess(pid, spec.dir, opts.pollMs ?? 1000);
+    const died = proc.exited.then(() => {
+      throw new ForkdError('internal', `QEMU ${pid} exited while being adopted`, { pid });
+    });
+    try {
+      const qmp = await Promise.race([
+        QmpClient.connect(vmFiles(spec.dir).qmp, { timeoutMs: opts.timeoutMs ?? 5000 }),
+        died,
+      ]);
+      // The monitor closing is the earliest sign of an exit: check then, not at the next poll.
+      qmp.on('close', () => void proc.check());
+      return new Vm(spec, proc, qmp);
+    } catch (e) {
+      proc.release();
+      throw e;
+    } finally {
+      died.catch(() => undefined);
     }
   }
 
   /** Reject with `boot_failed` (console tail included) if QEMU exits before `p` settles. */
   async guard<T>(p: Promise<T>, what: string): Promise<T> {
-    const died = this.exited.then(async () => {
+    const died = this.proc.exited.then(async () => {
       const consoleTail = await tail(this.files.console);
       throw new ForkdError('boot_failed', `the VM stopped while ${what}: ${consoleTail}`, {
         console: consoleTail,
       });
     });
+    died.catch(() => undefined);
     return Promise.race([p, died]);
   }
 
@@ -123,16 +236,70 @@ export class Vm {
     if (this.alive) {
       await this.qmp.execute('quit', undefined, { timeoutMs: graceMs }).catch(() => undefined);
       const done = await Promise.race([
-        this.exited.then(() => true),
+        this.proc.exited.then(() => true),
         sleep(graceMs).then(() => false),
       ]);
       if (!done) {
-        killGroup(this.child);
-        await this.exited;
+        this.proc.forceKill();
+        await this.proc.exited;
       }
     }
+    this.proc.release();
     this.qmp.close();
   }
+
+  /**
+   * Let go of QEMU without ending it: close the monitor, stop watching. For a daemon that
+   * shuts down and leaves its sandboxes running for the next one to adopt.
+   */
+  detach(): void {
+    this.proc.release();
+    this.qmp.close();
+  }
+}
+
+/**
+ * True when `pid` is alive and is a QEMU whose command line names `dir` (its sockets and
+ * disk live there). A zombie has an empty cmdline, so it counts as gone.
+ */
+export async function isQemuOf(pid: number, dir: string): Promise<boolean> {
+  const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+  return cmdlineMatches(cmdline, dir);
+}
+
+function isQemuOfSync(pid: number, dir: string): boolean {
+  try {
+    return cmdlineMatches(readFileSync(`/proc/${pid}/cmdline`, 'utf8'), dir);
+  } catch {
+    return false;
+  }
+}
+
+function cmdlineMatches(cmdline: string, dir: string): boolean {
+  const argv = cmdline.split('\0');
+  const exe = basename(argv[0] ?? '');
+  if (!exe.startsWith('qemu-system') && exe !== basename(QEMU_BINARY)) return false;
+  const prefix = dir.endsWith('/') ? dir : `${dir}/`;
+  return argv.some((a) => a.includes(prefix));
+}
+
+/**
+ * SIGKILL the QEMU of `dir` by pid, after checking the pid still is that QEMU, and wait
+ * (up to `waitMs`) until it is gone. Returns false when there was no such QEMU.
+ */
+export async function killVerifiedQemu(pid: number, dir: string, waitMs = 5000): Promise<boolean> {
+  if (!(await isQemuOf(pid, dir))) return false;
+  signalGroup(pid, 'SIGKILL');
+  const deadline = Date.now() + waitMs;
+  while ((await isQemuOf(pid, dir)) && Date.now() < deadline) await sleep(20);
+  return true;
+}
+
+/** The pid QEMU wrote to its pidfile, if any. */
+export async function readQemuPid(dir: string): Promise<number | undefined> {
+  const text = await readFile(vmFiles(dir).pid, 'utf8').catch(() => '');
+  const pid = Number(text.trim());
+  return Number.isInteger(pid) && pid > 0 ? pid : undefined;
 }
 
 function whenSpawned(child: ChildProcess): Promise<void> {
@@ -156,6 +323,19 @@ function killGroup(child: ChildProcess): void {
     if (child.pid) process.kill(-child.pid, 'SIGKILL');
   } catch {
     child.kill('SIGKILL');
+  }
+}
+
+/** QEMU leads its own process group (spawned detached); fall back to the pid alone. */
+function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // already gone
+    }
   }
 }
 

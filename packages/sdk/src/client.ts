@@ -1,0 +1,86 @@
+/**
+ * `Forkd`: one daemon's address and token, the transport to it, and the daemon-wide calls
+ * (health, version, images). Sandbox entry points build one from their options, so most
+ * code never names it.
+ */
+import { resolveConfig, type ClientConfig } from './config.js';
+import { Transport } from './http.js';
+import { Images } from './images.js';
+import type { VersionInfo } from './types.js';
+import { fromWire, VERSION_INFO } from './wire.js';
+
+/**
+ * The options every call takes.
+ *
+ * @example
+ * await sandbox.kill({ signal: AbortSignal.timeout(5000) });
+ */
+export interface CallOptions {
+  /** Aborting ends the request; the call rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/**
+ * A client of one forkd daemon. Cheap to make: connections are pooled per address.
+ *
+ * @example
+ * const forkd = new Forkd({ url: 'unix:/var/lib/forkd/run/forkd.sock' });
+ * console.log((await forkd.version()).version);
+ */
+export class Forkd {
+  /**
+   * The transport every call goes through (for the SDK's own modules; not a stable API).
+   *
+   * @example
+   * console.log(forkd.transport.config.explicit); // false when using the default socket
+   */
+  readonly transport: Transport;
+  /**
+   * The daemon's images.
+   *
+   * @example
+   * for (const image of await forkd.images.list()) console.log(image.name);
+   */
+  readonly images: Images;
+
+  constructor(config: ClientConfig = {}) {
+    this.transport = new Transport(resolveConfig(config));
+    this.images = new Images(this.transport);
+  }
+
+  /**
+   * The address in use, like `unix:/var/lib/forkd/run/forkd.sock`.
+   *
+   * @example
+   * console.log(`talking to ${new Forkd().url}`);
+   */
+  get url(): string {
+    return this.transport.config.url;
+  }
+
+  /**
+   * Resolves when the daemon answers `/healthz`; throws DaemonUnreachableError when none
+   * listens at the address.
+   *
+   * @example
+   * await new Forkd().health({ signal: AbortSignal.timeout(2000) });
+   */
+  async health(opts: CallOptions = {}): Promise<void> {
+    await this.transport.bytes({ method: 'GET', path: '/healthz', signal: opts.signal });
+  }
+
+  /**
+   * The daemon's version, QEMU version and accelerator.
+   *
+   * @example
+   * const { version, accel } = await new Forkd().version();
+   */
+  async version(opts: CallOptions = {}): Promise<VersionInfo> {
+    const wire = await this.transport.json({
+      method: 'GET',
+      path: '/version',
+      signal: opts.signal,
+    });
+    return fromWire(VERSION_INFO, wire);
+  }
+}

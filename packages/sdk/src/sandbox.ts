@@ -1,0 +1,284 @@
+/**
+ * `Sandbox`: create, connect to, list and kill sandboxes, each static call with an
+ * instance twin, and the `commands` and `files` of one sandbox. `await using` kills it.
+ */
+import { Commands } from './commands.js';
+import { Forkd, type CallOptions } from './client.js';
+import type { ClientConfig } from './config.js';
+import { Files } from './files.js';
+import type { SandboxInfo, SandboxState } from './types.js';
+import { compact, fromWire, SANDBOX, toSeconds, type CreateSandboxBody } from './wire.js';
+
+/**
+ * Options of the static calls: where the daemon is, and a signal.
+ *
+ * @example
+ * const sbx = await Sandbox.connect(id, { url: 'unix:/run/forkd.sock', signal: AbortSignal.timeout(5000) });
+ */
+export interface SandboxOptions extends ClientConfig, CallOptions {}
+
+/**
+ * What sandbox to create. Every field is optional: the daemon's defaults apply.
+ *
+ * @example
+ * const sbx = await Sandbox.create({ image: 'busybox', memoryMib: 512, timeoutMs: 10 * 60_000 });
+ */
+export interface SandboxCreateOptions extends SandboxOptions {
+  image?: string;
+  memoryMib?: number;
+  cpus?: number;
+  /** Environment every command in it sees. */
+  env?: Record<string, string>;
+  /** Kill it after this long (the daemon counts whole seconds; rounded up). */
+  timeoutMs?: number;
+  labels?: Record<string, string>;
+}
+
+/**
+ * Which sandboxes to list.
+ *
+ * @example
+ * const mine = await Sandbox.list({ state: 'running', label: 'owner=alice' });
+ */
+export interface SandboxListOptions extends SandboxOptions {
+  state?: SandboxState;
+  /** `key=value`: only sandboxes with that label. */
+  label?: string;
+}
+
+function sandboxPath(id: string): string {
+  return `/v1/sandboxes/${encodeURIComponent(id)}`;
+}
+
+/**
+ * A running microVM sandbox.
+ *
+ * @example
+ * await using sbx = await Sandbox.create({ image: 'busybox' });
+ * const { stdout } = await sbx.commands.run('echo hello');
+ */
+export class Sandbox {
+  /**
+   * Run commands in it.
+   *
+   * @example
+   * await sbx.commands.run(['ls', '-l', '/']);
+   */
+  readonly commands: Commands;
+  /**
+   * Read and write its files.
+   *
+   * @example
+   * await sbx.files.write('/tmp/x', 'data');
+   */
+  readonly files: Files;
+  private current: SandboxInfo;
+
+  private constructor(
+    private readonly client: Forkd,
+    info: SandboxInfo,
+  ) {
+    this.current = info;
+    this.commands = new Commands(client.transport, sandboxPath(info.id));
+    this.files = new Files(client.transport, sandboxPath(info.id));
+  }
+
+  /**
+   * Its id, like `sbx-0123456789ab`.
+   *
+   * @example
+   * console.log(sbx.id);
+   */
+  get id(): string {
+    return this.current.id;
+  }
+
+  /**
+   * What was last heard of it (at create, connect, refresh or setTimeout).
+   *
+   * @example
+   * console.log(sbx.info.state, sbx.info.expiresAt);
+   */
+  get info(): SandboxInfo {
+    return this.current;
+  }
+
+  /**
+   * Boot a new sandbox and resolve once it answers.
+   *
+   * @example
+   * const sbx = await Sandbox.create({ image: 'busybox', labels: { job: '42' } });
+   */
+  static async create(opts: SandboxCreateOptions = {}): Promise<Sandbox> {
+    const client = new Forkd(opts);
+    const body: CreateSandboxBody = compact({
+      image: opts.image,
+      memory_mib: opts.memoryMib,
+      cpus: opts.cpus,
+      env: opts.env,
+      timeout_s: opts.timeoutMs === undefined ? undefined : toSeconds(opts.timeoutMs),
+      labels: opts.labels,
+    });
+    const wire = await client.transport.json({
+      method: 'POST',
+      path: '/v1/sandboxes',
+      json: body,
+      signal: opts.signal,
+    });
+    return new Sandbox(client, fromWire(SANDBOX, wire));
+  }
+
+  /**
+   * Attach to an existing sandbox; SandboxNotFoundError when there is none with that id.
+   *
+   * @example
+   * const sbx = await Sandbox.connect('sbx-0123456789ab');
+   */
+  static async connect(id: string, opts: SandboxOptions = {}): Promise<Sandbox> {
+    const client = new Forkd(opts);
+    return new Sandbox(client, await getInfo(client, id, opts));
+  }
+
+  /**
+   * The sandboxes the daemon knows, optionally filtered by state and one label.
+   *
+   * @example
+   * for (const s of await Sandbox.list({ state: 'running' })) console.log(s.id);
+   */
+  static async list(opts: SandboxListOptions = {}): Promise<SandboxInfo[]> {
+    const wire = await new Forkd(opts).transport.json<{ sandboxes: unknown[] }>({
+      method: 'GET',
+      path: '/v1/sandboxes',
+      query: { state: opts.state, label: opts.label },
+      signal: opts.signal,
+    });
+    return wire.sandboxes.map((s) => fromWire(SANDBOX, s));
+  }
+
+  /**
+   * Kill a sandbox by id without connecting first.
+   *
+   * @example
+   * await Sandbox.kill('sbx-0123456789ab');
+   */
+  static async kill(id: string, opts: SandboxOptions = {}): Promise<void> {
+    await deleteSandbox(new Forkd(opts), id, opts);
+  }
+
+  /**
+   * Make a sandbox expire `timeoutMs` from now (rounded up to whole seconds).
+   *
+   * @example
+   * await Sandbox.setTimeout('sbx-0123456789ab', 30 * 60_000);
+   */
+  static async setTimeout(
+    id: string,
+    timeoutMs: number,
+    opts: SandboxOptions = {},
+  ): Promise<SandboxInfo> {
+    return patchTimeout(new Forkd(opts), id, timeoutMs, opts);
+  }
+
+  /**
+   * A sandbox's VM console log (kernel and agent messages), by id.
+   *
+   * @example
+   * console.log(await Sandbox.logs('sbx-0123456789ab'));
+   */
+  static async logs(id: string, opts: SandboxOptions = {}): Promise<string> {
+    return consoleLog(new Forkd(opts), id, opts);
+  }
+
+  /**
+   * Fetch its current state into `info`.
+   *
+   * @example
+   * if ((await sbx.refresh()).state === 'dead') console.log(sbx.info.reason);
+   */
+  async refresh(opts: CallOptions = {}): Promise<SandboxInfo> {
+    this.current = await getInfo(this.client, this.id, opts);
+    return this.current;
+  }
+
+  /**
+   * Make it expire `timeoutMs` from now.
+   *
+   * @example
+   * await sbx.setTimeout(10 * 60_000);
+   */
+  async setTimeout(timeoutMs: number, opts: CallOptions = {}): Promise<void> {
+    this.current = await patchTimeout(this.client, this.id, timeoutMs, opts);
+  }
+
+  /**
+   * Kill it: its VM ends and its files are gone.
+   *
+   * @example
+   * await sbx.kill();
+   */
+  async kill(opts: CallOptions = {}): Promise<void> {
+    await deleteSandbox(this.client, this.id, opts);
+  }
+
+  /**
+   * Its VM console log.
+   *
+   * @example
+   * console.log(await sbx.logs());
+   */
+  async logs(opts: CallOptions = {}): Promise<string> {
+    return consoleLog(this.client, this.id, opts);
+  }
+
+  /**
+   * `await using sbx = …` kills the sandbox when the scope ends; a sandbox already gone
+   * is not an error.
+   *
+   * @example
+   * { await using sbx = await Sandbox.create(); await sbx.commands.run('true'); } // killed here
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.kill().catch((e: unknown) => {
+      if ((e as { code?: string }).code !== 'sandbox_not_found') throw e;
+    });
+  }
+}
+
+// ---- requests shared by the static calls and their instance twins ----------------------
+
+async function getInfo(client: Forkd, id: string, opts: CallOptions): Promise<SandboxInfo> {
+  const wire = await client.transport.json({
+    method: 'GET',
+    path: sandboxPath(id),
+    signal: opts.signal,
+  });
+  return fromWire(SANDBOX, wire);
+}
+
+async function deleteSandbox(client: Forkd, id: string, opts: CallOptions): Promise<void> {
+  await client.transport.bytes({ method: 'DELETE', path: sandboxPath(id), signal: opts.signal });
+}
+
+async function patchTimeout(
+  client: Forkd,
+  id: string,
+  timeoutMs: number,
+  opts: CallOptions,
+): Promise<SandboxInfo> {
+  const wire = await client.transport.json({
+    method: 'PATCH',
+    path: sandboxPath(id),
+    json: { timeout_s: toSeconds(timeoutMs) },
+    signal: opts.signal,
+  });
+  return fromWire(SANDBOX, wire);
+}
+
+async function consoleLog(client: Forkd, id: string, opts: CallOptions): Promise<string> {
+  const bytes = await client.transport.bytes({
+    method: 'GET',
+    path: `${sandboxPath(id)}/logs`,
+    signal: opts.signal,
+  });
+  return bytes.toString('utf8');
+}

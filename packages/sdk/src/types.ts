@@ -1,0 +1,114 @@
+/**
+ * The SDK's data types: plain, hand-written mirrors of the REST contract's objects
+ * (src/api/schemas.ts) in camelCase. wire.ts maps each field to its wire name, and a test
+ * checks those names against the schemas, so the two cannot drift.
+ */
+
+/**
+ * A sandbox's lifecycle state: `starting` → `running` → `stopped` (killed by request or
+ * timeout), or `dead` (its VM died).
+ *
+ * @example
+ * const live: SandboxState[] = ['starting', 'running'];
+ */
+export type SandboxState = 'starting' | 'running' | 'stopped' | 'dead';
+
+/**
+ * What the daemon knows about a sandbox (wire object `Sandbox`).
+ *
+ * @example
+ * const [first] = await Sandbox.list();
+ * console.log(first?.id, first?.state, first?.memoryMib);
+ */
+export interface SandboxInfo {
+  /** `sbx-` and 12 hex digits. */
+  id: string;
+  state: SandboxState;
+  /** The image it booted from, if it booted from one. */
+  image: string | null;
+  /** The snapshot it was forked from, if it was forked. */
+  snapshot: string | null;
+  /** The sandbox it descends from, if any. */
+  parent: string | null;
+  memoryMib: number;
+  cpus: number;
+  labels: Record<string, string>;
+  /** ISO 8601. */
+  createdAt: string;
+  /** ISO 8601; null when it has no timeout. */
+  expiresAt: string | null;
+  /** Host pid of its VMM. */
+  pid: number | null;
+  /** Why it is stopped or dead. */
+  reason?: string;
+}
+
+/**
+ * How a command ended, and all it printed (wire object `ExecResult`, decoded).
+ *
+ * @example
+ * const r: CommandResult = await sandbox.commands.run('uname -a');
+ * if (r.exitCode !== 0) console.error(r.stderr);
+ */
+export interface CommandResult {
+  /** Null when a signal ended it. */
+  exitCode: number | null;
+  /** The signal that ended it, like `SIGKILL`. */
+  signal: string | null;
+  /** True when `timeoutMs` ran out and the command was killed. */
+  timedOut: boolean;
+  durationMs: number;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * A file or directory inside a sandbox (wire object `FileStat`).
+ *
+ * @example
+ * const info: EntryInfo = await sandbox.files.stat('/etc/hostname');
+ * console.log(info.kind, info.size);
+ */
+export interface EntryInfo {
+  /** The last path component. */
+  name: string;
+  kind: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  /** Permission bits, like 0o644. */
+  mode: number;
+  /** Last modification, ms since the epoch. */
+  mtimeMs: number;
+}
+
+/**
+ * An image on the daemon's host (wire object `Image`).
+ *
+ * @example
+ * const images: ImageInfo[] = await new Forkd().images.list();
+ */
+export interface ImageInfo {
+  name: string;
+  format: string;
+  /** Filesystem size. */
+  sizeBytes: number;
+  /** Bytes it takes on disk (images are sparse). */
+  diskBytes: number;
+  /** ISO 8601. */
+  createdAt: string;
+  /** How it was built, as the daemon describes it (e.g. `{ kind: 'dir', dir: '/src' }`). */
+  source: Record<string, unknown>;
+}
+
+/**
+ * The daemon's version and host facts (wire object `Version`).
+ *
+ * @example
+ * const v: VersionInfo = await new Forkd().version();
+ * console.log(v.version, v.accel);
+ */
+export interface VersionInfo {
+  version: string;
+  api: 'v1';
+  qemu: string;
+  accel: 'kvm' | 'tcg';
+}

@@ -1,0 +1,159 @@
+/**
+ * The wire names behind the SDK's camelCase types: one table per contract object, used to
+ * convert answers (and, for the CLI's `--json`, back). test/sdk/wire.test.ts compares these
+ * tables with the properties of src/api/schemas.ts, so a renamed field fails a test instead
+ * of silently reading `undefined`. Exported as `@forkd/sdk/wire`; not a stable API.
+ */
+import type { CommandResult, EntryInfo, ImageInfo, SandboxInfo, VersionInfo } from './types.js';
+
+/**
+ * SDK field → wire field, for every field of `T`.
+ *
+ * @example
+ * const names: WireNames<{ memoryMib: number }> = { memoryMib: 'memory_mib' };
+ */
+export type WireNames<T> = { readonly [K in keyof T]-?: string };
+
+/** `Sandbox` in schemas.ts. */
+export const SANDBOX: WireNames<SandboxInfo> = {
+  id: 'id',
+  state: 'state',
+  image: 'image',
+  snapshot: 'snapshot',
+  parent: 'parent',
+  memoryMib: 'memory_mib',
+  cpus: 'cpus',
+  labels: 'labels',
+  createdAt: 'created_at',
+  expiresAt: 'expires_at',
+  pid: 'pid',
+  reason: 'reason',
+};
+
+/** `ExecResult` in schemas.ts (stdout/stderr are base64 on the wire). */
+export const EXEC_RESULT: WireNames<CommandResult> = {
+  exitCode: 'exit_code',
+  signal: 'signal',
+  timedOut: 'timed_out',
+  durationMs: 'duration_ms',
+  stdout: 'stdout',
+  stderr: 'stderr',
+};
+
+/** `FileStat` in schemas.ts. */
+export const FILE_STAT: WireNames<EntryInfo> = {
+  name: 'name',
+  kind: 'kind',
+  size: 'size',
+  mode: 'mode',
+  mtimeMs: 'mtime_ms',
+};
+
+/** `Image` in schemas.ts. */
+export const IMAGE: WireNames<ImageInfo> = {
+  name: 'name',
+  format: 'format',
+  sizeBytes: 'size_bytes',
+  diskBytes: 'disk_bytes',
+  createdAt: 'created_at',
+  source: 'source',
+};
+
+/** `Version` in schemas.ts. */
+export const VERSION_INFO: WireNames<VersionInfo> = {
+  version: 'version',
+  api: 'api',
+  qemu: 'qemu',
+  accel: 'accel',
+};
+
+/**
+ * A wire object → its SDK type. Fields the SDK does not know are dropped (clients ignore
+ * unknown response fields); absent optional fields stay absent.
+ *
+ * @example
+ * const info = fromWire(SANDBOX, await res.json());
+ */
+export function fromWire<T>(names: WireNames<T>, wire: unknown): T {
+  const source = (wire ?? {}) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const [field, wireName] of Object.entries(names) as [string, string][]) {
+    if (wireName in source) out[field] = source[wireName];
+  }
+  return out as T;
+}
+
+/**
+ * An SDK object → its wire form (the REST API's shape, which the CLI prints for `--json`).
+ *
+ * @example
+ * JSON.stringify(toWire(SANDBOX, sandbox.info)); // {"id":…,"memory_mib":256,…}
+ */
+export function toWire<T extends object>(names: WireNames<T>, value: T): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [field, wireName] of Object.entries(names) as [keyof T & string, string][]) {
+    if (value[field] !== undefined) out[wireName] = value[field];
+  }
+  return out;
+}
+
+// ---- request bodies, as the contract names them ---------------------------------------
+
+/** `CreateSandbox`. */
+export interface CreateSandboxBody {
+  image?: string;
+  memory_mib?: number;
+  cpus?: number;
+  env?: Record<string, string>;
+  timeout_s?: number;
+  labels?: Record<string, string>;
+}
+
+/** `ExecRequest`. */
+export interface ExecBody {
+  argv: string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  user?: string;
+  timeout_ms?: number;
+  stdin?: string;
+  stream?: boolean;
+  keep_stdin_open?: boolean;
+}
+
+/** A streaming exec's NDJSON events (`ExecEvent`). */
+export type ExecEvent =
+  | { type: 'started'; exec_id: string; pid: number }
+  | { type: 'stdout' | 'stderr'; data: string }
+  | {
+      type: 'exit';
+      exit_code: number | null;
+      signal: string | null;
+      timed_out: boolean;
+      duration_ms: number;
+    }
+  | {
+      type: 'error';
+      error: { code: string; message: string; details?: Record<string, unknown> };
+    };
+
+/**
+ * Milliseconds → the whole seconds the contract counts in, rounded up so a timeout is
+ * never shorter than asked.
+ *
+ * @example
+ * toSeconds(1500); // 2
+ */
+export function toSeconds(ms: number): number {
+  return Math.ceil(ms / 1000);
+}
+
+/**
+ * Drop undefined fields, so a request carries only what the caller set.
+ *
+ * @example
+ * compact({ a: 1, b: undefined }); // { a: 1 }
+ */
+export function compact<T extends object>(value: T): T {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
+}

@@ -1,0 +1,40 @@
+/**
+ * Types shared by the HTTP layer: the Fastify instance typed by the TypeBox provider, and
+ * the per-request and per-route fields the plugins (auth, errors, audit, metrics) share.
+ */
+import type {
+  FastifyBaseLogger,
+  FastifyInstance,
+  RawReplyDefaultExpression,
+  RawRequestDefaultExpression,
+  RawServerDefault,
+} from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+
+/** The app every route module registers on: route schemas type the handlers. */
+export type Api = FastifyInstance<
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  RawReplyDefaultExpression,
+  FastifyBaseLogger,
+  TypeBoxTypeProvider
+>;
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Who asked: the token id, `unix` without auth, `anonymous` before auth passed. */
+    principal: string;
+    /** The catalog code of the error answered, for audit and metrics; null on success. */
+    errorCode: string | null;
+    /** What a mutation acted on when the URL does not say (a created sandbox's id). */
+    auditTarget: string | null;
+  }
+  interface FastifyContextConfig {
+    /** Served without a bearer token (only /healthz). */
+    public?: boolean;
+    /** A successful answer counts one of these (forkd_boots_total, forkd_execs_total). */
+    counts?: 'boots' | 'execs';
+    /** The body is a raw application/octet-stream (documented as binary in OpenAPI). */
+    rawBody?: boolean;
+  }
+}

@@ -1,0 +1,53 @@
+/** `forkd create`: start a sandbox through the daemon and print its id (or all of it, `--json`). */
+import type { Command } from 'commander';
+import { Sandbox } from '@forkd/sdk';
+import { SANDBOX, toWire } from '@forkd/sdk/wire';
+import {
+  clientConfig,
+  collect,
+  daemonOptions,
+  parseLabels,
+  parseTimeout,
+  type DaemonFlags,
+} from './client.js';
+import { action, printJson } from './output.js';
+import { parseEnv, parseMemory } from './parse.js';
+
+interface CreateFlags extends DaemonFlags {
+  image?: string;
+  memory?: string;
+  cpus?: string;
+  env: string[];
+  timeout?: string;
+  label: string[];
+}
+
+export function register(program: Command): void {
+  daemonOptions(
+    program
+      .command('create')
+      .description('start a sandbox that outlives this command; prints its id')
+      .option('--image <name>', "image to boot (default: the daemon's)")
+      .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
+      .option('--cpus <n>', 'virtual CPUs')
+      .option('-e, --env <K=V>', 'environment variable for every command (repeatable)', collect, [])
+      .option('--timeout <seconds>', 'kill the sandbox after this many seconds')
+      .option('--label <k=v>', 'label (repeatable)', collect, [])
+      .option('--json', 'machine-readable output'),
+  ).action(
+    action(async (flags: CreateFlags) => {
+      const timeoutS = parseTimeout(flags.timeout);
+      const sandbox = await Sandbox.create({
+        ...clientConfig(flags),
+        image: flags.image,
+        memoryMib: flags.memory === undefined ? undefined : parseMemory(flags.memory),
+        cpus: flags.cpus === undefined ? undefined : Number(flags.cpus),
+        env: parseEnv(flags.env),
+        timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
+        labels: parseLabels(flags.label),
+      });
+      if (flags.json) printJson(toWire(SANDBOX, sandbox.info));
+      else process.stdout.write(`${sandbox.id}\n`);
+    }),
+  );
+}

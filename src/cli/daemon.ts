@@ -1,0 +1,81 @@
+/**
+ * `forkd daemon`: run the daemon in the foreground (systemd runs it as is, see
+ * packaging/forkd.service). SIGTERM or SIGINT drain requests and stop it; sandboxes keep
+ * running and are re-adopted by the next start.
+ */
+import type { Command } from 'commander';
+import { ForkdError } from '../errors.js';
+import { startDaemon, type DaemonOptions } from '../daemon/daemon.js';
+import type { LogLevel } from '../daemon/log.js';
+import { action } from './output.js';
+
+interface DaemonFlags {
+  socket?: string;
+  listen?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  tokenFile?: string;
+  auditFile?: string;
+  maxBooting?: string;
+  maxExecs?: string;
+  logLevel: string;
+}
+
+const LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function positiveInt(flag: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1) {
+    throw new ForkdError('bad_request', `${flag} must be a positive integer, not "${text}"`);
+  }
+  return n;
+}
+
+function toOptions(flags: DaemonFlags): DaemonOptions {
+  if (!LEVELS.includes(flags.logLevel)) {
+    throw new ForkdError('bad_request', `--log-level must be one of ${LEVELS.join(', ')}`);
+  }
+  return {
+    socket: flags.socket,
+    listen: flags.listen,
+    tlsCert: flags.tlsCert,
+    tlsKey: flags.tlsKey,
+    tokenFile: flags.tokenFile,
+    auditFile: flags.auditFile,
+    maxBooting: positiveInt('--max-booting', flags.maxBooting),
+    maxExecs: positiveInt('--max-execs', flags.maxExecs),
+    logLevel: flags.logLevel as LogLevel,
+  };
+}
+
+/** Resolves when the process is told to stop. */
+function stopRequested(): Promise<NodeJS.Signals> {
+  return new Promise((resolve) => {
+    for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => resolve(sig));
+  });
+}
+
+export function register(program: Command): void {
+  program
+    .command('daemon')
+    .description('serve the forkd API (foreground); sandboxes outlive it')
+    .option('--socket <path>', 'unix socket (default $FORKD_HOME/run/forkd.sock)')
+    .option('--listen <host:port>', 'also serve on TCP (needs --token-file)')
+    .option('--tls-cert <file>', 'TLS certificate (PEM) for --listen')
+    .option('--tls-key <file>', 'TLS private key (PEM) for --listen')
+    .option('--token-file <file>', 'bearer tokens, one ID:TOKEN per line (mode 0600)')
+    .option('--audit-file <file>', 'also append audit entries here as JSON lines')
+    .option('--max-booting <n>', 'sandboxes booting at once before 503 (default 4)')
+    .option('--max-execs <n>', 'commands running at once before 503 (default 256)')
+    .option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent', 'info')
+    .action(
+      action(async (flags: DaemonFlags) => {
+        const stop = stopRequested();
+        const daemon = await startDaemon(toOptions(flags));
+        await stop;
+        await daemon.close();
+        return 0;
+      }),
+    );
+}

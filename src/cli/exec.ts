@@ -1,0 +1,125 @@
+/**
+ * `forkd exec ID -- CMD…`: run a command in a running sandbox through the daemon, output
+ * streamed as it is produced (binary-safe, with backpressure), stdin forwarded, Ctrl-C
+ * passed on to the command, and forkd exiting with the command's exit code.
+ */
+import type { Command } from 'commander';
+import { Sandbox, type CommandHandle } from '@forkd/sdk';
+import {
+  clientConfig,
+  collect,
+  commandFailed,
+  daemonOptions,
+  drained,
+  exitCodeOf,
+  parseTimeout,
+  pumpStdin,
+  type DaemonFlags,
+} from './client.js';
+import { action } from './output.js';
+import { parseEnv } from './parse.js';
+
+interface ExecFlags extends DaemonFlags {
+  env: string[];
+  cwd?: string;
+  user?: string;
+  timeout?: string;
+  stdin?: boolean;
+}
+
+export function register(program: Command): void {
+  daemonOptions(
+    program
+      .command('exec')
+      .description('run a command in a running sandbox, streaming its output')
+      .argument('<id>', 'sandbox id')
+      .argument('<command...>', 'command and arguments (after --)')
+      .option('-e, --env <K=V>', 'environment variable (repeatable)', collect, [])
+      .option('--cwd <dir>', 'working directory in the sandbox')
+      .option('--user <user>', 'user name or uid to run as')
+      .option('--timeout <seconds>', 'kill the command after this many seconds (exit 124)')
+      .option('-i, --stdin', 'forward stdin even when it is a terminal'),
+  ).action(
+    action(async (id: string, argv: string[], flags: ExecFlags) => {
+      const timeoutS = parseTimeout(flags.timeout);
+      const env = parseEnv(flags.env);
+      const sandbox = await Sandbox.connect(id, clientConfig(flags));
+      return attach(sandbox, argv, {
+        env,
+        cwd: flags.cwd,
+        user: flags.user,
+        timeoutS,
+        forwardStdin: Boolean(flags.stdin) || !process.stdin.isTTY,
+        forwardSignals: true,
+      });
+    }),
+  );
+}
+
+/** How `attach` wires a command to this process. */
+export interface AttachOptions {
+  env?: Record<string, string>;
+  cwd?: string;
+  user?: string;
+  timeoutS?: number;
+  forwardStdin: boolean;
+  /** Pass SIGINT/SIGTERM on to the command (a second one kills it). */
+  forwardSignals: boolean;
+}
+
+/**
+ * Run `argv` in `sandbox` with its output on our stdout/stderr; resolves with the exit
+ * code forkd should exit with. `forkd run` uses it too when a daemon runs.
+ */
+export async function attach(sandbox: Sandbox, argv: string[], o: AttachOptions): Promise<number> {
+  try {
+    const handle = await sandbox.commands.start(argv, {
+      envs: o.env,
+      cwd: o.cwd,
+      user: o.user,
+      timeoutMs: o.timeoutS === undefined ? undefined : Math.round(o.timeoutS * 1000),
+      keepStdinOpen: o.forwardStdin,
+      onOutput: writeOutput,
+    });
+    if (o.forwardStdin) {
+      void pumpStdin(
+        (chunk) => handle.stdin.write(chunk),
+        () => handle.stdin.end(),
+      );
+    }
+    const stopForwarding = o.forwardSignals ? forwardSignals(handle) : () => undefined;
+    try {
+      const result = await handle.wait();
+      await drained();
+      return exitCodeOf(result, o.timeoutS);
+    } finally {
+      stopForwarding();
+    }
+  } catch (e) {
+    return commandFailed(e, argv);
+  } finally {
+    process.stdin.destroy();
+  }
+}
+
+/** Output straight to our own streams; a full pipe holds the command's output back. */
+function writeOutput(stream: 'stdout' | 'stderr', chunk: Uint8Array): Promise<void> | void {
+  const out = stream === 'stdout' ? process.stdout : process.stderr;
+  if (!out.write(chunk)) return new Promise((resolve) => out.once('drain', () => resolve()));
+}
+
+/** The first SIGINT/SIGTERM goes to the command as is; the next kills it. */
+function forwardSignals(handle: CommandHandle): () => void {
+  let received = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    received += 1;
+    const send = received > 1 ? 'SIGKILL' : signal === 'SIGINT' ? 'SIGINT' : 'SIGTERM';
+    void handle.kill(send).catch(() => undefined);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  return () => {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  };
+}

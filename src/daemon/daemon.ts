@@ -1,0 +1,147 @@
+/**
+ * The daemon process: claim the run dir, open the store, reconcile sandboxes with the host
+ * (re-adopting the ones whose QEMU survived the previous daemon), build the services, and
+ * serve them through the API on the unix socket (and TCP/TLS if asked). `close()` stops
+ * accepting, drains requests and closes the store, but leaves every sandbox running: the
+ * next daemon adopts them.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import { buildApp } from '../api/app.js';
+import { paths as pathsOf, type Paths } from '../config.js';
+import { ForkdError } from '../errors.js';
+import type { Services } from '../services/contracts.js';
+import { Host } from '../services/host-info.js';
+import { ImageStore } from '../services/image-service.js';
+import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
+import { SandboxManager } from '../services/sandboxes/service.js';
+import { Store } from '../store/db.js';
+import { createLogger, fastifyLoggerOptions, type LogLevel } from './log.js';
+import { claimRunDir, runDirOf } from './rundir.js';
+import { Listeners, parseListen, type TcpOptions } from './servers.js';
+import { loadTokens } from './tokens.js';
+
+export interface DaemonOptions {
+  /** FORKD_HOME; default the environment's. */
+  home?: string;
+  /** Unix socket path; default `$FORKD_HOME/run/forkd.sock`. */
+  socket?: string;
+  /** `HOST:PORT` to also serve on TCP (needs a token file). */
+  listen?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  tokenFile?: string;
+  /** Also write audit entries as JSON lines here. */
+  auditFile?: string;
+  maxBooting?: number;
+  maxExecs?: number;
+  /** How long close() waits for in-flight requests (default 10 s). */
+  drainMs?: number;
+  logLevel?: LogLevel;
+  logger?: Logger;
+}
+
+/** A running daemon. */
+export interface DaemonHandle {
+  socket: string;
+  /** The TCP address when `listen` was given (port 0 picks a free one). */
+  tcp?: { host: string; port: number };
+  services: Services;
+  /** What start-up reconciliation found. */
+  recovered: ReconcileReport;
+  /** Stop serving; sandboxes keep running. Idempotent. */
+  close(): Promise<void>;
+}
+
+export function defaultSocket(home: string): string {
+  return join(runDirOf(home), 'forkd.sock');
+}
+
+/** Read TLS files and tokens, and refuse a TCP listener without a token. */
+async function loadTransport(opts: DaemonOptions) {
+  const tokens = opts.tokenFile ? await loadTokens(opts.tokenFile) : undefined;
+  if (Boolean(opts.tlsCert) !== Boolean(opts.tlsKey)) {
+    throw new ForkdError('bad_request', '--tls-cert and --tls-key go together');
+  }
+  if (opts.tlsCert && !opts.listen) {
+    throw new ForkdError('bad_request', 'TLS is for TCP: add --listen HOST:PORT');
+  }
+  let tcp: TcpOptions | undefined;
+  if (opts.listen) {
+    if (!tokens) {
+      throw new ForkdError(
+        'bad_request',
+        'refusing to listen on TCP without a token: pass --token-file (see docs/daemon.md)',
+      );
+    }
+    const tls =
+      opts.tlsCert && opts.tlsKey
+        ? { cert: await readFile(opts.tlsCert), key: await readFile(opts.tlsKey) }
+        : undefined;
+    tcp = { ...parseListen(opts.listen), tls };
+  }
+  return { tokens, tcp };
+}
+
+function buildServices(p: Paths, store: Store, opts: DaemonOptions, log: Logger) {
+  const sandboxes = new SandboxManager({
+    paths: p,
+    store,
+    log: log.child({ component: 'sandboxes' }),
+    maxBooting: opts.maxBooting,
+    maxExecs: opts.maxExecs,
+  });
+  const services: Services = {
+    sandboxes,
+    images: new ImageStore(p),
+    audit: store.audit,
+    host: new Host(() => sandboxes.counts()),
+  };
+  return { sandboxes, services };
+}
+
+export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandle> {
+  const p = pathsOf(opts.home);
+  const log = opts.logger ?? createLogger(opts.logLevel);
+  const { tokens, tcp } = await loadTransport(opts);
+  const run = await claimRunDir(p.home, opts.socket ?? defaultSocket(p.home));
+  let store: Store | undefined;
+  let sandboxes: SandboxManager | undefined;
+  try {
+    store = Store.open(p.db, { auditFile: opts.auditFile });
+    const built = buildServices(p, store, opts, log);
+    sandboxes = built.sandboxes;
+    const recovered = await sandboxes.start();
+    const listeners = new Listeners();
+    const app = await buildApp(built.services, {
+      tokens,
+      requireAuth: tcp !== undefined,
+      logger: fastifyLoggerOptions(opts.logLevel),
+      serverFactory: listeners.serverFactory,
+    });
+    const tcpAddress = await listeners.listen(app, run.socket, tcp);
+    log.info({ socket: run.socket, tcp: tcpAddress, tls: Boolean(tcp?.tls) }, 'forkd daemon ready');
+    let closing: Promise<void> | undefined;
+    const close = async () => {
+      log.info('shutting down: draining requests, leaving sandboxes running');
+      await listeners.close(app, opts.drainMs ?? 10_000);
+      built.sandboxes.detach();
+      store?.close();
+      await run.release();
+      log.info('forkd daemon stopped');
+    };
+    return {
+      socket: run.socket,
+      tcp: tcpAddress,
+      services: built.services,
+      recovered,
+      close: () => (closing ??= close()),
+    };
+  } catch (e) {
+    sandboxes?.detach();
+    store?.close();
+    await run.release();
+    throw e;
+  }
+}

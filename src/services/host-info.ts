@@ -1,0 +1,39 @@
+/**
+ * Host facts for /version and /metrics: the QEMU version (asked once: it cannot change
+ * under a running daemon without a restart mattering anyway), the accelerator, and the
+ * sandbox count per state straight from the store.
+ */
+import type { HostInfo } from './contracts.js';
+import { detectAccel } from '../drivers/qemu/accel.js';
+import { QEMU_BINARY } from '../drivers/qemu/vm.js';
+import { run } from '../util/exec.js';
+
+/** "QEMU emulator version 7.2.22 (Debian …)" → "7.2.22"; the first line when unparseable. */
+export function parseQemuVersion(output: string): string {
+  const m = /version\s+(\d+(?:\.\d+)+)/i.exec(output);
+  return m?.[1] ?? output.split('\n')[0]?.trim() ?? 'unknown';
+}
+
+export class Host implements HostInfo {
+  private version: Promise<string> | undefined;
+  private accelerator: Promise<'kvm' | 'tcg'> | undefined;
+
+  constructor(private readonly counts: () => Record<string, number>) {}
+
+  qemuVersion(): Promise<string> {
+    this.version ??= run(QEMU_BINARY, ['--version']).then(
+      (r) => parseQemuVersion(r.stdout),
+      () => 'unknown',
+    );
+    return this.version;
+  }
+
+  accel(): Promise<'kvm' | 'tcg'> {
+    this.accelerator ??= detectAccel().then((a) => a.accel);
+    return this.accelerator;
+  }
+
+  sandboxCounts(): Record<string, number> {
+    return this.counts();
+  }
+}

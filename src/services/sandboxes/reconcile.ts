@@ -1,0 +1,144 @@
+/**
+ * Crash recovery: on start the daemon makes the store agree with the host. A sandbox whose
+ * QEMU still runs (the pid is alive and its /proc cmdline names the sandbox's dir, so a
+ * recycled pid is never trusted) is re-adopted: monitor and agent reconnected (the agent's
+ * 0xFF + sync starts a fresh session), a boot cut short is finished. Any other
+ * starting/running row becomes `dead` and its files go. Directories with no row are swept
+ * unless the process that made them (a `forkd run`) still runs.
+ */
+import { existsSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Paths } from '../../config.js';
+import { AgentClient } from '../../drivers/agent/client.js';
+import { detectAccel } from '../../drivers/qemu/accel.js';
+import { isQemuOf, readQemuPid, Vm } from '../../drivers/qemu/vm.js';
+import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
+import { connectGuest, OWNER_FILE, sandboxVmSpec } from '../sandboxes.js';
+import { removeLeftovers } from './leftovers.js';
+import type { ServiceLog } from './log.js';
+
+export interface ReconcileContext {
+  paths: Paths;
+  rows: SandboxRows;
+  log: ServiceLog;
+  pollMs: number;
+  bootTimeoutMs: number;
+  /** Hand a re-adopted sandbox (now `running`) to the service. */
+  adopt(row: SandboxRow, vm: Vm, agent: AgentClient): void;
+}
+
+/** What a reconcile did, by sandbox id / dir name. */
+export interface ReconcileReport {
+  adopted: string[];
+  dead: string[];
+  /** Directories removed that had no live sandbox (ended rows, no row at all). */
+  swept: string[];
+}
+
+/** How long a re-adopted running guest has to answer the new agent session. */
+const READOPT_AGENT_TIMEOUT_MS = 15_000;
+
+export async function reconcile(ctx: ReconcileContext): Promise<ReconcileReport> {
+  const report: ReconcileReport = { adopted: [], dead: [], swept: [] };
+  await Promise.all(
+    ctx.rows.active().map(async (row) => {
+      const adopted = await recover(ctx, row);
+      (adopted ? report.adopted : report.dead).push(row.id);
+    }),
+  );
+  report.swept.push(...(await sweepEndedDirs(ctx)), ...(await sweepOrphanDirs(ctx)));
+  ctx.log.info(report, 'reconciled sandboxes with the host');
+  return report;
+}
+
+/** Re-adopt one starting/running row, or bury it. True when it runs again. */
+async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean> {
+  const pid = row.pid ?? (await readQemuPid(row.dir));
+  if (pid === undefined || !(await isQemuOf(pid, row.dir))) {
+    const when = row.state === 'starting' ? 'during its boot, ' : '';
+    await bury(ctx, row, `QEMU exited ${when}while the daemon was down`);
+    return false;
+  }
+  try {
+    const { vm, agent } = await adopt(ctx, row, pid);
+    const running = ctx.rows.update(row.id, { state: 'running', pid }) as SandboxRow;
+    ctx.adopt(running, vm, agent);
+    ctx.log.info({ sandbox: row.id, pid, was: row.state }, 'sandbox re-adopted');
+    return true;
+  } catch (e) {
+    const why = e instanceof Error ? e.message : String(e);
+    await bury(ctx, row, `could not re-adopt its QEMU after a daemon restart: ${why}`, pid);
+    return false;
+  }
+}
+
+/** Reconnect monitor and agent; a row still `starting` gets the rest of its boot. */
+async function adopt(
+  ctx: ReconcileContext,
+  row: SandboxRow,
+  pid: number,
+): Promise<{ vm: Vm; agent: AgentClient }> {
+  const { accel } = await detectAccel();
+  const spec = sandboxVmSpec(row.dir, { memoryMiB: row.memory_mib, cpus: row.cpus, accel });
+  const vm = await Vm.adopt(spec, pid, { pollMs: ctx.pollMs });
+  try {
+    const agent =
+      row.state === 'starting'
+        ? await connectGuest(vm, row.id, { env: row.env, bootTimeoutMs: ctx.bootTimeoutMs })
+        : await vm.guard(
+            AgentClient.connect(vm.files.agent, { timeoutMs: READOPT_AGENT_TIMEOUT_MS }),
+            'reconnecting to the guest agent',
+          );
+    return { vm, agent };
+  } catch (e) {
+    vm.detach(); // the caller kills the verified pid
+    throw e;
+  }
+}
+
+async function bury(ctx: ReconcileContext, row: SandboxRow, reason: string, pid?: number) {
+  ctx.log.warn({ sandbox: row.id, reason }, 'sandbox is dead');
+  await removeLeftovers(row.dir, pid ?? row.pid);
+  ctx.rows.update(row.id, { state: 'dead', reason, pid: null });
+}
+
+/** Ended rows whose directory survived (a crash between ending the VM and removing it). */
+async function sweepEndedDirs(ctx: ReconcileContext): Promise<string[]> {
+  const ended = [...ctx.rows.list('stopped'), ...ctx.rows.list('dead')];
+  const left = ended.filter((r) => existsSync(r.dir));
+  for (const r of left) await removeLeftovers(r.dir, r.pid);
+  return left.map((r) => r.id);
+}
+
+/** Sandbox dirs with no row: debris of a crash, or a `forkd run` still going (kept). */
+async function sweepOrphanDirs(ctx: ReconcileContext): Promise<string[]> {
+  const names = await readdir(ctx.paths.sandboxes).catch(() => [] as string[]);
+  const swept: string[] = [];
+  for (const name of names) {
+    if (ctx.rows.get(name)) continue;
+    const dir = join(ctx.paths.sandboxes, name);
+    const owner = await ownerPid(dir);
+    if (owner !== undefined && owner !== process.pid && pidAlive(owner)) {
+      ctx.log.info({ dir, owner }, 'left alone a sandbox dir another forkd process owns');
+      continue;
+    }
+    await removeLeftovers(dir);
+    swept.push(name);
+  }
+  return swept;
+}
+
+async function ownerPid(dir: string): Promise<number | undefined> {
+  const pid = Number((await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => '')).trim());
+  return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

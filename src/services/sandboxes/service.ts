@@ -1,0 +1,492 @@
+/**
+ * The sandbox service the daemon serves: every sandbox has a row in the store (written
+ * before its boot, so a crash mid-boot is found again), and every running one a live entry
+ * here (its VM, its agent session, its timeout, its streaming execs). Enforces the
+ * concurrency caps, stops sandboxes at their timeout, notices a QEMU that dies on its own,
+ * and on start reconciles the store with what really runs (reconcile.ts).
+ */
+import { rm } from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import type {
+  CreateSandboxT,
+  ExecRequestT,
+  ExecResultT,
+  FileStatT,
+  SandboxT,
+} from '../../api/schemas.js';
+import type { Paths } from '../../config.js';
+import type { AgentClient, ExecHandle } from '../../drivers/agent/client.js';
+import { vmFiles } from '../../drivers/qemu/cmdline.js';
+import type { Vm, VmExit } from '../../drivers/qemu/vm.js';
+import { ForkdError } from '../../errors.js';
+import type { SandboxRow, SandboxState } from '../../store/sandboxes.js';
+import type { Store } from '../../store/db.js';
+import type { Caller, ExecStream, SandboxService } from '../contracts.js';
+import { DEFAULT_IMAGE, getImage } from '../images.js';
+import {
+  bootSandbox,
+  destroySandbox,
+  newSandboxId,
+  resolveResources,
+  sandboxDir,
+  type Sandbox,
+} from '../sandboxes.js';
+import { runBuffered, startStreaming } from './exec.js';
+import { ExpiryTimers } from './expiry.js';
+import { openDownload, readTail, toWireStat } from './files.js';
+import { Gate } from './gate.js';
+import { lastConsoleLine, removeLeftovers } from './leftovers.js';
+import { silentLog, type ServiceLog } from './log.js';
+import { reconcile, type ReconcileReport } from './reconcile.js';
+
+export interface SandboxServiceOptions {
+  paths: Paths;
+  store: Store;
+  log?: ServiceLog;
+  /** Sandboxes booting at once (default 4); past it `capacity`. */
+  maxBooting?: number;
+  /** Commands running at once across all sandboxes (default 256); past it `capacity`. */
+  maxExecs?: number;
+  /** How long a boot may wait for the guest agent (default 60 s). */
+  bootTimeoutMs?: number;
+  /** How often an adopted QEMU's pid is checked (default 1 s). */
+  pollMs?: number;
+  /** Stopped and dead rows are forgotten this long after they ended (default 24 h). */
+  retainEndedMs?: number;
+}
+
+/** A running sandbox as this process holds it. */
+interface Live {
+  id: string;
+  dir: string;
+  vm: Vm;
+  agent: AgentClient;
+  /** Streaming execs by exec id, until they exit. */
+  execs: Map<string, ExecHandle>;
+}
+
+/** A boot in progress, so a kill can abort it. */
+interface Booting {
+  abort: AbortController;
+  done: Promise<unknown>;
+}
+
+const CONSOLE_TAIL_BYTES = 1024 * 1024;
+const MAX_TIMEOUT_S = 7 * 24 * 3600;
+/** Retry-After hints: a boot under TCG takes ~3 s; an exec slot frees quickly. */
+const BOOT_RETRY_S = 3;
+const EXEC_RETRY_S = 1;
+/** Ended rows are pruned at start and then this often. */
+const PRUNE_EVERY_MS = 60 * 60 * 1000;
+
+export class SandboxManager implements SandboxService {
+  private readonly live = new Map<string, Live>();
+  private readonly booting = new Map<string, Booting>();
+  private readonly ending = new Map<string, Promise<void>>();
+  private readonly bootGate: Gate;
+  private readonly execGate: Gate;
+  private readonly timers: ExpiryTimers;
+  private readonly log: ServiceLog;
+  private pruneTimer: NodeJS.Timeout | undefined;
+  private detached = false;
+
+  constructor(private readonly opts: SandboxServiceOptions) {
+    this.log = opts.log ?? silentLog;
+    this.bootGate = new Gate('sandboxes booting', opts.maxBooting ?? 4, BOOT_RETRY_S);
+    this.execGate = new Gate('commands running', opts.maxExecs ?? 256, EXEC_RETRY_S);
+    this.timers = new ExpiryTimers((id) => void this.expire(id));
+  }
+
+  private get rows() {
+    return this.opts.store.sandboxes;
+  }
+
+  /**
+   * Reconcile the store with the host (re-adopt live QEMUs, bury dead ones, sweep stray
+   * dirs) and start housekeeping. Call once before serving.
+   */
+  async start(): Promise<ReconcileReport> {
+    this.prune();
+    this.pruneTimer = setInterval(() => this.prune(), PRUNE_EVERY_MS);
+    this.pruneTimer.unref();
+    return reconcile({
+      paths: this.opts.paths,
+      rows: this.rows,
+      log: this.log,
+      pollMs: this.opts.pollMs ?? 1000,
+      bootTimeoutMs: this.opts.bootTimeoutMs ?? 60_000,
+      adopt: (row, vm, agent) => this.register(row, vm, agent),
+    });
+  }
+
+  async create(req: CreateSandboxT, caller: Caller): Promise<SandboxT> {
+    return this.bootGate.around(async () => {
+      const res = resolveResources({ memoryMiB: req.memory_mib, cpus: req.cpus });
+      const image = req.image ?? DEFAULT_IMAGE;
+      await getImage(this.opts.paths, image); // image_not_found before anything exists
+      const id = newSandboxId();
+      const starting = this.rows.insert({
+        id,
+        state: 'starting',
+        image,
+        snapshot: null,
+        parent: null,
+        memory_mib: res.memoryMiB,
+        cpus: res.cpus,
+        labels: req.labels ?? {},
+        env: req.env ?? {},
+        created_at: new Date().toISOString(),
+        expires_at: req.timeout_s === undefined ? null : expiry(req.timeout_s),
+        pid: null,
+        dir: sandboxDir(this.opts.paths, id),
+        reason: null,
+      });
+      const row = await this.boot(starting, req.timeout_s);
+      this.log.info({ sandbox: id, principal: caller.principal, pid: row.pid }, 'sandbox created');
+      return toWire(row);
+    });
+  }
+
+  /** Boot a `starting` row's VM; on failure the row goes (or, when killed meanwhile, says so). */
+  private async boot(starting: SandboxRow, timeoutS: number | undefined): Promise<SandboxRow> {
+    const { id } = starting;
+    const abort = new AbortController();
+    const boot = bootSandbox(this.opts.paths, {
+      id,
+      image: starting.image as string,
+      memoryMiB: starting.memory_mib,
+      cpus: starting.cpus,
+      env: starting.env,
+      bootTimeoutMs: this.opts.bootTimeoutMs,
+      signal: abort.signal,
+      onStarted: (vm) => this.rows.update(id, { pid: vm.pid }),
+    });
+    const settled = this.settleBoot(starting, boot, abort.signal, timeoutS);
+    // A kill waits for all of it, row update included, before it returns.
+    this.booting.set(id, { abort, done: settled.catch(() => undefined) });
+    try {
+      return await settled;
+    } finally {
+      this.booting.delete(id);
+    }
+  }
+
+  private async settleBoot(
+    starting: SandboxRow,
+    boot: Promise<Sandbox>,
+    aborted: AbortSignal,
+    timeoutS: number | undefined,
+  ): Promise<SandboxRow> {
+    const { id } = starting;
+    try {
+      const sb = await boot;
+      if (aborted.aborted) {
+        await destroySandbox(sb); // killed in the instant between the boot's end and now
+        throw aborted.reason;
+      }
+      const row = this.rows.update(id, {
+        state: 'running',
+        pid: sb.vm.pid,
+        expires_at: this.runningExpiry(id, starting.expires_at, timeoutS),
+      }) as SandboxRow;
+      this.register(row, sb.vm, sb.agent);
+      return row;
+    } catch (e) {
+      if (!aborted.aborted) {
+        this.rows.delete(id);
+        throw e;
+      }
+      this.rows.update(id, { state: 'stopped', reason: 'killed', pid: null });
+      throw new ForkdError('sandbox_not_running', `sandbox ${id} was killed while it started`, {
+        id,
+      });
+    }
+  }
+
+  /**
+   * A timeout counts from when the sandbox runs (a boot under TCG with others booting can
+   * take several seconds). The row carried a provisional deadline meanwhile, so a crash
+   * mid-boot still has one; an extend during the boot wins over both.
+   */
+  private runningExpiry(id: string, provisional: string | null, timeoutS?: number) {
+    const current = this.rows.get(id)?.expires_at ?? null;
+    if (timeoutS === undefined || current !== provisional) return current;
+    return expiry(timeoutS);
+  }
+
+  /** Hold a running sandbox: arm its timeout, watch its QEMU. */
+  private register(row: SandboxRow, vm: Vm, agent: AgentClient): void {
+    const live: Live = { id: row.id, dir: row.dir, vm, agent, execs: new Map() };
+    this.live.set(row.id, live);
+    this.timers.arm(row.id, row.expires_at);
+    void vm.waitExit().then((exit) => this.onVmExit(live, exit));
+  }
+
+  async list(filter: {
+    state?: SandboxT['state'];
+    label?: { key: string; value: string };
+  }): Promise<SandboxT[]> {
+    const { label } = filter;
+    return this.rows
+      .list(filter.state)
+      .filter((r) => !label || r.labels[label.key] === label.value)
+      .map(toWire);
+  }
+
+  async get(id: string): Promise<SandboxT> {
+    return toWire(this.row(id));
+  }
+
+  async extend(id: string, timeoutS: number): Promise<SandboxT> {
+    if (!Number.isInteger(timeoutS) || timeoutS < 1 || timeoutS > MAX_TIMEOUT_S) {
+      throw new ForkdError(
+        'bad_request',
+        `timeout_s must be an integer from 1 to ${MAX_TIMEOUT_S}`,
+        {
+          field: 'timeout_s',
+          value: timeoutS,
+        },
+      );
+    }
+    const row = this.row(id);
+    if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
+    const updated = this.rows.update(id, { expires_at: expiry(timeoutS) }) as SandboxRow;
+    if (this.live.has(id)) this.timers.arm(id, updated.expires_at);
+    return toWire(updated);
+  }
+
+  /**
+   * Stop a sandbox: end its VM, remove its files, keep its row as `stopped` (reason
+   * `killed`). Killing one that already stopped or died is a no-op, so a retried DELETE
+   * succeeds; a starting one has its boot aborted.
+   */
+  async kill(id: string): Promise<void> {
+    const row = this.row(id);
+    const booting = this.booting.get(id);
+    if (booting) {
+      booting.abort.abort(new ForkdError('sandbox_not_running', 'killed while starting'));
+      await booting.done;
+      return;
+    }
+    if (row.state === 'stopped' || row.state === 'dead') return;
+    await this.end(id, 'stopped', 'killed');
+  }
+
+  async exec(id: string, req: ExecRequestT): Promise<ExecResultT> {
+    const live = this.running(id);
+    return this.execGate.around(() => runBuffered(live.agent, req));
+  }
+
+  async execStream(id: string, req: ExecRequestT): Promise<ExecStream> {
+    const live = this.running(id);
+    const release = this.execGate.enter();
+    try {
+      const { stream, handle } = await startStreaming(live.agent, req);
+      live.execs.set(stream.execId, handle);
+      const done = () => {
+        release();
+        live.execs.delete(stream.execId);
+      };
+      handle.result.then(done, done);
+      return stream;
+    } catch (e) {
+      release();
+      throw e;
+    }
+  }
+
+  async writeStdin(id: string, execId: string, data: Buffer, eof: boolean): Promise<void> {
+    const handle = this.execOf(id, execId);
+    if (data.length > 0) await handle.writeStdin(data);
+    if (eof) await handle.endStdin();
+  }
+
+  async killExec(id: string, execId: string, signal: string): Promise<void> {
+    await this.execOf(id, execId).kill(signal);
+  }
+
+  async readFile(id: string, path: string): Promise<Readable> {
+    return openDownload(this.running(id).agent, path);
+  }
+
+  async writeFile(
+    id: string,
+    path: string,
+    body: Readable,
+    opts: { mode?: number; parents?: boolean },
+  ): Promise<number> {
+    return this.running(id).agent.writeFile(path, body as AsyncIterable<Buffer>, opts);
+  }
+
+  async statFile(id: string, path: string): Promise<FileStatT> {
+    return toWireStat(await this.running(id).agent.stat(path));
+  }
+
+  async listFiles(id: string, path: string): Promise<FileStatT[]> {
+    return (await this.running(id).agent.list(path)).map(toWireStat);
+  }
+
+  async makeDir(
+    id: string,
+    path: string,
+    opts: { parents?: boolean; mode?: number },
+  ): Promise<void> {
+    await this.running(id).agent.mkdir(path, opts);
+  }
+
+  async removeFile(id: string, path: string, opts: { recursive?: boolean }): Promise<void> {
+    await this.running(id).agent.remove(path, opts);
+  }
+
+  /** The last 1 MiB of the guest console; an ended sandbox's files are gone with it. */
+  async consoleLog(id: string): Promise<string> {
+    const row = this.row(id);
+    if (row.state === 'stopped' || row.state === 'dead') throw notRunning(row);
+    return readTail(vmFiles(row.dir).console, CONSOLE_TAIL_BYTES);
+  }
+
+  /** Sandboxes per state, for /metrics. */
+  counts(): Record<SandboxState, number> {
+    return this.rows.countByState();
+  }
+
+  /** In-flight counts against the caps, for /metrics and tests. */
+  load(): { booting: number; execs: number } {
+    return { booting: this.bootGate.count, execs: this.execGate.count };
+  }
+
+  /**
+   * Let go of every sandbox without stopping it (daemon shutdown): timers off, agent and
+   * monitor connections closed, QEMUs left running for the next daemon to adopt.
+   */
+  detach(): void {
+    this.detached = true;
+    clearInterval(this.pruneTimer);
+    this.timers.clearAll();
+    for (const live of this.live.values()) {
+      live.agent.close();
+      live.vm.detach();
+    }
+    this.live.clear();
+  }
+
+  /** Stop every running sandbox (tests, `forkd kill --all`). */
+  async killAll(): Promise<void> {
+    const ids = this.rows.active().map((r) => r.id);
+    await Promise.all(ids.map((id) => this.kill(id).catch(() => undefined)));
+  }
+
+  private async expire(id: string): Promise<void> {
+    this.log.info({ sandbox: id }, 'sandbox timed out');
+    await this.end(id, 'stopped', 'timeout').catch((e: unknown) =>
+      this.log.error({ sandbox: id, err: e }, 'could not stop a timed-out sandbox'),
+    );
+  }
+
+  /** End a live sandbox once (concurrent callers share the same ending). */
+  private end(id: string, state: 'stopped' | 'dead', reason: string): Promise<void> {
+    const pending = this.ending.get(id);
+    if (pending) return pending;
+    const live = this.live.get(id);
+    if (!live) return Promise.resolve();
+    const ending = (async () => {
+      this.timers.clear(id);
+      live.agent.close();
+      await live.vm.kill();
+      this.rows.update(id, { state, reason, pid: null });
+      this.live.delete(id);
+      await rm(live.dir, { recursive: true, force: true });
+    })().finally(() => this.ending.delete(id));
+    this.ending.set(id, ending);
+    return ending;
+  }
+
+  /** QEMU exited and nobody asked: the sandbox is dead; say why, clean up. */
+  private async onVmExit(live: Live, exit: VmExit): Promise<void> {
+    if (this.detached || this.ending.has(live.id) || this.live.get(live.id) !== live) return;
+    this.live.delete(live.id);
+    this.timers.clear(live.id);
+    live.agent.close();
+    const reason = await deathReason(live.dir, exit);
+    this.rows.update(live.id, { state: 'dead', reason, pid: null });
+    this.log.warn({ sandbox: live.id, reason }, 'sandbox died');
+    await removeLeftovers(live.dir).catch((e: unknown) =>
+      this.log.error({ sandbox: live.id, err: e }, 'could not clean up a dead sandbox'),
+    );
+  }
+
+  private prune(): void {
+    const before = new Date(Date.now() - (this.opts.retainEndedMs ?? 24 * 3600 * 1000));
+    const n = this.rows.pruneEnded(before.toISOString());
+    if (n > 0) this.log.info({ count: n }, 'forgot ended sandboxes');
+  }
+
+  private row(id: string): SandboxRow {
+    const row = this.rows.get(id);
+    if (row) return row;
+    throw new ForkdError('sandbox_not_found', `no sandbox ${id}: list them with \`forkd ps\``, {
+      id,
+    });
+  }
+
+  private running(id: string): Live {
+    const live = this.live.get(id);
+    if (live && !this.ending.has(id)) return live;
+    throw notRunning(this.row(id));
+  }
+
+  private execOf(id: string, execId: string): ExecHandle {
+    const handle = this.running(id).execs.get(execId);
+    if (handle) return handle;
+    throw new ForkdError(
+      'exec_not_found',
+      `no running command ${execId} in sandbox ${id}: it finished, or never existed`,
+      { id, exec_id: execId },
+    );
+  }
+}
+
+function expiry(timeoutS: number): string {
+  return new Date(Date.now() + timeoutS * 1000).toISOString();
+}
+
+function notRunning(row: SandboxRow): ForkdError {
+  const why =
+    row.state === 'starting'
+      ? 'is still starting; retry in a few seconds'
+      : `has ${row.state === 'dead' ? 'died' : 'stopped'}${row.reason ? ` (${row.reason})` : ''}; create a new one`;
+  return new ForkdError('sandbox_not_running', `sandbox ${row.id} ${why}`, {
+    id: row.id,
+    state: row.state,
+  });
+}
+
+async function deathReason(dir: string, exit: VmExit): Promise<string> {
+  const how =
+    exit.signal !== null
+      ? `killed by ${exit.signal}`
+      : exit.code !== null
+        ? `exit code ${exit.code}`
+        : 'no status';
+  const last = await lastConsoleLine(vmFiles(dir).console);
+  return `QEMU exited on its own (${how})${last ? `; last console line: ${last}` : ''}`;
+}
+
+/** The REST shape of a row (env stays in the daemon: it may hold secrets). */
+export function toWire(row: SandboxRow): SandboxT {
+  const wire: SandboxT = {
+    id: row.id,
+    state: row.state,
+    image: row.image,
+    snapshot: row.snapshot,
+    parent: row.parent,
+    memory_mib: row.memory_mib,
+    cpus: row.cpus,
+    labels: row.labels,
+    created_at: row.created_at,
+    expires_at: row.expires_at,
+    pid: row.pid,
+  };
+  if (row.reason !== null) wire.reason = row.reason;
+  return wire;
+}

@@ -1,0 +1,161 @@
+/**
+ * A snapshot on disk: `snapshots/<tag>/` holds `memory` (the RAM file children map
+ * copy-on-write), `vmstate` (device state, no RAM), `disk.qcow2` (the frozen disk layer) and
+ * `manifest.json` (format version, sizes and sha256 of each file, what it was made from).
+ * Written under a staging name and renamed into place, so a crash never leaves half a
+ * snapshot under a real tag; `verify` re-checks every checksum.
+ */
+import { createHash } from 'node:crypto';
+import { createReadStream, existsSync } from 'node:fs';
+import { readFile, rename, rm, stat, writeFile, mkdir, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Paths } from '../../config.js';
+import { ForkdError } from '../../errors.js';
+
+/** Bumped only when an older forkd could not restore the new layout. */
+export const SNAPSHOT_FORMAT_VERSION = 1;
+
+export const SNAPSHOT_FILES = { memory: 'memory', vmstate: 'vmstate', disk: 'disk.qcow2' } as const;
+export type SnapshotFileRole = keyof typeof SNAPSHOT_FILES;
+
+export interface FileEntry {
+  name: string;
+  /** Logical size (bytes). */
+  size: number;
+  /** Bytes actually allocated on disk (sparse files are smaller). */
+  allocated: number;
+  sha256: string;
+}
+
+export interface SnapshotManifest {
+  format_version: number;
+  tag: string;
+  image: string | null;
+  parent: string | null;
+  /** The sandbox whose state it captured. */
+  source_sandbox: string | null;
+  kernel: string;
+  qemu: string;
+  memory_mib: number;
+  cpus: number;
+  created_at: string;
+  labels: Record<string, string>;
+  /** The disk node the frozen layer had in its VM (children open it by file, not node). */
+  files: Record<SnapshotFileRole, FileEntry>;
+}
+
+/** Tags follow the image-name rule: no `/`, `..`, NUL; at most 63 characters. */
+export function validateTag(tag: string): void {
+  if (!/^[a-z0-9][a-z0-9._-]{0,62}$/.test(tag)) {
+    throw new ForkdError(
+      'bad_request',
+      `snapshot tag "${tag.slice(0, 80)}" must be 1–63 characters of a-z, 0-9, ".", "_" or "-", starting with a letter or digit`,
+      { field: 'tag' },
+    );
+  }
+}
+
+export function snapshotDir(p: Paths, tag: string): string {
+  return join(p.snapshots, tag);
+}
+
+/** A fresh staging dir for a snapshot being written (never listed). */
+export async function stagingDir(p: Paths, tag: string): Promise<string> {
+  const dir = join(p.snapshots, `.staging-${tag}-${process.pid}-${Date.now().toString(36)}`);
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  return dir;
+}
+
+/** Remove staging dirs left by crashed writers (called when the daemon starts). */
+export async function sweepStaging(p: Paths): Promise<string[]> {
+  const names = await readdir(p.snapshots).catch(() => [] as string[]);
+  const stale = names.filter((n) => n.startsWith('.staging-'));
+  for (const n of stale) await rm(join(p.snapshots, n), { recursive: true, force: true });
+  return stale;
+}
+
+export async function sha256File(path: string): Promise<string> {
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(path, { highWaterMark: 4 << 20 }))
+    hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}
+
+async function describeFile(dir: string, name: string): Promise<FileEntry> {
+  const st = await stat(join(dir, name));
+  return {
+    name,
+    size: st.size,
+    allocated: st.blocks * 512,
+    sha256: await sha256File(join(dir, name)),
+  };
+}
+
+/** Checksum the files of a staged snapshot, write its manifest, rename it into place. */
+export async function publishSnapshot(
+  p: Paths,
+  staging: string,
+  meta: Omit<SnapshotManifest, 'files' | 'format_version'>,
+): Promise<SnapshotManifest> {
+  const files = {} as Record<SnapshotFileRole, FileEntry>;
+  for (const role of Object.keys(SNAPSHOT_FILES) as SnapshotFileRole[]) {
+    files[role] = await describeFile(staging, SNAPSHOT_FILES[role]);
+  }
+  const manifest: SnapshotManifest = { format_version: SNAPSHOT_FORMAT_VERSION, ...meta, files };
+  await writeFile(join(staging, 'manifest.json'), JSON.stringify(manifest, null, 2) + '\n');
+  const dest = snapshotDir(p, meta.tag);
+  if (existsSync(dest)) {
+    throw new ForkdError('name_taken', `snapshot "${meta.tag}" already exists`, { tag: meta.tag });
+  }
+  await rename(staging, dest);
+  return manifest;
+}
+
+export async function readManifest(p: Paths, tag: string): Promise<SnapshotManifest> {
+  const text = await readFile(join(snapshotDir(p, tag), 'manifest.json'), 'utf8').catch(
+    () => undefined,
+  );
+  if (text === undefined) {
+    throw new ForkdError('snapshot_not_found', `no snapshot "${tag}": see \`forkd snapshots\``, {
+      tag,
+    });
+  }
+  return JSON.parse(text) as SnapshotManifest;
+}
+
+/** Why a snapshot cannot be restored (missing or resized files), or null when it can. */
+export async function unbootableReason(p: Paths, m: SnapshotManifest): Promise<string | null> {
+  if (m.format_version !== SNAPSHOT_FORMAT_VERSION) {
+    return `snapshot format ${m.format_version} is not ${SNAPSHOT_FORMAT_VERSION}`;
+  }
+  const dir = snapshotDir(p, m.tag);
+  for (const f of Object.values(m.files)) {
+    const st = await stat(join(dir, f.name)).catch(() => undefined);
+    if (!st) return `missing file ${join(dir, f.name)}`;
+    if (st.size !== f.size)
+      return `file ${join(dir, f.name)} is ${st.size} bytes, expected ${f.size}`;
+  }
+  return null;
+}
+
+/** Re-hash every file against the manifest; returns the files that differ. */
+export async function verifySnapshot(
+  p: Paths,
+  m: SnapshotManifest,
+): Promise<{ file: string; problem: string }[]> {
+  const dir = snapshotDir(p, m.tag);
+  const bad: { file: string; problem: string }[] = [];
+  for (const f of Object.values(m.files)) {
+    const path = join(dir, f.name);
+    if (!existsSync(path)) bad.push({ file: path, problem: 'missing' });
+    else if ((await sha256File(path)) !== f.sha256)
+      bad.push({ file: path, problem: 'sha256 differs' });
+  }
+  return bad;
+}
+
+/** Tags of every published snapshot on disk. */
+export async function listTags(p: Paths): Promise<string[]> {
+  const names = await readdir(p.snapshots).catch(() => [] as string[]);
+  return names.filter((n) => !n.startsWith('.')).sort();
+}

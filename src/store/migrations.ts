@@ -1,0 +1,87 @@
+/**
+ * The database schema as an ordered list of migrations; `PRAGMA user_version` records how
+ * many have run. Append new steps, never edit old ones: a daemon upgraded in place must
+ * migrate the file the previous version left.
+ */
+import type Database from 'better-sqlite3';
+
+/** Each entry moves the schema from version i to i + 1. */
+export const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE sandboxes (
+    id          TEXT PRIMARY KEY,
+    state       TEXT NOT NULL CHECK (state IN ('starting', 'running', 'stopped', 'dead')),
+    image       TEXT,
+    snapshot    TEXT,
+    parent      TEXT,
+    memory_mib  INTEGER NOT NULL,
+    cpus        INTEGER NOT NULL,
+    labels      TEXT NOT NULL DEFAULT '{}',
+    env         TEXT NOT NULL DEFAULT '{}',
+    created_at  TEXT NOT NULL,
+    expires_at  TEXT,
+    pid         INTEGER,
+    dir         TEXT NOT NULL,
+    reason      TEXT,
+    updated_at  TEXT NOT NULL
+  );
+  CREATE INDEX sandboxes_by_state ON sandboxes (state);
+
+  CREATE TABLE snapshots (
+    tag         TEXT PRIMARY KEY,
+    state       TEXT NOT NULL,
+    parent      TEXT,
+    source      TEXT,
+    dir         TEXT NOT NULL,
+    manifest    TEXT NOT NULL DEFAULT '{}',
+    size_bytes  INTEGER,
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL
+  );
+
+  CREATE TABLE lineage (
+    child_kind   TEXT NOT NULL CHECK (child_kind IN ('snapshot', 'sandbox')),
+    child        TEXT NOT NULL,
+    parent_kind  TEXT NOT NULL CHECK (parent_kind IN ('snapshot', 'sandbox', 'image')),
+    parent       TEXT NOT NULL,
+    relation     TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    PRIMARY KEY (child_kind, child)
+  );
+  CREATE INDEX lineage_by_parent ON lineage (parent_kind, parent);
+
+  CREATE TABLE audit (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    at           TEXT NOT NULL,
+    principal    TEXT NOT NULL,
+    method       TEXT NOT NULL,
+    route        TEXT NOT NULL,
+    target       TEXT,
+    status       INTEGER NOT NULL,
+    code         TEXT,
+    duration_ms  REAL NOT NULL
+  );
+  CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+  CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+  `,
+];
+
+/** Run the migrations `db` has not seen yet, each in its own transaction. */
+export function migrate(db: Database.Database): number {
+  const current = db.pragma('user_version', { simple: true }) as number;
+  if (current > MIGRATIONS.length) {
+    throw new Error(
+      `${db.name} has schema version ${current}, newer than this forkd knows ` +
+        `(${MIGRATIONS.length}): upgrade forkd, or point FORKD_HOME elsewhere`,
+    );
+  }
+  for (let v = current; v < MIGRATIONS.length; v++) {
+    db.transaction(() => {
+      db.exec(MIGRATIONS[v] as string);
+      db.pragma(`user_version = ${v + 1}`);
+    })();
+  }
+  return MIGRATIONS.length;
+}

@@ -1,0 +1,116 @@
+/**
+ * Sandbox rows: what the daemon knows of every sandbox, running or ended. A row is written
+ * before a boot starts, so a daemon that crashes mid-boot finds the sandbox on restart.
+ */
+import type Database from 'better-sqlite3';
+
+export type SandboxState = 'starting' | 'running' | 'stopped' | 'dead';
+
+/** One sandbox as stored; labels and env decoded. Times are ISO 8601 strings. */
+export interface SandboxRow {
+  id: string;
+  state: SandboxState;
+  image: string | null;
+  snapshot: string | null;
+  parent: string | null;
+  memory_mib: number;
+  cpus: number;
+  labels: Record<string, string>;
+  env: Record<string, string>;
+  created_at: string;
+  expires_at: string | null;
+  pid: number | null;
+  dir: string;
+  reason: string | null;
+  updated_at: string;
+}
+
+type Encoded = Omit<SandboxRow, 'labels' | 'env'> & { labels: string; env: string };
+
+/** The states of a sandbox whose QEMU should be running. */
+export const ACTIVE_STATES: readonly SandboxState[] = ['starting', 'running'];
+
+function decode(r: Encoded): SandboxRow {
+  return {
+    ...r,
+    labels: JSON.parse(r.labels) as Record<string, string>,
+    env: JSON.parse(r.env) as Record<string, string>,
+  };
+}
+
+const now = () => new Date().toISOString();
+
+/** Prepared statements over the `sandboxes` table. */
+export class SandboxRows {
+  private readonly byId: Database.Statement<[string], Encoded>;
+  private readonly all: Database.Statement<[], Encoded>;
+  private readonly byState: Database.Statement<[string], Encoded>;
+
+  constructor(private readonly db: Database.Database) {
+    this.byId = db.prepare('SELECT * FROM sandboxes WHERE id = ?');
+    this.all = db.prepare('SELECT * FROM sandboxes ORDER BY created_at, id');
+    this.byState = db.prepare('SELECT * FROM sandboxes WHERE state = ? ORDER BY created_at, id');
+  }
+
+  insert(row: Omit<SandboxRow, 'updated_at'>): SandboxRow {
+    const full = { ...row, updated_at: now() };
+    this.db
+      .prepare(
+        `INSERT INTO sandboxes (id, state, image, snapshot, parent, memory_mib, cpus, labels,
+           env, created_at, expires_at, pid, dir, reason, updated_at)
+         VALUES (@id, @state, @image, @snapshot, @parent, @memory_mib, @cpus, @labels, @env,
+           @created_at, @expires_at, @pid, @dir, @reason, @updated_at)`,
+      )
+      .run({ ...full, labels: JSON.stringify(row.labels), env: JSON.stringify(row.env) });
+    return full;
+  }
+
+  get(id: string): SandboxRow | undefined {
+    const r = this.byId.get(id);
+    return r && decode(r);
+  }
+
+  /** Every row, oldest first, optionally of one state. */
+  list(state?: SandboxState): SandboxRow[] {
+    return (state ? this.byState.all(state) : this.all.all()).map(decode);
+  }
+
+  /** Rows whose QEMU should be running (`starting` or `running`). */
+  active(): SandboxRow[] {
+    return ACTIVE_STATES.flatMap((s) => this.list(s));
+  }
+
+  /** Set some fields of a row (and updated_at); returns the new row. */
+  update(
+    id: string,
+    fields: Partial<Pick<SandboxRow, 'state' | 'pid' | 'expires_at' | 'reason'>>,
+  ): SandboxRow | undefined {
+    const keys = Object.keys(fields) as (keyof typeof fields)[];
+    const sets = [...keys.map((k) => `${k} = @${k}`), 'updated_at = @updated_at'].join(', ');
+    this.db
+      .prepare(`UPDATE sandboxes SET ${sets} WHERE id = @id`)
+      .run({ ...fields, id, updated_at: now() });
+    return this.get(id);
+  }
+
+  delete(id: string): void {
+    this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
+  }
+
+  /** Forget stopped and dead sandboxes that ended before `before` (ISO time). */
+  pruneEnded(before: string): number {
+    return this.db
+      .prepare(`DELETE FROM sandboxes WHERE state IN ('stopped', 'dead') AND updated_at < ?`)
+      .run(before).changes;
+  }
+
+  /** Number of sandboxes per state, every state present (0 when none). */
+  countByState(): Record<SandboxState, number> {
+    const counts: Record<SandboxState, number> = { starting: 0, running: 0, stopped: 0, dead: 0 };
+    const rows = this.db
+      .prepare('SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state')
+      .all() as { state: SandboxState; n: number }[];
+    for (const r of rows) counts[r.state] = r.n;
+    return counts;
+  }
+}

@@ -1,0 +1,74 @@
+/**
+ * Audit: every mutating request (POST, PUT, PATCH, DELETE) — answered or refused — is one
+ * entry with principal, method, route pattern, target, status, code and duration; reads
+ * are not audited.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from '../../src/api/app.js';
+import { FakeServices, injectOptions, SEED, validRequests } from '../helpers/fake-services.js';
+
+const fake = new FakeServices();
+let app: FastifyInstance;
+
+before(async () => {
+  app = await buildApp(fake.services, { requireAuth: false });
+});
+after(() => app.close());
+
+const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+test('one entry per mutation, none for reads', async () => {
+  for (const r of validRequests()) {
+    fake.reset();
+    const res = await app.inject(injectOptions(r));
+    if (!MUTATING.has(r.method)) {
+      assert.deepEqual(fake.audit, [], `${r.method} ${r.route} is a read`);
+      continue;
+    }
+    assert.equal(fake.audit.length, 1, `${r.method} ${r.route}`);
+    const e = fake.audit[0]!;
+    assert.equal(e.principal, 'unix');
+    assert.equal(e.method, r.method);
+    assert.equal(e.route, r.route);
+    assert.equal(e.status, res.statusCode);
+    assert.equal(e.code, null);
+    assert.ok(e.duration_ms >= 0);
+    assert.ok(!Number.isNaN(Date.parse(e.at)));
+    const expected = r.route.startsWith('/v1/images')
+      ? r.route === '/v1/images'
+        ? 'tools'
+        : SEED.image
+      : r.route === '/v1/sandboxes'
+        ? (res.json() as { id: string }).id
+        : SEED.sandbox;
+    assert.equal(e.target, expected, `${r.method} ${r.route}`);
+  }
+});
+
+test('refused and failed mutations are audited with their code', async () => {
+  fake.reset();
+  await app.inject({ method: 'POST', url: '/v1/sandboxes', payload: { bogus: 1 } });
+  await app.inject({ method: 'DELETE', url: '/v1/sandboxes/sbx-0000000000ff' });
+  await app.inject({ method: 'POST', url: '/v1/nothing' });
+  assert.deepEqual(
+    fake.audit.map((e) => [e.method, e.route, e.target, e.status, e.code]),
+    [
+      ['POST', '/v1/sandboxes', null, 400, 'bad_request'],
+      ['DELETE', '/v1/sandboxes/:id', 'sbx-0000000000ff', 404, 'sandbox_not_found'],
+      ['POST', 'unmatched', null, 404, 'not_found'],
+    ],
+  );
+});
+
+test('a failing audit store does not fail the request', async () => {
+  const local = new FakeServices();
+  local.services.audit.record = () => {
+    throw new Error('disk full');
+  };
+  const a = await buildApp(local.services, { requireAuth: false });
+  const res = await a.inject({ method: 'DELETE', url: `/v1/images/${SEED.image}` });
+  assert.equal(res.statusCode, 204);
+  await a.close();
+});

@@ -1,0 +1,79 @@
+/**
+ * A real `forkd daemon` for end-to-end tests: the built CLI as a child process on a test
+ * home's FORKD_HOME, ready once /healthz answers, stopped by its pid (SIGTERM, then SIGKILL
+ * if it does not exit) so a failing test never leaves it running.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Forkd } from '@forkd/sdk';
+import { CLI } from './cli.js';
+import type { TestHome } from './home.js';
+
+const OUTPUT_KEEP = 256 * 1024;
+const READY_MS = 30_000;
+const STOP_MS = 15_000;
+
+export interface DaemonProcess {
+  /** `unix:` URL of its socket, for the SDK and the CLI's FORKD_URL. */
+  url: string;
+  pid: number;
+  /** Its log (stdout and stderr), for failure messages. */
+  output(): string;
+  /** SIGTERM and wait; SIGKILL after 15 s. Safe to call twice. */
+  stop(): Promise<void>;
+}
+
+/** Start `forkd daemon ARGS…` on `home` and wait until it answers. */
+export async function startDaemon(home: TestHome, args: string[] = []): Promise<DaemonProcess> {
+  const child = spawn(process.execPath, [CLI, 'daemon', ...args], {
+    env: home.env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const keep = (chunk: Buffer) => (output = (output + chunk.toString('utf8')).slice(-OUTPUT_KEEP));
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  const url = `unix:${join(home.dir, 'run', 'forkd.sock')}`;
+  const daemon: DaemonProcess = {
+    url,
+    pid: child.pid ?? -1,
+    output: () => output,
+    stop: () => stop(child),
+  };
+  try {
+    await waitReady(child, url, () => output);
+  } catch (e) {
+    await daemon.stop();
+    throw e;
+  }
+  return daemon;
+}
+
+const exited = (child: ChildProcess) => child.exitCode !== null || child.signalCode !== null;
+
+async function waitReady(child: ChildProcess, url: string, output: () => string): Promise<void> {
+  const forkd = new Forkd({ url });
+  const deadline = Date.now() + READY_MS;
+  for (;;) {
+    if (exited(child)) {
+      throw new Error(`forkd daemon exited (${child.exitCode ?? child.signalCode}): ${output()}`);
+    }
+    try {
+      await forkd.health({ signal: AbortSignal.timeout(1000) });
+      return;
+    } catch {
+      if (Date.now() > deadline) throw new Error(`forkd daemon not ready in 30 s: ${output()}`);
+      await sleep(100);
+    }
+  }
+}
+
+async function stop(child: ChildProcess): Promise<void> {
+  if (exited(child) || child.pid === undefined) return;
+  const gone = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), STOP_MS);
+  await gone;
+  clearTimeout(timer);
+}

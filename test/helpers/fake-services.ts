@@ -1,0 +1,439 @@
+/**
+ * Fake services for the API tests: in-memory sandboxes, files, execs and images that behave
+ * plausibly (unknown ids → catalog errors, files round-trip bytes, streaming execs emit
+ * with delays) and record every call, so a test can prove a rejected request never reached
+ * a service. `failWith` makes one method throw. `validRequests` is one good request per
+ * route against the seeded state: the route table the bad-input and auth tests walk.
+ */
+import { Readable } from 'node:stream';
+import type { InjectOptions } from 'fastify';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ForkdError } from '../../src/errors.js';
+import type {
+  AuditEntry,
+  ExecStream,
+  ImageService,
+  SandboxService,
+  Services,
+} from '../../src/services/contracts.js';
+import type { ExecRequestT, FileStatT, ImageT, SandboxT } from '../../src/api/schemas.js';
+
+/** State every fake starts with. */
+export const SEED = {
+  sandbox: 'sbx-00000000000a',
+  exec: 'ex-00000000000a',
+  image: 'base',
+  file: '/etc/hello',
+  fileBytes: Buffer.from('hello\n'),
+};
+
+export interface Call {
+  service: string;
+  method: string;
+  args: unknown[];
+}
+
+type ExecEvents = ExecStream['events'] extends AsyncIterable<infer E> ? E : never;
+
+interface LiveExec {
+  sandbox: string;
+  killed?: string;
+  stdin: Buffer[];
+  eof: boolean;
+}
+
+const hex12 = (n: number) => n.toString(16).padStart(12, '0');
+const b64 = (s: string) => Buffer.from(s).toString('base64');
+
+function sandboxRecord(id: string, image: string, over: Partial<SandboxT> = {}): SandboxT {
+  return {
+    id,
+    state: 'running',
+    image,
+    snapshot: null,
+    parent: null,
+    memory_mib: 256,
+    cpus: 1,
+    labels: {},
+    created_at: new Date(0).toISOString(),
+    expires_at: null,
+    pid: 4242,
+    ...over,
+  };
+}
+
+function imageRecord(name: string, from: string): ImageT {
+  return {
+    name,
+    format: 'ext4',
+    size_bytes: 64 << 20,
+    disk_bytes: 8 << 20,
+    created_at: new Date(0).toISOString(),
+    source: { kind: 'dir', path: from },
+  };
+}
+
+function fileStat(path: string, kind: FileStatT['kind'], size: number): FileStatT {
+  return { name: path.split('/').pop() ?? '', kind, size, mode: 0o644, mtime_ms: 0 };
+}
+
+async function drain(body: Readable): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of body) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks);
+}
+
+/** In-memory services recording their calls. */
+export class FakeServices {
+  readonly calls: Call[] = [];
+  readonly audit: AuditEntry[] = [];
+  readonly execs = new Map<string, LiveExec>();
+  /** Delay between streamed output events, ms. */
+  streamDelayMs = 5;
+  readonly services: Services;
+
+  private readonly failures = new Map<string, Error>();
+  private sandboxes = new Map<string, SandboxT>();
+  private files = new Map<string, Buffer>();
+  private dirs = new Set<string>();
+  private images = new Map<string, ImageT>();
+  private counter = 0x100;
+
+  constructor() {
+    this.reset();
+    this.services = {
+      sandboxes: this.recorded('sandboxes', this.sandboxService()),
+      images: this.recorded('images', this.imageService()),
+      audit: { record: (entry) => void this.audit.push(entry) },
+      host: {
+        qemuVersion: async () => '8.2.2',
+        accel: async () => 'tcg',
+        sandboxCounts: () => this.counts(),
+      },
+    };
+  }
+
+  /** Back to the seeded state; forgets calls, audit entries and failures. */
+  reset(): void {
+    this.calls.length = 0;
+    this.audit.length = 0;
+    this.failures.clear();
+    this.sandboxes = new Map([[SEED.sandbox, sandboxRecord(SEED.sandbox, SEED.image)]]);
+    this.files = new Map([[`${SEED.sandbox}:${SEED.file}`, SEED.fileBytes]]);
+    this.dirs = new Set([`${SEED.sandbox}:/etc`]);
+    this.images = new Map([[SEED.image, imageRecord(SEED.image, '/srv/base')]]);
+    this.execs.clear();
+    this.execs.set(SEED.exec, { sandbox: SEED.sandbox, stdin: [], eof: false });
+  }
+
+  /** The next calls of `service.method` throw `err`. */
+  failWith(service: 'sandboxes' | 'images', method: string, err: Error): void {
+    this.failures.set(`${service}.${method}`, err);
+  }
+
+  /** Calls that reached a service (not the host facts or the audit log). */
+  serviceCalls(): Call[] {
+    return this.calls.filter((c) => c.service === 'sandboxes' || c.service === 'images');
+  }
+
+  private recorded<T extends object>(service: string, impl: T): T {
+    return new Proxy(impl, {
+      get: (target, method: string) => {
+        const fn = (target as Record<string, unknown>)[method];
+        if (typeof fn !== 'function') return fn;
+        return (...args: unknown[]) => {
+          this.calls.push({ service, method, args });
+          const failure = this.failures.get(`${service}.${method}`);
+          if (failure) return Promise.reject(failure);
+          return (fn as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+  }
+
+  private counts(): Record<string, number> {
+    const counts: Record<string, number> = {};
+    for (const s of this.sandboxes.values()) counts[s.state] = (counts[s.state] ?? 0) + 1;
+    return counts;
+  }
+
+  private sandbox(id: string): SandboxT {
+    const s = this.sandboxes.get(id);
+    if (!s) throw new ForkdError('sandbox_not_found', `no sandbox ${id}: list them with forkd ps`);
+    return s;
+  }
+
+  private liveExec(id: string, execId: string): LiveExec {
+    const ex = this.execs.get(execId);
+    if (!ex || ex.sandbox !== id) throw new ForkdError('exec_not_found', `no exec ${execId}`);
+    return ex;
+  }
+
+  private file(id: string, path: string): Buffer {
+    this.sandbox(id);
+    const data = this.files.get(`${id}:${path}`);
+    if (!data) throw new ForkdError('guest_file_not_found', `${path} does not exist`, { path });
+    return data;
+  }
+
+  /**
+   * What a command does in the fake guest, by argv[0]: `lines A B` prints one line per
+   * argument with a delay; `sleep` prints ticks until killed; `crash` fails with a host path
+   * in the error after one line; `missing` does not exist; anything else echoes its args.
+   */
+  private async *events(req: ExecRequestT, ex: LiveExec): AsyncGenerator<ExecEvents> {
+    const [cmd, ...args] = req.argv;
+    const out = (s: string) => ({ type: 'stdout' as const, data: Buffer.from(s) });
+    if (cmd === 'sleep') {
+      for (let i = 0; !ex.killed; i++) {
+        yield out(`tick ${i}\n`);
+        await sleep(this.streamDelayMs);
+      }
+    } else if (cmd === 'crash') {
+      yield out('about to crash\n');
+      throw new Error('agent socket /var/lib/forkd/sandboxes/sbx-1/agent.sock closed');
+    } else {
+      for (const arg of cmd === 'lines' ? args : [args.join(' ')]) {
+        await sleep(this.streamDelayMs);
+        yield out(`${arg}\n`);
+      }
+    }
+    yield {
+      type: 'exit',
+      exit_code: ex.killed ? null : 0,
+      signal: ex.killed ?? null,
+      timed_out: false,
+      duration_ms: 1,
+    };
+  }
+
+  private sandboxService(): SandboxService {
+    return {
+      create: async (req) => {
+        if (req.image && !this.images.has(req.image)) {
+          throw new ForkdError('image_not_found', `no image ${req.image}`);
+        }
+        const id = `sbx-${hex12(this.counter++)}`;
+        const s = sandboxRecord(id, req.image ?? SEED.image, {
+          memory_mib: req.memory_mib ?? 256,
+          cpus: req.cpus ?? 1,
+          labels: req.labels ?? {},
+        });
+        this.sandboxes.set(id, s);
+        return s;
+      },
+      list: async ({ state, label }) =>
+        [...this.sandboxes.values()].filter(
+          (s) => (!state || s.state === state) && (!label || s.labels[label.key] === label.value),
+        ),
+      get: async (id) => this.sandbox(id),
+      extend: async (id, timeoutS) => {
+        const s = this.sandbox(id);
+        s.expires_at = new Date(Date.now() + timeoutS * 1000).toISOString();
+        return s;
+      },
+      kill: async (id) => {
+        this.sandbox(id);
+        this.sandboxes.delete(id);
+      },
+      exec: async (id, req) => {
+        this.sandbox(id);
+        if (req.argv[0] === 'missing') throw new ForkdError('command_not_found', 'no such command');
+        return {
+          exit_code: 0,
+          signal: null,
+          timed_out: false,
+          duration_ms: 1,
+          stdout: b64(`${req.argv.slice(1).join(' ')}\n`),
+          stderr: '',
+        };
+      },
+      execStream: async (id, req) => {
+        this.sandbox(id);
+        if (req.argv[0] === 'missing') throw new ForkdError('command_not_found', 'no such command');
+        const execId = `ex-${hex12(this.counter++)}`;
+        const ex: LiveExec = { sandbox: id, stdin: [], eof: false };
+        this.execs.set(execId, ex);
+        return { execId, pid: Promise.resolve(100), events: this.events(req, ex) };
+      },
+      writeStdin: async (id, execId, data, eof) => {
+        const ex = this.liveExec(id, execId);
+        ex.stdin.push(data);
+        ex.eof ||= eof;
+      },
+      killExec: async (id, execId, signal) => {
+        this.liveExec(id, execId).killed = signal;
+      },
+      readFile: async (id, path) => Readable.from([this.file(id, path)]),
+      writeFile: async (id, path, body) => {
+        this.sandbox(id);
+        const data = await drain(body);
+        this.files.set(`${id}:${path}`, data);
+        return data.length;
+      },
+      statFile: async (id, path) => {
+        if (this.dirs.has(`${id}:${path}`)) return fileStat(path, 'dir', 4096);
+        return fileStat(path, 'file', this.file(id, path).length);
+      },
+      listFiles: async (id, dir) => {
+        this.sandbox(id);
+        const prefix = `${id}:${dir.replace(/\/$/, '')}/`;
+        return [...this.files]
+          .filter(([key]) => key.startsWith(prefix) && !key.slice(prefix.length).includes('/'))
+          .map(([key, data]) => fileStat(key.slice(id.length + 1), 'file', data.length));
+      },
+      makeDir: async (id, path) => {
+        this.sandbox(id);
+        this.dirs.add(`${id}:${path}`);
+      },
+      removeFile: async (id, path) => {
+        this.file(id, path);
+        this.files.delete(`${id}:${path}`);
+      },
+      consoleLog: async (id) => {
+        this.sandbox(id);
+        return '[    0.000000] Linux version 6.1\nforkd-agent: ready\n';
+      },
+    };
+  }
+
+  private imageService(): ImageService {
+    return {
+      list: async () => [...this.images.values()],
+      create: async (req) => {
+        if (this.images.has(req.name) && !req.force) {
+          throw new ForkdError('name_taken', `image ${req.name} exists: pass force`);
+        }
+        const image = imageRecord(req.name, req.from_dir);
+        this.images.set(req.name, image);
+        return image;
+      },
+      remove: async (name) => {
+        if (!this.images.delete(name)) throw new ForkdError('image_not_found', `no image ${name}`);
+      },
+    };
+  }
+}
+
+/** One good request for a route, against the seeded state. */
+export interface RouteRequest {
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+  /** The route pattern, as the app registers it. */
+  route: string;
+  url: string;
+  /** A JSON body. */
+  body?: Record<string, unknown>;
+  /** A raw application/octet-stream body. */
+  raw?: Buffer;
+  /** The status a good request gets. */
+  status: number;
+}
+
+const S = `/v1/sandboxes/${SEED.sandbox}`;
+const EX = `${S}/execs/${SEED.exec}`;
+
+/** One good request per route of the REST contract (the table in docs/api.md). */
+export function validRequests(): RouteRequest[] {
+  return [
+    { method: 'GET', route: '/healthz', url: '/healthz', status: 200 },
+    { method: 'GET', route: '/version', url: '/version', status: 200 },
+    { method: 'GET', route: '/metrics', url: '/metrics', status: 200 },
+    { method: 'GET', route: '/v1/openapi.json', url: '/v1/openapi.json', status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes',
+      url: '/v1/sandboxes',
+      body: { image: SEED.image, memory_mib: 256, cpus: 1, labels: { team: 'a' }, timeout_s: 60 },
+      status: 201,
+    },
+    { method: 'GET', route: '/v1/sandboxes', url: '/v1/sandboxes?state=running', status: 200 },
+    { method: 'GET', route: '/v1/sandboxes/:id', url: S, status: 200 },
+    { method: 'PATCH', route: '/v1/sandboxes/:id', url: S, body: { timeout_s: 60 }, status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/exec',
+      url: `${S}/exec`,
+      body: { argv: ['echo', 'hi'], cwd: '/', timeout_ms: 1000 },
+      status: 200,
+    },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/execs/:exec_id/stdin',
+      url: `${EX}/stdin?eof=true`,
+      raw: Buffer.from('input'),
+      status: 204,
+    },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/execs/:exec_id/kill',
+      url: `${EX}/kill`,
+      body: { signal: 'SIGTERM' },
+      status: 204,
+    },
+    {
+      method: 'GET',
+      route: '/v1/sandboxes/:id/files',
+      url: `${S}/files?path=${SEED.file}`,
+      status: 200,
+    },
+    {
+      method: 'PUT',
+      route: '/v1/sandboxes/:id/files',
+      url: `${S}/files?path=/tmp/x&mode=420&parents=true`,
+      raw: Buffer.from([0, 1, 2, 255]),
+      status: 200,
+    },
+    {
+      method: 'GET',
+      route: '/v1/sandboxes/:id/files/stat',
+      url: `${S}/files/stat?path=${SEED.file}`,
+      status: 200,
+    },
+    {
+      method: 'GET',
+      route: '/v1/sandboxes/:id/files/list',
+      url: `${S}/files/list?path=/etc`,
+      status: 200,
+    },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/files/mkdir',
+      url: `${S}/files/mkdir`,
+      body: { path: '/tmp/d', parents: true, mode: 493 },
+      status: 204,
+    },
+    {
+      method: 'DELETE',
+      route: '/v1/sandboxes/:id/files',
+      url: `${S}/files?path=${SEED.file}&recursive=false`,
+      status: 204,
+    },
+    { method: 'GET', route: '/v1/sandboxes/:id/logs', url: `${S}/logs`, status: 200 },
+    { method: 'GET', route: '/v1/images', url: '/v1/images', status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/images',
+      url: '/v1/images',
+      body: { name: 'tools', from_dir: '/srv/tools', size_mib: 64 },
+      status: 201,
+    },
+    { method: 'DELETE', route: '/v1/images/:name', url: `/v1/images/${SEED.image}`, status: 204 },
+    { method: 'DELETE', route: '/v1/sandboxes/:id', url: S, status: 204 },
+  ];
+}
+
+/** Fastify inject options for `r`, with the right content type for its body. */
+export function injectOptions(
+  r: RouteRequest,
+  headers: Record<string, string> = {},
+): InjectOptions {
+  if (r.raw) {
+    return {
+      method: r.method,
+      url: r.url,
+      payload: r.raw,
+      headers: { 'content-type': 'application/octet-stream', ...headers },
+    };
+  }
+  return { method: r.method, url: r.url, payload: r.body, headers };
+}

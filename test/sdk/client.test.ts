@@ -1,0 +1,631 @@
+/**
+ * The SDK against a tiny daemon speaking the REST contract (node:http on a unix socket or
+ * TCP). The fake checks every request the SDK sends against the schemas of
+ * src/api/schemas.ts, so request bodies and queries cannot drift either; it also lets the
+ * tests shape what the real daemon rarely does on cue (slow streams, a UTF-8 character cut
+ * between chunks, a dropped connection, 503 with Retry-After, a proxy's HTML).
+ */
+import { test, before, after, beforeEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Value } from 'typebox/value';
+import type { TSchema } from 'typebox';
+import {
+  BadRequestError,
+  CapacityError,
+  DaemonUnreachableError,
+  Forkd,
+  GuestErrorError,
+  Sandbox,
+  SandboxNotFoundError,
+  UnauthorizedError,
+  defaultSocketPath,
+  parseUrl,
+  resolveConfig,
+} from '@forkd/sdk';
+import * as schemas from '../../src/api/schemas.js';
+
+const ID = 'sbx-0123456789ab';
+const EXEC_ID = 'ex-0123456789ab';
+
+/** A Sandbox answer with every field. */
+function sandboxWire(over: Record<string, unknown> = {}) {
+  return {
+    id: ID,
+    state: 'running',
+    image: 'busybox',
+    snapshot: null,
+    parent: null,
+    memory_mib: 256,
+    cpus: 1,
+    labels: { job: '7' },
+    created_at: '2025-01-01T00:00:00.000Z',
+    expires_at: null,
+    pid: 4242,
+    ...over,
+  };
+}
+
+const exitEvent = { type: 'exit', exit_code: 0, signal: null, timed_out: false, duration_ms: 5 };
+
+interface Seen {
+  method: string;
+  route: string;
+  query: Record<string, unknown>;
+  headers: IncomingMessage['headers'];
+  body: Buffer;
+}
+
+type Handler = (req: Seen, res: ServerResponse) => void | Promise<void>;
+
+/** Query values as the daemon coerces them (query strings carry only text). */
+function coerceQuery(params: URLSearchParams, schema: TSchema | undefined) {
+  const props = (schema as { properties?: Record<string, { type?: string }> })?.properties ?? {};
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of params) {
+    const type = props[k]?.type;
+    out[k] =
+      type === 'boolean' && /^(true|false)$/.test(v)
+        ? v === 'true'
+        : type === 'integer' && /^\d+$/.test(v)
+          ? Number(v)
+          : v;
+  }
+  return out;
+}
+
+/** Route table: `METHOD /path` with `:id`/`:exec_id` → body and query schemas. */
+const ROUTES: Record<string, { body?: TSchema; query?: TSchema; raw?: boolean }> = {
+  'POST /v1/sandboxes': { body: schemas.CreateSandbox },
+  'GET /v1/sandboxes': { query: schemas.ListSandboxesQuery },
+  'GET /v1/sandboxes/:id': {},
+  'PATCH /v1/sandboxes/:id': { body: schemas.PatchSandbox },
+  'DELETE /v1/sandboxes/:id': {},
+  'GET /v1/sandboxes/:id/logs': {},
+  'POST /v1/sandboxes/:id/exec': { body: schemas.ExecRequest },
+  'POST /v1/sandboxes/:id/execs/:exec_id/stdin': { query: schemas.StdinQuery, raw: true },
+  'POST /v1/sandboxes/:id/execs/:exec_id/kill': { body: schemas.KillExec },
+  'GET /v1/sandboxes/:id/files': { query: schemas.PathQuery },
+  'PUT /v1/sandboxes/:id/files': { query: schemas.PutFileQuery, raw: true },
+  'DELETE /v1/sandboxes/:id/files': { query: schemas.RemoveQuery },
+  'GET /v1/sandboxes/:id/files/stat': { query: schemas.PathQuery },
+  'GET /v1/sandboxes/:id/files/list': { query: schemas.PathQuery },
+  'POST /v1/sandboxes/:id/files/mkdir': { body: schemas.Mkdir },
+  'GET /v1/images': {},
+  'POST /v1/images': { body: schemas.CreateImage },
+  'DELETE /v1/images/:name': {},
+  'GET /healthz': {},
+  'GET /version': {},
+};
+
+function routeOf(method: string, path: string): string {
+  const route = path
+    .replace(/^\/v1\/sandboxes\/[^/]+/, '/v1/sandboxes/:id')
+    .replace(/\/execs\/[^/]+/, '/execs/:exec_id')
+    .replace(/^\/v1\/images\/[^/]+$/, '/v1/images/:name');
+  return `${method} ${route}`;
+}
+
+/** The fake daemon: validates, records, and answers with the handler a test set. */
+class FakeDaemon {
+  readonly seen: Seen[] = [];
+  readonly violations: string[] = [];
+  handlers = new Map<string, Handler>();
+  private server!: Server;
+  url = '';
+
+  async start(listen: { socketPath: string } | { port: 0 }): Promise<void> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve) => {
+      if ('socketPath' in listen) this.server.listen(listen.socketPath, resolve);
+      else this.server.listen(0, '127.0.0.1', resolve);
+    });
+    this.url =
+      'socketPath' in listen
+        ? `unix:${listen.socketPath}`
+        : `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  stop(): Promise<void> {
+    this.server.closeAllConnections();
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+
+  on(route: string, handler: Handler): void {
+    assert.ok(ROUTES[route], `no route ${route} in the contract`);
+    this.handlers.set(route, handler);
+  }
+
+  last(route: string): Seen | undefined {
+    return this.seen.filter((s) => s.route === route).at(-1);
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://x');
+    const route = routeOf(req.method ?? '', url.pathname);
+    const spec = ROUTES[route];
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const seen: Seen = {
+      method: req.method ?? '',
+      route,
+      query: coerceQuery(url.searchParams, spec?.query),
+      headers: req.headers,
+      body: Buffer.concat(chunks),
+    };
+    this.seen.push(seen);
+    if (!spec) return json(res, 404, { error: { code: 'not_found', message: route } });
+    this.check(route, spec, seen);
+    const handler = this.handlers.get(route);
+    if (!handler)
+      return json(res, 500, { error: { code: 'internal', message: `no handler: ${route}` } });
+    await handler(seen, res);
+  }
+
+  private check(route: string, spec: (typeof ROUTES)[string], seen: Seen): void {
+    const fail = (what: string, schema: TSchema, value: unknown) => {
+      if (!Value.Check(schema, value)) {
+        const errs = [...Value.Errors(schema, value)].map((e) => JSON.stringify(e)).join('; ');
+        this.violations.push(`${route} ${what} ${JSON.stringify(value)}: ${errs}`);
+      }
+    };
+    if (spec.query) fail('query', spec.query, seen.query);
+    else if (Object.keys(seen.query).length) this.violations.push(`${route}: unexpected query`);
+    if (spec.body) {
+      if (seen.headers['content-type'] !== 'application/json') {
+        this.violations.push(`${route}: content-type ${seen.headers['content-type']}`);
+      }
+      fail('body', spec.body, JSON.parse(seen.body.toString() || 'null'));
+    }
+    if (spec.raw && seen.headers['content-type'] !== 'application/octet-stream') {
+      this.violations.push(`${route}: content-type ${seen.headers['content-type']}`);
+    }
+  }
+}
+
+function json(res: ServerResponse, status: number, value: unknown, headers = {}): void {
+  res.writeHead(status, { 'content-type': 'application/json', ...headers });
+  res.end(JSON.stringify(value));
+}
+
+function noContent(res: ServerResponse): void {
+  res.writeHead(204).end();
+}
+
+/** Stream NDJSON events, with an optional pause before each. */
+async function ndjson(res: ServerResponse, events: unknown[], pauseMs = 0): Promise<void> {
+  res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+  for (const ev of events) {
+    if (pauseMs) await sleep(pauseMs);
+    res.write(JSON.stringify(ev) + '\n');
+  }
+  res.end();
+}
+
+const b64 = (s: string | Buffer) => Buffer.from(s).toString('base64');
+
+let dir: string;
+const fake = new FakeDaemon();
+let config: { url: string; token: string };
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'forkd-sdk-test-'));
+  await fake.start({ socketPath: join(dir, 'forkd.sock') });
+  config = { url: fake.url, token: 'secret-token' };
+});
+after(async () => {
+  await fake.stop();
+  await rm(dir, { recursive: true, force: true });
+});
+beforeEach(() => {
+  fake.handlers.clear();
+  fake.on('GET /v1/sandboxes/:id', (_r, res) => json(res, 200, sandboxWire()));
+});
+// Every request any test sent must have matched the contract.
+after(() => assert.deepEqual(fake.violations, []));
+
+// ---- config ---------------------------------------------------------------------------
+
+test('addresses: unix:PATH, http(s)://host:port/prefix, the default socket, env vars', () => {
+  assert.deepEqual(parseUrl('unix:/run/f.sock'), { kind: 'unix', socketPath: '/run/f.sock' });
+  assert.deepEqual(parseUrl('https://h:8443/api/'), {
+    kind: 'https',
+    host: 'h',
+    port: 8443,
+    basePath: '/api',
+  });
+  assert.throws(() => parseUrl('ftp://x'), BadRequestError);
+  assert.equal(defaultSocketPath({ FORKD_HOME: '/srv/f' }), '/srv/f/run/forkd.sock');
+  const fromEnv = resolveConfig({}, { FORKD_URL: 'http://a:1', FORKD_TOKEN: 't' });
+  assert.equal(fromEnv.token, 't');
+  assert.equal(fromEnv.explicit, true);
+  const local = resolveConfig({}, { FORKD_HOME: '/srv/f' });
+  assert.equal(local.url, 'unix:/srv/f/run/forkd.sock');
+  assert.equal(local.explicit, false);
+  assert.equal(resolveConfig({ url: 'unix:/x' }, { FORKD_URL: 'unix:/y' }).url, 'unix:/x');
+});
+
+test('no daemon at the address: DaemonUnreachableError saying to run `forkd daemon`', async () => {
+  const url = `unix:${join(dir, 'nobody.sock')}`;
+  await assert.rejects(Sandbox.list({ url }), (e: unknown) => {
+    assert.ok(e instanceof DaemonUnreachableError);
+    assert.match(e.message, /forkd daemon/);
+    assert.match(e.message, /nobody\.sock/);
+    return true;
+  });
+  await assert.rejects(new Forkd({ url: 'http://127.0.0.1:1' }).health(), DaemonUnreachableError);
+});
+
+test('the token goes out as a bearer header', async () => {
+  await Sandbox.connect(ID, config);
+  assert.equal(fake.last('GET /v1/sandboxes/:id')?.headers.authorization, 'Bearer secret-token');
+});
+
+// ---- sandboxes ------------------------------------------------------------------------
+
+test('create sends the contract body (timeoutMs rounded up to seconds) and maps the answer', async () => {
+  fake.on('POST /v1/sandboxes', (_r, res) => json(res, 201, sandboxWire({ reason: 'x' })));
+  const sbx = await Sandbox.create({
+    ...config,
+    image: 'busybox',
+    memoryMib: 512,
+    cpus: 2,
+    env: { A: '1' },
+    timeoutMs: 1500,
+    labels: { job: '7' },
+  });
+  assert.deepEqual(JSON.parse(fake.last('POST /v1/sandboxes')?.body.toString() ?? ''), {
+    image: 'busybox',
+    memory_mib: 512,
+    cpus: 2,
+    env: { A: '1' },
+    timeout_s: 2,
+    labels: { job: '7' },
+  });
+  assert.equal(sbx.id, ID);
+  assert.deepEqual(sbx.info, {
+    id: ID,
+    state: 'running',
+    image: 'busybox',
+    snapshot: null,
+    parent: null,
+    memoryMib: 256,
+    cpus: 1,
+    labels: { job: '7' },
+    createdAt: '2025-01-01T00:00:00.000Z',
+    expiresAt: null,
+    pid: 4242,
+    reason: 'x',
+  });
+});
+
+test('list filters by state and label; setTimeout, refresh, logs, kill, dispose', async () => {
+  fake.on('GET /v1/sandboxes', (_r, res) => json(res, 200, { sandboxes: [sandboxWire()] }));
+  fake.on('PATCH /v1/sandboxes/:id', (_r, res) =>
+    json(res, 200, sandboxWire({ expires_at: '2025-01-01T01:00:00.000Z' })),
+  );
+  fake.on('GET /v1/sandboxes/:id/logs', (_r, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain' }).end('[    0.0] Linux\n');
+  });
+  let kills = 0;
+  fake.on('DELETE /v1/sandboxes/:id', (_r, res) => {
+    kills += 1;
+    noContent(res);
+  });
+  const list = await Sandbox.list({ ...config, state: 'running', label: 'job=7' });
+  assert.equal(list[0]?.memoryMib, 256);
+  assert.deepEqual(fake.last('GET /v1/sandboxes')?.query, { state: 'running', label: 'job=7' });
+  {
+    await using sbx = await Sandbox.connect(ID, config);
+    await sbx.setTimeout(3_600_000);
+    assert.equal(sbx.info.expiresAt, '2025-01-01T01:00:00.000Z');
+    assert.deepEqual(JSON.parse(fake.last('PATCH /v1/sandboxes/:id')?.body.toString() ?? ''), {
+      timeout_s: 3600,
+    });
+    assert.equal((await sbx.refresh()).expiresAt, null);
+    assert.equal(await sbx.logs(), '[    0.0] Linux\n');
+    await sbx.kill();
+    assert.equal(kills, 1);
+  }
+  assert.equal(kills, 2, 'await using killed it');
+});
+
+test('typed errors: unknown id, bad input, capacity with Retry-After, a proxy page', async () => {
+  fake.on('GET /v1/sandboxes/:id', (_r, res) =>
+    json(res, 404, { error: { code: 'sandbox_not_found', message: 'no sandbox sbx-…' } }),
+  );
+  await assert.rejects(Sandbox.connect(ID, config), SandboxNotFoundError);
+  fake.on('POST /v1/sandboxes', (_r, res) =>
+    json(res, 400, {
+      error: {
+        code: 'bad_request',
+        message: 'body.cpus: too big',
+        details: { field: 'body.cpus' },
+      },
+    }),
+  );
+  await assert.rejects(Sandbox.create({ ...config, cpus: 2 }), (e: unknown) => {
+    assert.ok(e instanceof BadRequestError);
+    assert.deepEqual(e.details, { field: 'body.cpus' });
+    return true;
+  });
+  fake.on('GET /v1/sandboxes', (_r, res) =>
+    json(res, 503, { error: { code: 'capacity', message: 'busy' } }, { 'retry-after': '3' }),
+  );
+  await assert.rejects(Sandbox.list(config), (e: unknown) => {
+    assert.ok(e instanceof CapacityError);
+    assert.equal(e.retryAfterMs, 3000);
+    return true;
+  });
+  fake.on('GET /v1/images', (_r, res) => {
+    res.writeHead(401, { 'content-type': 'text/html' }).end('<html>nope</html>');
+  });
+  await assert.rejects(new Forkd(config).images.list(), UnauthorizedError);
+});
+
+// ---- commands -------------------------------------------------------------------------
+
+test('run without callbacks is one buffered exec; argv and options as the contract names them', async () => {
+  fake.on('POST /v1/sandboxes/:id/exec', (_r, res) =>
+    json(res, 200, {
+      exit_code: 3,
+      signal: null,
+      timed_out: false,
+      duration_ms: 12.5,
+      stdout: b64('out ✓\n'),
+      stderr: b64('err\n'),
+    }),
+  );
+  const sbx = await Sandbox.connect(ID, config);
+  const r = await sbx.commands.run('echo hi; exit 3', {
+    envs: { X: '1' },
+    cwd: '/tmp',
+    user: 'root',
+    timeoutMs: 999.5,
+    stdin: 'in',
+  });
+  assert.deepEqual(r, {
+    exitCode: 3,
+    signal: null,
+    timedOut: false,
+    durationMs: 12.5,
+    stdout: 'out ✓\n',
+    stderr: 'err\n',
+  });
+  assert.deepEqual(JSON.parse(fake.last('POST /v1/sandboxes/:id/exec')?.body.toString() ?? ''), {
+    argv: ['sh', '-c', 'echo hi; exit 3'],
+    env: { X: '1' },
+    cwd: '/tmp',
+    user: 'root',
+    timeout_ms: 1000,
+    stdin: b64('in'),
+  });
+});
+
+test('onStdout gets output as it streams, UTF-8 kept whole across chunk borders', async () => {
+  const check = Buffer.from('✓'); // 3 bytes, cut between two events
+  const events = [
+    { type: 'started', exec_id: EXEC_ID, pid: 7 },
+    { type: 'stdout', data: b64(Buffer.concat([Buffer.from('line 1 '), check.subarray(0, 1)])) },
+    { type: 'stdout', data: b64(Buffer.concat([check.subarray(1), Buffer.from('\n')])) },
+    { type: 'stderr', data: b64('warn\n') },
+    { type: 'stdout', data: b64('line 2\n') },
+    { ...exitEvent, exit_code: 0 },
+  ];
+  fake.on('POST /v1/sandboxes/:id/exec', (_r, res) => ndjson(res, events, 150));
+  const sbx = await Sandbox.connect(ID, config);
+  const arrivals: { at: number; s: string }[] = [];
+  const errs: string[] = [];
+  const start = Date.now();
+  const r = await sbx.commands.run(['sh', '-c', 'x'], {
+    onStdout: (s) => void arrivals.push({ at: Date.now() - start, s }),
+    onStderr: (s) => void errs.push(s),
+  });
+  assert.equal(arrivals.map((a) => a.s).join(''), 'line 1 ✓\nline 2\n');
+  assert.ok(!arrivals.some((a) => a.s.includes('\uFFFD')), 'no replacement characters');
+  const spread = (arrivals.at(-1)?.at ?? 0) - (arrivals[0]?.at ?? 0);
+  assert.ok(spread >= 300, `output arrived over ${spread} ms, not at once`);
+  assert.deepEqual(errs, ['warn\n']);
+  assert.equal(r.stdout, 'line 1 ✓\nline 2\n');
+  assert.equal(r.stderr, 'warn\n');
+  const body = JSON.parse(fake.last('POST /v1/sandboxes/:id/exec')?.body.toString() ?? '');
+  assert.equal(body.stream, true);
+});
+
+test('start: stdin writes arrive in order, in ≤1 MiB requests, then EOF; kill sends the signal', async () => {
+  fake.on('POST /v1/sandboxes/:id/exec', (_r, res) => {
+    res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+    res.write(JSON.stringify({ type: 'started', exec_id: EXEC_ID, pid: 9 }) + '\n');
+    fake.on('POST /v1/sandboxes/:id/execs/:exec_id/kill', (r, kres) => {
+      noContent(kres);
+      const signal = JSON.parse(r.body.toString()).signal as string;
+      res.end(JSON.stringify({ ...exitEvent, exit_code: null, signal }) + '\n');
+    });
+  });
+  const stdin: Buffer[] = [];
+  let eof = false;
+  fake.on('POST /v1/sandboxes/:id/execs/:exec_id/stdin', async (r, res) => {
+    await sleep(Math.random() * 20);
+    assert.ok(r.body.length <= 1024 * 1024);
+    stdin.push(r.body);
+    if (r.query.eof) eof = true;
+    noContent(res);
+  });
+  const sbx = await Sandbox.connect(ID, config);
+  const cmd = await sbx.commands.start('cat', { keepStdinOpen: true, stdin: 'first ' });
+  assert.equal(cmd.execId, EXEC_ID);
+  assert.equal(cmd.pid, 9);
+  const big = randomBytes(2.5 * 1024 * 1024);
+  const writes = [cmd.stdin.write('second '), cmd.stdin.write(big), cmd.stdin.end()];
+  await Promise.all(writes);
+  assert.deepEqual(Buffer.concat(stdin), Buffer.concat([Buffer.from('first second '), big]));
+  assert.ok(eof);
+  await cmd.kill('SIGTERM');
+  const r = await cmd.wait();
+  assert.equal(r.signal, 'SIGTERM');
+  assert.equal(r.exitCode, null);
+  const body = JSON.parse(fake.last('POST /v1/sandboxes/:id/exec')?.body.toString() ?? '');
+  assert.equal(body.keep_stdin_open, true);
+  assert.equal(body.stdin, undefined, 'initial stdin goes through the stdin route');
+});
+
+test('an error event fails the command with its typed error', async () => {
+  fake.on('POST /v1/sandboxes/:id/exec', (_r, res) =>
+    ndjson(res, [
+      { type: 'started', exec_id: EXEC_ID, pid: 7 },
+      { type: 'stdout', data: b64('partial') },
+      { type: 'error', error: { code: 'guest_error', message: 'the agent fell over' } },
+    ]),
+  );
+  const sbx = await Sandbox.connect(ID, config);
+  await assert.rejects(sbx.commands.run('x', { onStdout: () => undefined }), GuestErrorError);
+});
+
+test('a connection dropped mid-stream is a DaemonUnreachableError, not a hang', async () => {
+  fake.on('POST /v1/sandboxes/:id/exec', (_r, res) => {
+    res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+    res.write(JSON.stringify({ type: 'started', exec_id: EXEC_ID, pid: 7 }) + '\n');
+    setTimeout(() => res.socket?.destroy(), 50);
+  });
+  const sbx = await Sandbox.connect(ID, config);
+  await assert.rejects(
+    sbx.commands.run('x', { onStdout: () => undefined }),
+    DaemonUnreachableError,
+  );
+});
+
+test('aborting a streaming run rejects with the reason and kills the command', async () => {
+  let killed: string | undefined;
+  fake.on('POST /v1/sandboxes/:id/exec', (_r, res) => {
+    res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+    res.write(JSON.stringify({ type: 'started', exec_id: EXEC_ID, pid: 7 }) + '\n');
+  });
+  fake.on('POST /v1/sandboxes/:id/execs/:exec_id/kill', (r, res) => {
+    killed = JSON.parse(r.body.toString()).signal as string;
+    noContent(res);
+  });
+  const sbx = await Sandbox.connect(ID, config);
+  const ac = new AbortController();
+  const run = sbx.commands.run('sleep 100', { onStdout: () => undefined, signal: ac.signal });
+  setTimeout(() => ac.abort(new Error('enough')), 100);
+  await assert.rejects(run, /enough/);
+  for (let i = 0; i < 50 && !killed; i++) await sleep(10);
+  assert.equal(killed, 'SIGKILL');
+});
+
+// ---- files ----------------------------------------------------------------------------
+
+test('files: a streamed 10 MB upload and download come back byte-identical', async () => {
+  let stored: Buffer = Buffer.alloc(0);
+  fake.on('PUT /v1/sandboxes/:id/files', (r, res) => {
+    stored = r.body;
+    json(res, 200, { size: r.body.length });
+  });
+  fake.on('GET /v1/sandboxes/:id/files', (_r, res) => {
+    res.writeHead(200, { 'content-type': 'application/octet-stream' });
+    Readable.from(chunksOf(stored, 64 * 1024)).pipe(res);
+  });
+  const data = randomBytes(10 * 1024 * 1024);
+  const sbx = await Sandbox.connect(ID, config);
+  const written = await sbx.files.write('/tmp/blob', Readable.from(chunksOf(data, 100_000)), {
+    mode: 0o600,
+    parents: true,
+  });
+  assert.deepEqual(written, { path: '/tmp/blob', size: data.length });
+  const put = fake.last('PUT /v1/sandboxes/:id/files');
+  assert.deepEqual(put?.query, { path: '/tmp/blob', mode: 0o600, parents: true });
+  assert.equal(put?.headers['transfer-encoding'], 'chunked', 'a Readable is streamed');
+  const hash = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
+  assert.equal(hash(await sbx.files.read('/tmp/blob')), hash(data));
+  const streamed: Buffer[] = [];
+  for await (const c of await sbx.files.readStream('/tmp/blob')) streamed.push(c as Buffer);
+  assert.equal(hash(Buffer.concat(streamed)), hash(data));
+  await sbx.files.write('/tmp/s', 'text ✓');
+  assert.equal(stored.toString(), 'text ✓');
+});
+
+test('files: list, stat, remove, makeDir', async () => {
+  const stat = { name: 'etc', kind: 'dir', size: 4096, mode: 0o755, mtime_ms: 1.5 };
+  fake.on('GET /v1/sandboxes/:id/files/list', (_r, res) => json(res, 200, { entries: [stat] }));
+  fake.on('GET /v1/sandboxes/:id/files/stat', (_r, res) => json(res, 200, stat));
+  fake.on('DELETE /v1/sandboxes/:id/files', (_r, res) => noContent(res));
+  fake.on('POST /v1/sandboxes/:id/files/mkdir', (_r, res) => noContent(res));
+  const sbx = await Sandbox.connect(ID, config);
+  const expected = { name: 'etc', kind: 'dir', size: 4096, mode: 0o755, mtimeMs: 1.5 };
+  assert.deepEqual(await sbx.files.list('/'), [expected]);
+  assert.deepEqual(await sbx.files.stat('/etc'), expected);
+  await sbx.files.remove('/tmp/x', { recursive: true });
+  assert.deepEqual(fake.last('DELETE /v1/sandboxes/:id/files')?.query, {
+    path: '/tmp/x',
+    recursive: true,
+  });
+  await sbx.files.makeDir('/a/b', { mode: 0o700 });
+  assert.deepEqual(
+    JSON.parse(fake.last('POST /v1/sandboxes/:id/files/mkdir')?.body.toString() ?? ''),
+    {
+      path: '/a/b',
+      parents: true,
+      mode: 0o700,
+    },
+  );
+});
+
+// ---- daemon-wide ----------------------------------------------------------------------
+
+test('Forkd over TCP: health, version, images', async () => {
+  const tcp = new FakeDaemon();
+  await tcp.start({ port: 0 });
+  try {
+    tcp.on('GET /healthz', (_r, res) => json(res, 200, { status: 'ok' }));
+    tcp.on('GET /version', (_r, res) =>
+      json(res, 200, { version: '0.1.0', api: 'v1', qemu: '8.2', accel: 'tcg' }),
+    );
+    const image = {
+      name: 'busybox',
+      format: 'ext4',
+      size_bytes: 10,
+      disk_bytes: 5,
+      created_at: 'now',
+      source: { kind: 'busybox' },
+    };
+    tcp.on('GET /v1/images', (_r, res) => json(res, 200, { images: [image] }));
+    tcp.on('POST /v1/images', (_r, res) => json(res, 201, image));
+    tcp.on('DELETE /v1/images/:name', (_r, res) => noContent(res));
+    const forkd = new Forkd({ url: tcp.url });
+    await forkd.health();
+    assert.deepEqual(await forkd.version(), {
+      version: '0.1.0',
+      api: 'v1',
+      qemu: '8.2',
+      accel: 'tcg',
+    });
+    const expected = {
+      name: 'busybox',
+      format: 'ext4',
+      sizeBytes: 10,
+      diskBytes: 5,
+      createdAt: 'now',
+      source: { kind: 'busybox' },
+    };
+    assert.deepEqual(await forkd.images.list(), [expected]);
+    assert.deepEqual(
+      await forkd.images.create({ name: 'busybox', fromDir: '/srv/x', sizeMib: 64, force: true }),
+      expected,
+    );
+    await forkd.images.remove('busybox');
+    assert.deepEqual(tcp.violations, []);
+  } finally {
+    await tcp.stop();
+  }
+});
+
+function* chunksOf(data: Buffer, size: number): Generator<Buffer> {
+  for (let at = 0; at < data.length; at += size) yield data.subarray(at, at + size);
+}
