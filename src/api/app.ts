@@ -2,7 +2,7 @@
  * The HTTP layer of the daemon: `buildApp` assembles Fastify with the REST contract's
  * schemas, auth, the one error handler, audit, metrics, the OpenAPI document and one route
  * module per concept. Routes parse and validate, then call the services; nothing here
- * decides anything about sandboxes or images. The daemon calls buildApp, then listen().
+ * decides anything about sandboxes, snapshots or images. The daemon calls buildApp, then listen().
  */
 import Fastify, {
   type FastifyInstance,
@@ -23,6 +23,7 @@ import { fileRoutes } from './routes/files.js';
 import { hostRoutes } from './routes/host.js';
 import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
+import { snapshotRoutes } from './routes/snapshots.js';
 import { SHARED_SCHEMAS } from './schemas.js';
 import type { Api } from './types.js';
 
@@ -115,8 +116,15 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
   installAudit(app, services.audit);
   await installOpenApi(app);
   for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
-  installMetrics(app, services.host);
-  for (const routes of [hostRoutes, sandboxRoutes, execRoutes, fileRoutes, imageRoutes]) {
+  installMetrics(app, services);
+  for (const routes of [
+    hostRoutes,
+    sandboxRoutes,
+    execRoutes,
+    fileRoutes,
+    imageRoutes,
+    snapshotRoutes,
+  ]) {
     await app.register(routes, { services });
   }
   return app as unknown as FastifyInstance;

@@ -1,7 +1,8 @@
 /**
  * The audit hook: every mutating request (POST, PUT, PATCH, DELETE), answered or refused,
  * becomes one entry for services.audit — who (principal), what (method and route pattern),
- * on what (sandbox id or image name), the result (status and error code) and how long.
+ * on what (sandbox id, image name or snapshot tag), the result (status and error code)
+ * and how long.
  */
 import type { FastifyRequest } from 'fastify';
 import type { AuditLog } from '../services/contracts.js';
@@ -17,13 +18,19 @@ const field = (value: unknown, key: string): string | undefined => {
   return typeof v === 'string' ? v : undefined;
 };
 
-/** The sandbox id or image name the request acted on, from the URL, the result or the body. */
+/**
+ * The sandbox id, image name or snapshot tag the request acted on, from the URL, the result
+ * or the body (a fork of n children is audited under its snapshot's tag).
+ */
 function targetOf(request: FastifyRequest): string | null {
   const t =
     field(request.params, 'id') ??
     field(request.params, 'name') ??
+    field(request.params, 'tag') ??
     request.auditTarget ??
-    field(request.body, 'name');
+    field(request.body, 'name') ??
+    field(request.body, 'tag') ??
+    field(request.body, 'snapshot');
   return t === undefined ? null : t.slice(0, MAX_TARGET);
 }
 
@@ -32,7 +39,7 @@ export function installAudit(app: Api, log: AuditLog): void {
   app.decorateRequest('auditTarget', null);
   // A created resource is named only in the answer: remember its id for the entry.
   app.addHook('preSerialization', async (request, _reply, payload) => {
-    const id = field(payload, 'id') ?? field(payload, 'name');
+    const id = field(payload, 'id') ?? field(payload, 'name') ?? field(payload, 'tag');
     if (MUTATING.has(request.method) && id !== undefined) request.auditTarget = id;
     return payload;
   });

@@ -1,16 +1,18 @@
 /**
  * Prometheus metrics at GET /metrics, in a registry of this app's own (not prom-client's
  * global one, so two apps in one process — tests — never share or double-register).
- * Sandboxes by state are read from the host service at scrape time; boots and execs count
- * successful answers of the routes marked `config.counts`; every answer feeds the latency
- * histogram (by route pattern, never by raw URL, to keep label cardinality bounded) and,
- * when it is an error, the per-code error counter.
+ * Sandboxes by state and each snapshot's VMM pool are read from the services at scrape
+ * time; boots, forks and execs count successful answers of the routes marked
+ * `config.counts` (or as the handler set in `request.counted`: a fork of 10 counts 10);
+ * every answer feeds the latency histogram (by route pattern, never by raw URL, to keep
+ * label cardinality bounded) and, when it is an error, the per-code error counter.
  */
+import type { FastifyRequest } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import Type from 'typebox';
-import type { HostInfo } from '../services/contracts.js';
-import { SandboxState } from './schemas.js';
-import type { Api } from './types.js';
+import type { HostInfo, Services, SnapshotService } from '../services/contracts.js';
+import { SandboxState, type SnapshotT } from './schemas.js';
+import type { Api, Counted } from './types.js';
 
 const STATES = SandboxState.anyOf.map((s) => s.const);
 
@@ -29,10 +31,45 @@ function sandboxGauge(registry: Registry, host: HostInfo): Gauge<'state'> {
   });
 }
 
+/** `fn` shared by the callers of one scrape (prom-client collects every metric at once). */
+function oncePerScrape<T>(fn: () => Promise<T>): () => Promise<T> {
+  let pending: Promise<T> | undefined;
+  return () => (pending ??= fn().finally(() => (pending = undefined)));
+}
+
+/**
+ * Each snapshot's pool of pre-started VMMs: the size asked for and how many wait ready,
+ * from one listing per scrape. Labelled by tag (bounded by the snapshots on the host); a
+ * snapshot removed since the last scrape disappears. A failing listing empties the gauges
+ * rather than failing the scrape.
+ */
+function poolGauges(registry: Registry, snapshots: SnapshotService): void {
+  const list = oncePerScrape(() => snapshots.list().catch(() => []));
+  const gauge = (name: string, help: string, read: (s: SnapshotT) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['tag'],
+      registers: [registry],
+      async collect() {
+        const all = await list();
+        this.reset();
+        for (const s of all) this.set({ tag: s.tag }, read(s));
+      },
+    });
+  gauge('forkd_snapshot_pool_size', 'VMM pool size asked for, by snapshot', (s) => s.pool.size);
+  gauge('forkd_snapshot_pool_ready', 'Pre-started VMMs waiting, by snapshot', (s) => s.pool.ready);
+}
+
 function counters(registry: Registry) {
   const registers = [registry];
   return {
     boots: new Counter({ name: 'forkd_boots_total', help: 'Sandboxes booted', registers }),
+    forks: new Counter({
+      name: 'forkd_forks_total',
+      help: 'Sandboxes forked from snapshots',
+      registers,
+    }),
     execs: new Counter({ name: 'forkd_execs_total', help: 'Commands run', registers }),
     errors: new Counter({
       name: 'forkd_errors_total',
@@ -50,12 +87,20 @@ function counters(registry: Registry) {
   };
 }
 
+/** What a successful answer counts: the handler's say, else its route's `config.counts` once. */
+function countedOf(request: FastifyRequest): Counted | null {
+  const metric = request.routeOptions.config.counts;
+  return request.counted ?? (metric ? { metric, n: 1 } : null);
+}
+
 /** Adds GET /metrics and the hooks that feed it. */
-export function installMetrics(app: Api, host: HostInfo): void {
+export function installMetrics(app: Api, services: Pick<Services, 'host' | 'snapshots'>): void {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  sandboxGauge(registry, host);
+  sandboxGauge(registry, services.host);
+  poolGauges(registry, services.snapshots);
   const m = counters(registry);
+  app.decorateRequest('counted', null);
 
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched';
@@ -65,8 +110,8 @@ export function installMetrics(app: Api, host: HostInfo): void {
       reply.elapsedTime / 1000,
     );
     if (request.errorCode) m.errors.inc({ code: request.errorCode });
-    const counted = request.routeOptions.config.counts;
-    if (counted && status < 400) m[counted].inc();
+    const counted = countedOf(request);
+    if (counted && status < 400 && counted.n > 0) m[counted.metric].inc(counted.n);
   });
   app.addHook('onClose', async () => registry.clear());
 

@@ -15,8 +15,8 @@ import { SHARED_SCHEMAS } from './schemas.js';
 import type { Api } from './types.js';
 
 const DESCRIPTION =
-  'The forkd daemon: sandboxes (microVMs), exec, files, images. Every error answer is ' +
-  '`{"error":{"code","message","details"}}` with a code from docs/errors.md.';
+  'The forkd daemon: sandboxes (microVMs), exec, files, images, snapshots and forks. Every ' +
+  'error answer is `{"error":{"code","message","details"}}` with a code from docs/errors.md.';
 
 type RouteSchema = Record<string, unknown>;
 

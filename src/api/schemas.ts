@@ -93,8 +93,34 @@ export const CreateSandbox = Type.Object(
     env: Type.Optional(Env),
     timeout_s: Type.Optional(Type.Integer({ minimum: 1, maximum: 7 * 24 * 3600 })),
     labels: Type.Optional(Labels),
+    snapshot: Type.Optional(
+      Type.String({
+        pattern: '^[a-z0-9][a-z0-9._-]{0,62}$',
+        description:
+          'fork from this snapshot instead of booting an image (no image/memory_mib/cpus then)',
+      }),
+    ),
+    n: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 100,
+        description: 'with snapshot: fork this many; the answer is then a ForkResult',
+      }),
+    ),
+    all_or_nothing: Type.Optional(
+      Type.Boolean({ description: 'with n: if any child fails, kill the healthy ones too' }),
+    ),
   },
   strict,
+);
+
+/** The answer to a fork of n children: who came up, who did not and why. */
+export const ForkResult = Type.Object(
+  {
+    sandboxes: Type.Array(Sandbox),
+    failed: Type.Array(Type.Object({ index: Type.Integer(), error: ErrorBody.properties.error })),
+  },
+  { $id: 'ForkResult' },
 );
 
 export const PatchSandbox = Type.Object(
@@ -280,6 +306,115 @@ export const CreateImage = Type.Object(
 );
 export const ImageParams = Type.Object({ name: ImageName }, strict);
 
+// ---- snapshots -------------------------------------------------------------------------
+
+export const SnapshotTag = Type.String({
+  pattern: '^[a-z0-9][a-z0-9._-]{0,62}$',
+  description: 'snapshot tag',
+});
+
+export const SnapshotFile = Type.Object({
+  name: Type.String(),
+  size: Type.Integer({ description: 'logical bytes' }),
+  allocated: Type.Integer({ description: 'bytes allocated on disk' }),
+  sha256: Type.String(),
+});
+
+export const Snapshot = Type.Object(
+  {
+    tag: SnapshotTag,
+    state: Type.Union([Type.Literal('ready'), Type.Literal('writing'), Type.Literal('failed')]),
+    bootable: Type.Boolean(),
+    reason: Type.Optional(Type.String({ description: 'why it is not bootable or failed' })),
+    image: Type.Union([Type.String(), Type.Null()]),
+    parent: Type.Union([Type.String(), Type.Null()], { description: 'parent snapshot (chains)' }),
+    source_sandbox: Type.Union([Type.String(), Type.Null()]),
+    memory_mib: Type.Integer(),
+    cpus: Type.Integer(),
+    labels: Labels,
+    created_at: Type.String({ format: 'date-time' }),
+    kernel: Type.String(),
+    qemu: Type.String(),
+    files: Type.Array(SnapshotFile),
+    logical_bytes: Type.Integer(),
+    physical_bytes: Type.Integer(),
+    children_alive: Type.Integer({ description: 'running sandboxes forked from it' }),
+    pool: Type.Object({ size: Type.Integer(), ready: Type.Integer() }),
+  },
+  { $id: 'Snapshot' },
+);
+
+export const SnapshotList = Type.Object({ snapshots: Type.Array(Snapshot) });
+export const SnapshotParams = Type.Object({ tag: SnapshotTag }, strict);
+
+const GuestCommand = Type.String({ minLength: 1, maxLength: 65536, description: 'run with sh -c' });
+
+export const CreateSnapshot = Type.Object(
+  {
+    tag: SnapshotTag,
+    image: Type.Optional(ImageName),
+    memory_mib: Type.Optional(Type.Integer({ minimum: 64, maximum: 65536 })),
+    cpus: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
+    env: Type.Optional(Env),
+    warm: Type.Optional(
+      Type.Array(GuestCommand, {
+        maxItems: 64,
+        description: 'run to completion, in order; a failure aborts',
+      }),
+    ),
+    start: Type.Optional(
+      Type.Array(GuestCommand, {
+        maxItems: 64,
+        description: 'started in the background and kept running inside the snapshot',
+      }),
+    ),
+    wait_for: Type.Optional(
+      Type.String({ minLength: 1, maxLength: 65536, description: 'retried until it exits 0' }),
+    ),
+    wait_port: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 65535,
+        description: 'wait until a guest TCP port listens',
+      }),
+    ),
+    wait_timeout_s: Type.Optional(Type.Integer({ minimum: 1, maximum: 3600 })),
+    labels: Type.Optional(Labels),
+    stream: Type.Optional(
+      Type.Boolean({ description: 'answer with NDJSON progress events, then the snapshot' }),
+    ),
+  },
+  strict,
+);
+
+/**
+ * Streaming snapshot create (application/x-ndjson): {"type":"progress","message"} lines,
+ * then {"type":"done","snapshot":Snapshot} or {"type":"error","error":{code,message}}.
+ */
+export const SnapshotEvent = Type.Union(
+  [
+    Type.Object({ type: Type.Literal('progress'), message: Type.String() }),
+    Type.Object({ type: Type.Literal('done'), snapshot: Snapshot }),
+    Type.Object({ type: Type.Literal('error'), error: ErrorBody.properties.error }),
+  ],
+  { $id: 'SnapshotEvent' },
+);
+
+export const RemoveSnapshotQuery = Type.Object(
+  {
+    force: Type.Optional(Type.Boolean({ description: 'kill the sandboxes forked from it first' })),
+  },
+  strict,
+);
+
+export const VerifyResult = Type.Object({
+  ok: Type.Boolean(),
+  problems: Type.Array(Type.Object({ file: Type.String(), problem: Type.String() })),
+});
+
+export const SetPool = Type.Object({ size: Type.Integer({ minimum: 0, maximum: 64 }) }, strict);
+export const PoolState = Type.Object({ size: Type.Integer(), ready: Type.Integer() });
+
 // ---- host ----------------------------------------------------------------------------
 
 export const Health = Type.Object({ status: Type.Literal('ok') });
@@ -297,6 +432,11 @@ export type ExecResultT = Static<typeof ExecResult>;
 export type ExecEventT = Static<typeof ExecEvent>;
 export type FileStatT = Static<typeof FileStat>;
 export type ImageT = Static<typeof Image>;
+export type ForkResultT = Static<typeof ForkResult>;
+export type SnapshotT = Static<typeof Snapshot>;
+export type CreateSnapshotT = Static<typeof CreateSnapshot>;
+export type VerifyResultT = Static<typeof VerifyResult>;
+export type PoolStateT = Static<typeof PoolState>;
 
 /** Every named schema, registered with Fastify so the OpenAPI document references them. */
 export const SHARED_SCHEMAS: TSchema[] = [
@@ -306,4 +446,7 @@ export const SHARED_SCHEMAS: TSchema[] = [
   ExecEvent,
   FileStat,
   Image,
+  ForkResult,
+  Snapshot,
+  SnapshotEvent,
 ];

@@ -20,6 +20,15 @@ export type Api = FastifyInstance<
   TypeBoxTypeProvider
 >;
 
+/** The counters a successful answer can add to: forkd_boots_total, forkd_execs_total, … */
+export type CountedMetric = 'boots' | 'execs' | 'forks';
+
+/** What one successful answer adds: `n` to one counter (a fork of 10 counts 10). */
+export interface Counted {
+  metric: CountedMetric;
+  n: number;
+}
+
 declare module 'fastify' {
   interface FastifyRequest {
     /** Who asked: the token id, `unix` without auth, `anonymous` before auth passed. */
@@ -28,12 +37,14 @@ declare module 'fastify' {
     errorCode: string | null;
     /** What a mutation acted on when the URL does not say (a created sandbox's id). */
     auditTarget: string | null;
+    /** Set by a handler whose success counts otherwise than its route's `config.counts`. */
+    counted: Counted | null;
   }
   interface FastifyContextConfig {
     /** Served without a bearer token (only /healthz). */
     public?: boolean;
     /** A successful answer counts one of these (forkd_boots_total, forkd_execs_total). */
-    counts?: 'boots' | 'execs';
+    counts?: CountedMetric;
     /** The body is a raw application/octet-stream (documented as binary in OpenAPI). */
     rawBody?: boolean;
   }

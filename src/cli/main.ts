@@ -9,13 +9,17 @@ import { register as registerCp } from './cp.js';
 import { register as registerCreate } from './create.js';
 import { register as registerDoctor } from './doctor.js';
 import { register as registerExec } from './exec.js';
+import { register as registerFork } from './fork.js';
 import { register as registerImage } from './image.js';
 import { register as registerImages } from './images.js';
 import { register as registerKill } from './kill.js';
 import { register as registerLogs } from './logs.js';
 import { register as registerPs } from './ps.js';
+import { register as registerRmi } from './rmi.js';
 import { register as registerRun } from './run.js';
 import { register as registerSetup } from './setup.js';
+import { register as registerSnapshot } from './snapshot.js';
+import { register as registerSnapshots } from './snapshots.js';
 import { register as registerVersion } from './version.js';
 
 const program = new Command('forkd')
@@ -33,6 +37,10 @@ for (const register of [
   registerKill,
   registerImage,
   registerImages,
+  registerSnapshot,
+  registerSnapshots,
+  registerFork,
+  registerRmi,
   registerDaemon,
   registerDoctor,
   registerSetup,

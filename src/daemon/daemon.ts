@@ -15,6 +15,7 @@ import type { Services } from '../services/contracts.js';
 import { Host } from '../services/host-info.js';
 import { ImageStore } from '../services/image-service.js';
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
+import { SnapshotManager } from '../services/snapshots/service.js';
 import { SandboxManager } from '../services/sandboxes/service.js';
 import { Store } from '../store/db.js';
 import { createLogger, fastifyLoggerOptions, type LogLevel } from './log.js';
@@ -92,13 +93,22 @@ function buildServices(p: Paths, store: Store, opts: DaemonOptions, log: Logger)
     maxBooting: opts.maxBooting,
     maxExecs: opts.maxExecs,
   });
+  const host = new Host(() => sandboxes.counts());
+  const snapshots = new SnapshotManager({
+    paths: p,
+    store,
+    sandboxes,
+    qemuVersion: () => host.qemuVersion(),
+    log: log.child({ component: 'snapshots' }),
+  });
   const services: Services = {
     sandboxes,
+    snapshots,
     images: new ImageStore(p),
     audit: store.audit,
-    host: new Host(() => sandboxes.counts()),
+    host,
   };
-  return { sandboxes, services };
+  return { sandboxes, snapshots, services };
 }
 
 export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandle> {
@@ -113,6 +123,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
     const built = buildServices(p, store, opts, log);
     sandboxes = built.sandboxes;
     const recovered = await sandboxes.start();
+    await built.snapshots.start();
     const listeners = new Listeners();
     const app = await buildApp(built.services, {
       tokens,
@@ -126,6 +137,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
     const close = async () => {
       log.info('shutting down: draining requests, leaving sandboxes running');
       await listeners.close(app, opts.drainMs ?? 10_000);
+      await built.snapshots.pool.close(); // pool VMs are not sandboxes: they are not kept
       built.sandboxes.detach();
       store?.close();
       await run.release();

@@ -8,9 +8,14 @@ import type {
   CreateSandboxT,
   ExecRequestT,
   ExecResultT,
+  CreateSnapshotT,
   FileStatT,
+  ForkResultT,
   ImageT,
+  PoolStateT,
   SandboxT,
+  SnapshotT,
+  VerifyResultT,
 } from '../api/schemas.js';
 
 /** Who asked: `unix` for the local socket, else the token's id. For the audit log. */
@@ -63,6 +68,36 @@ export interface SandboxService {
   consoleLog(id: string): Promise<string>;
 }
 
+/** A fork request: n children of one snapshot (POST /v1/sandboxes with snapshot). */
+export interface ForkRequest {
+  snapshot: string;
+  n: number;
+  labels?: Record<string, string>;
+  env?: Record<string, string>;
+  timeout_s?: number;
+  all_or_nothing?: boolean;
+}
+
+export interface SnapshotService {
+  /**
+   * Boot, warm, capture, publish; `onProgress` gets human-readable steps; aborting `signal`
+   * (the client went away) stops it and removes everything it made.
+   */
+  create(
+    req: CreateSnapshotT,
+    caller: Caller,
+    onProgress?: (message: string) => void,
+    signal?: AbortSignal,
+  ): Promise<SnapshotT>;
+  list(): Promise<SnapshotT[]>;
+  get(tag: string): Promise<SnapshotT>;
+  verify(tag: string): Promise<VerifyResultT>;
+  /** Refuses (snapshot_in_use) while sandboxes run from it, unless `force` kills them. */
+  remove(tag: string, opts: { force?: boolean }): Promise<void>;
+  setPool(tag: string, size: number): Promise<PoolStateT>;
+  fork(req: ForkRequest, caller: Caller): Promise<ForkResultT>;
+}
+
 export interface ImageService {
   list(): Promise<ImageT[]>;
   create(req: {
@@ -99,6 +134,7 @@ export interface HostInfo {
 
 export interface Services {
   sandboxes: SandboxService;
+  snapshots: SnapshotService;
   images: ImageService;
   audit: AuditLog;
   host: HostInfo;

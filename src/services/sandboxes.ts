@@ -84,12 +84,21 @@ export function sandboxDir(p: Paths, id: string): string {
   return join(p.sandboxes, id);
 }
 
-/** The VM spec of a sandbox booted from an image (also rebuilt to adopt its QEMU later). */
+/**
+ * The VM spec of a sandbox (also rebuilt to adopt its QEMU later): RAM over /dev/zero when
+ * booted from an image, over its snapshot's memory file when forked.
+ */
 export function sandboxVmSpec(
   dir: string,
   res: { memoryMiB: number; cpus: number; accel: 'kvm' | 'tcg' },
+  memPath = '/dev/zero',
 ): VmSpec {
-  return { dir, ...res, memPath: '/dev/zero', disk: join(dir, 'overlay.qcow2') };
+  return { dir, ...res, memPath, disk: join(dir, 'overlay.qcow2') };
+}
+
+/** The RAM base file of a sandbox: its snapshot's memory, or /dev/zero. */
+export function memPathOf(p: Paths, snapshot: string | null): string {
+  return snapshot ? join(p.snapshots, snapshot, 'memory') : '/dev/zero';
 }
 
 /**

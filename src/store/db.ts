@@ -9,6 +9,7 @@ import Database from 'better-sqlite3';
 import { AuditRows } from './audit.js';
 import { migrate } from './migrations.js';
 import { SandboxRows } from './sandboxes.js';
+import { SnapshotRows } from './snapshots.js';
 
 export interface StoreOptions {
   /** Also append audit entries as JSON lines to this file. */
@@ -18,6 +19,7 @@ export interface StoreOptions {
 /** The open database and its tables. */
 export class Store {
   readonly sandboxes: SandboxRows;
+  readonly snapshots: SnapshotRows;
   readonly audit: AuditRows;
 
   private constructor(
@@ -25,6 +27,7 @@ export class Store {
     opts: StoreOptions,
   ) {
     this.sandboxes = new SandboxRows(db);
+    this.snapshots = new SnapshotRows(db);
     this.audit = new AuditRows(db, opts.auditFile);
   }
 

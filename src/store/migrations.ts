@@ -66,6 +66,8 @@ export const MIGRATIONS: readonly string[] = [
   CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
   `,
+  // 2: a snapshot's VMM pool size survives daemon restarts.
+  `ALTER TABLE snapshots ADD COLUMN pool_size INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 /** Run the migrations `db` has not seen yet, each in its own transaction. */

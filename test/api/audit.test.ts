@@ -7,7 +7,13 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/api/app.js';
-import { FakeServices, injectOptions, SEED, validRequests } from '../helpers/fake-services.js';
+import {
+  FakeServices,
+  injectOptions,
+  SEED,
+  validRequests,
+  type RouteRequest,
+} from '../helpers/fake-services.js';
 
 const fake = new FakeServices();
 let app: FastifyInstance;
@@ -18,6 +24,16 @@ before(async () => {
 after(() => app.close());
 
 const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/** What a good request of the table acted on: named in its URL, its body or its answer. */
+function expectedTarget(r: RouteRequest, answer: () => unknown): string {
+  if (r.route === '/v1/images') return 'tools';
+  if (r.route.startsWith('/v1/images/')) return SEED.image;
+  if (r.route === '/v1/snapshots') return 'fresh';
+  if (r.route.startsWith('/v1/snapshots/')) return SEED.snapshot;
+  if (r.route === '/v1/sandboxes') return (answer() as { id: string }).id;
+  return SEED.sandbox;
+}
 
 test('one entry per mutation, none for reads', async () => {
   for (const r of validRequests()) {
@@ -36,14 +52,7 @@ test('one entry per mutation, none for reads', async () => {
     assert.equal(e.code, null);
     assert.ok(e.duration_ms >= 0);
     assert.ok(!Number.isNaN(Date.parse(e.at)));
-    const expected = r.route.startsWith('/v1/images')
-      ? r.route === '/v1/images'
-        ? 'tools'
-        : SEED.image
-      : r.route === '/v1/sandboxes'
-        ? (res.json() as { id: string }).id
-        : SEED.sandbox;
-    assert.equal(e.target, expected, `${r.method} ${r.route}`);
+    assert.equal(e.target, expectedTarget(r, res.json.bind(res)), `${r.method} ${r.route}`);
   }
 });
 

@@ -35,7 +35,12 @@ const withUrl = (r: RouteRequest, url: string): InjectOptions => ({ ...injectOpt
 /** Every id and name in the URL path replaced by each bad segment. */
 function badSegments(r: RouteRequest): BadCase[] {
   const [path, query] = r.url.split('?');
-  const ids = [SEED.sandbox, SEED.exec, ...(r.route.includes(':name') ? [SEED.image] : [])];
+  const ids = [
+    SEED.sandbox,
+    SEED.exec,
+    ...(r.route.includes(':name') ? [SEED.image] : []),
+    ...(r.route.includes(':tag') ? [SEED.snapshot] : []),
+  ];
   return ids
     .filter((id) => path!.split('/').includes(id))
     .flatMap((id) =>
@@ -55,6 +60,7 @@ const BAD_QUERY: Record<string, string[]> = {
   parents: ['yes', '0'],
   recursive: ['TRUE'],
   mode: ['-1', '4096', 'abc', '1.5', '0x1ff'],
+  force: ['yes', '1', ''],
 };
 
 function badQueries(r: RouteRequest): BadCase[] {
@@ -178,7 +184,41 @@ const RANGES: Record<string, Record<string, unknown>[]> = {
     { env: { '1A': 'x' } },
     { env: { 'A\u0000': 'x' } },
     { env: { A: 'x'.repeat(40000) } },
+    // a fork names a snapshot and takes its image, memory and cpus from it
+    { snapshot: SEED.snapshot },
+    { snapshot: 'a/b' },
+    { snapshot: 'Upper' },
+    { snapshot: LONG },
+    { n: 2 },
+    { all_or_nothing: true },
+    { n: 0 },
+    { n: 101 },
+    { n: 1.5 },
   ],
+  'POST /v1/snapshots': [
+    { tag: 'Upper' },
+    { tag: 'a/b' },
+    { tag: '..' },
+    { tag: 'a\u0000b' },
+    { tag: LONG },
+    { tag: undefined },
+    { image: '..' },
+    { memory_mib: 63 },
+    { cpus: 65 },
+    { warm: [''] },
+    { warm: [1] },
+    { warm: Array.from({ length: 65 }, () => 'true') },
+    { start: ['x'.repeat(65537)] },
+    { wait_for: '' },
+    { wait_port: 8080 },
+    { wait_for: undefined, wait_port: 0 },
+    { wait_for: undefined, wait_port: 65536 },
+    { wait_timeout_s: 0 },
+    { wait_timeout_s: 3601 },
+    { labels: { 'bad key': 'v' } },
+    { env: { '1A': 'x' } },
+  ],
+  'PUT /v1/snapshots/:tag/pool': [{ size: -1 }, { size: 65 }, { size: 1.5 }, { size: undefined }],
   'PATCH /v1/sandboxes/:id': [{ timeout_s: 0 }, { timeout_s: 1e9 }, { timeout_s: undefined }],
   'POST /v1/sandboxes/:id/exec': [
     { argv: [] },
@@ -237,7 +277,7 @@ after(async () => {
 });
 
 test('every route of the contract is in the table', () => {
-  assert.equal(validRequests().length, 22);
+  assert.equal(validRequests().length, 28);
 });
 
 for (const r of validRequests()) {

@@ -6,12 +6,18 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { request as httpRequest, type IncomingMessage } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/api/app.js';
 import { FakeServices, SEED } from '../helpers/fake-services.js';
+import {
+  assertSpread,
+  listenLocal,
+  post as postTo,
+  readLines,
+  readText,
+  until,
+  type Line,
+} from './socket-client.js';
 
 const fake = new FakeServices();
 let app: FastifyInstance;
@@ -19,62 +25,15 @@ let port: number;
 
 before(async () => {
   app = await buildApp(fake.services, { requireAuth: false });
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  port = (app.server.address() as AddressInfo).port;
+  port = await listenLocal(app);
 });
 after(() => app.close());
 
 const EXEC = `/v1/sandboxes/${SEED.sandbox}/exec`;
 
-interface Line {
-  at: number;
-  event: { type: string; data?: string; exec_id?: string; [k: string]: unknown };
-}
-
-/** POSTs JSON over the socket; resolves with the response as soon as its headers arrive. */
-function post(path: string, body: unknown): Promise<IncomingMessage> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      {
-        host: '127.0.0.1',
-        port,
-        path,
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-      },
-      resolve,
-    );
-    req.on('error', reject);
-    req.end(JSON.stringify(body));
-  });
-}
-
-/** Reads NDJSON lines with the time each arrived; stops after `limit` lines if given. */
-async function readLines(res: IncomingMessage, limit = Infinity): Promise<Line[]> {
-  const lines: Line[] = [];
-  let buffered = '';
-  for await (const chunk of res) {
-    buffered += (chunk as Buffer).toString('utf8');
-    let nl: number;
-    while ((nl = buffered.indexOf('\n')) >= 0) {
-      lines.push({ at: Date.now(), event: JSON.parse(buffered.slice(0, nl)) as Line['event'] });
-      buffered = buffered.slice(nl + 1);
-      if (lines.length >= limit) return lines;
-    }
-  }
-  assert.equal(buffered, '', 'the stream ends with a newline');
-  return lines;
-}
+const post = (path: string, body: unknown) => postTo(port, path, body);
 
 const text = (l: Line) => Buffer.from(l.event.data ?? '', 'base64').toString('utf8');
-
-async function until(cond: () => boolean, ms = 3000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(10);
-  }
-}
 
 test('lines arrive as they are produced', async () => {
   fake.reset();
@@ -90,10 +49,10 @@ test('lines arrive as they are produced', async () => {
   assert.match(lines[0]!.event.exec_id!, /^ex-[0-9a-f]{12}$/);
   assert.equal(lines[0]!.event.pid, 100);
   assert.deepEqual(lines.slice(1, 5).map(text), ['one\n', 'two\n', 'three\n', 'four\n']);
-  const outs = lines.slice(1, 5).map((l) => l.at);
-  for (let i = 1; i < outs.length; i++) {
-    assert.ok(outs[i]! - outs[i - 1]! >= 80, `line ${i} came with the one before it: ${outs}`);
-  }
+  assertSpread(
+    lines.slice(1, 5).map((l) => l.at),
+    80,
+  );
   assert.deepEqual(lines[5]!.event, {
     type: 'exit',
     exit_code: 0,
@@ -124,10 +83,8 @@ test('a failure before the start is an ordinary error answer', async () => {
   const res = await post(EXEC, { argv: ['missing'], stream: true });
   assert.equal(res.statusCode, 422);
   assert.match(res.headers['content-type'] as string, /^application\/json/);
-  const chunks: Buffer[] = [];
-  for await (const c of res) chunks.push(c as Buffer);
   assert.equal(
-    (JSON.parse(Buffer.concat(chunks).toString()) as { error: { code: string } }).error.code,
+    (JSON.parse(await readText(res)) as { error: { code: string } }).error.code,
     'command_not_found',
   );
 });

@@ -1,7 +1,7 @@
 /**
- * Fake services for the API tests: in-memory sandboxes, files, execs and images that behave
- * plausibly (unknown ids → catalog errors, files round-trip bytes, streaming execs emit
- * with delays) and record every call, so a test can prove a rejected request never reached
+ * Fake services for the API tests: in-memory sandboxes, files, execs, images and snapshots
+ * that behave plausibly (unknown ids → catalog errors, files round-trip bytes, streaming
+ * execs and snapshot creates emit with delays, forks make children) and record every call, so a test can prove a rejected request never reached
  * a service. `failWith` makes one method throw. `validRequests` is one good request per
  * route against the seeded state: the route table the bad-input and auth tests walk.
  */
@@ -15,8 +15,17 @@ import type {
   ImageService,
   SandboxService,
   Services,
+  SnapshotService,
 } from '../../src/services/contracts.js';
-import type { ExecRequestT, FileStatT, ImageT, SandboxT } from '../../src/api/schemas.js';
+import type {
+  CreateSnapshotT,
+  ExecRequestT,
+  FileStatT,
+  ForkResultT,
+  ImageT,
+  SandboxT,
+  SnapshotT,
+} from '../../src/api/schemas.js';
 
 /** State every fake starts with. */
 export const SEED = {
@@ -25,7 +34,13 @@ export const SEED = {
   image: 'base',
   file: '/etc/hello',
   fileBytes: Buffer.from('hello\n'),
+  snapshot: 'warm',
+  /** A snapshot whose memory file is gone: not bootable. */
+  brokenSnapshot: 'broken',
 };
+
+type ServiceName = 'sandboxes' | 'images' | 'snapshots';
+const SERVICES: ReadonlySet<string> = new Set<ServiceName>(['sandboxes', 'images', 'snapshots']);
 
 export interface Call {
   service: string;
@@ -73,6 +88,36 @@ function imageRecord(name: string, from: string): ImageT {
   };
 }
 
+const MiB = 1024 * 1024;
+
+function snapshotRecord(tag: string, over: Partial<SnapshotT> = {}): SnapshotT {
+  const files = [
+    { name: 'memory', size: 256 * MiB, allocated: 61 * MiB, sha256: 'a'.repeat(64) },
+    { name: 'vmstate', size: 14_336, allocated: 16_384, sha256: 'b'.repeat(64) },
+    { name: 'disk.qcow2', size: 2 * MiB, allocated: 2 * MiB, sha256: 'c'.repeat(64) },
+  ];
+  return {
+    tag,
+    state: 'ready',
+    bootable: true,
+    image: SEED.image,
+    parent: null,
+    source_sandbox: null,
+    memory_mib: 256,
+    cpus: 1,
+    labels: {},
+    created_at: new Date(0).toISOString(),
+    kernel: '6.1.0-28-cloud-amd64',
+    qemu: '8.2.2',
+    files,
+    logical_bytes: files.reduce((sum, f) => sum + f.size, 0),
+    physical_bytes: files.reduce((sum, f) => sum + f.allocated, 0),
+    children_alive: 0,
+    pool: { size: 0, ready: 0 },
+    ...over,
+  };
+}
+
 function fileStat(path: string, kind: FileStatT['kind'], size: number): FileStatT {
   return { name: path.split('/').pop() ?? '', kind, size, mode: 0o644, mtime_ms: 0 };
 }
@@ -88,8 +133,12 @@ export class FakeServices {
   readonly calls: Call[] = [];
   readonly audit: AuditEntry[] = [];
   readonly execs = new Map<string, LiveExec>();
-  /** Delay between streamed output events, ms. */
+  /** Delay between streamed output events and snapshot progress messages, ms. */
   streamDelayMs = 5;
+  /** Fork children (by index) that fail to come up. */
+  readonly failingChildren = new Set<number>();
+  /** Set when a snapshot create stopped because its progress callback threw (client gone). */
+  createAborted = false;
   readonly services: Services;
 
   private readonly failures = new Map<string, Error>();
@@ -97,6 +146,7 @@ export class FakeServices {
   private files = new Map<string, Buffer>();
   private dirs = new Set<string>();
   private images = new Map<string, ImageT>();
+  private snapshots = new Map<string, SnapshotT>();
   private counter = 0x100;
 
   constructor() {
@@ -104,6 +154,7 @@ export class FakeServices {
     this.services = {
       sandboxes: this.recorded('sandboxes', this.sandboxService()),
       images: this.recorded('images', this.imageService()),
+      snapshots: this.recorded('snapshots', this.snapshotService()),
       audit: { record: (entry) => void this.audit.push(entry) },
       host: {
         qemuVersion: async () => '8.2.2',
@@ -124,16 +175,28 @@ export class FakeServices {
     this.images = new Map([[SEED.image, imageRecord(SEED.image, '/srv/base')]]);
     this.execs.clear();
     this.execs.set(SEED.exec, { sandbox: SEED.sandbox, stdin: [], eof: false });
+    this.snapshots = new Map([
+      [SEED.snapshot, snapshotRecord(SEED.snapshot, { labels: { team: 'a' } })],
+      [
+        SEED.brokenSnapshot,
+        snapshotRecord(SEED.brokenSnapshot, {
+          bootable: false,
+          reason: 'memory is missing: /var/lib/forkd/snapshots/broken/memory',
+        }),
+      ],
+    ]);
+    this.failingChildren.clear();
+    this.createAborted = false;
   }
 
   /** The next calls of `service.method` throw `err`. */
-  failWith(service: 'sandboxes' | 'images', method: string, err: Error): void {
+  failWith(service: ServiceName, method: string, err: Error): void {
     this.failures.set(`${service}.${method}`, err);
   }
 
   /** Calls that reached a service (not the host facts or the audit log). */
   serviceCalls(): Call[] {
-    return this.calls.filter((c) => c.service === 'sandboxes' || c.service === 'images');
+    return this.calls.filter((c) => SERVICES.has(c.service));
   }
 
   private recorded<T extends object>(service: string, impl: T): T {
@@ -161,6 +224,20 @@ export class FakeServices {
     const s = this.sandboxes.get(id);
     if (!s) throw new ForkdError('sandbox_not_found', `no sandbox ${id}: list them with forkd ps`);
     return s;
+  }
+
+  private snapshot(tag: string): SnapshotT {
+    const s = this.snapshots.get(tag);
+    if (!s)
+      throw new ForkdError(
+        'snapshot_not_found',
+        `no snapshot ${tag}: list them with forkd snapshots`,
+      );
+    return { ...s, children_alive: this.children(tag).length };
+  }
+
+  private children(tag: string): SandboxT[] {
+    return [...this.sandboxes.values()].filter((s) => s.snapshot === tag);
   }
 
   private liveExec(id: string, execId: string): LiveExec {
@@ -297,6 +374,105 @@ export class FakeServices {
     };
   }
 
+  /**
+   * What a create does in the fake, by its warm commands: `false` fails after its progress
+   * message, `crash` fails with a host path in the error, `forever` reports progress until
+   * the callback throws (the client left); an image `slow` waits before any progress.
+   */
+  private async createSnapshot(
+    req: CreateSnapshotT,
+    say: (message: string) => void = () => undefined,
+  ): Promise<SnapshotT> {
+    if (this.snapshots.has(req.tag))
+      throw new ForkdError('name_taken', `snapshot ${req.tag} exists`);
+    const image = req.image ?? SEED.image;
+    if (!this.images.has(image)) throw new ForkdError('image_not_found', `no image ${image}`);
+    const step = async (message: string) => {
+      await sleep(this.streamDelayMs);
+      say(message);
+    };
+    await step(`booting ${image}`);
+    for (const cmd of req.warm ?? []) await this.warm(cmd, step);
+    await step('capturing');
+    const snapshot = snapshotRecord(req.tag, {
+      image,
+      memory_mib: req.memory_mib ?? 256,
+      cpus: req.cpus ?? 1,
+      labels: req.labels ?? {},
+    });
+    this.snapshots.set(req.tag, snapshot);
+    return snapshot;
+  }
+
+  private async warm(cmd: string, step: (message: string) => Promise<void>): Promise<void> {
+    await step(`warm: ${cmd}`);
+    if (cmd === 'false') throw new ForkdError('guest_error', 'warm command failed: exit 1');
+    if (cmd === 'crash') throw new Error('qmp /var/lib/forkd/snapshots/.staging/qmp.sock closed');
+    try {
+      while (cmd === 'forever') await step('still warming');
+    } catch (e) {
+      this.createAborted = true;
+      throw e;
+    }
+  }
+
+  private forkChildren(tag: string, n: number, req: { labels?: Record<string, string> }) {
+    const source = this.snapshot(tag);
+    if (!source.bootable) {
+      throw new ForkdError('snapshot_not_bootable', `snapshot ${tag} is not bootable`, {
+        file: 'memory',
+      });
+    }
+    const result: ForkResultT = { sandboxes: [], failed: [] };
+    for (let index = 0; index < n; index++) {
+      if (this.failingChildren.has(index)) {
+        const message = `child ${index} did not come up: see /var/lib/forkd/sandboxes/x/console.log`;
+        result.failed.push({ index, error: { code: 'boot_failed', message } });
+        continue;
+      }
+      const id = `sbx-${hex12(this.counter++)}`;
+      const child = sandboxRecord(id, source.image ?? SEED.image, {
+        snapshot: tag,
+        labels: req.labels ?? {},
+      });
+      this.sandboxes.set(id, child);
+      result.sandboxes.push(child);
+    }
+    return result;
+  }
+
+  private snapshotService(): SnapshotService {
+    return {
+      create: (req, _caller, onProgress) => this.createSnapshot(req, onProgress),
+      list: async () => [...this.snapshots.keys()].map((tag) => this.snapshot(tag)),
+      get: async (tag) => this.snapshot(tag),
+      verify: async (tag) => {
+        const s = this.snapshot(tag);
+        if (s.bootable) return { ok: true, problems: [] };
+        return { ok: false, problems: [{ file: 'memory', problem: 'missing' }] };
+      },
+      remove: async (tag, { force }) => {
+        const children = this.children(this.snapshot(tag).tag);
+        if (children.length && !force) {
+          throw new ForkdError('snapshot_in_use', `${children.length} sandboxes run from ${tag}`);
+        }
+        for (const c of children) this.sandboxes.delete(c.id);
+        this.snapshots.delete(tag);
+      },
+      setPool: async (tag, size) => {
+        const pool = { size, ready: size };
+        this.snapshots.set(tag, { ...this.snapshot(tag), pool });
+        return pool;
+      },
+      fork: async (req) => {
+        const result = this.forkChildren(req.snapshot, req.n, req);
+        if (!req.all_or_nothing || result.failed.length === 0) return result;
+        for (const c of result.sandboxes) this.sandboxes.delete(c.id);
+        return { sandboxes: [], failed: result.failed };
+      },
+    };
+  }
+
   private imageService(): ImageService {
     return {
       list: async () => [...this.images.values()],
@@ -330,6 +506,7 @@ export interface RouteRequest {
 }
 
 const S = `/v1/sandboxes/${SEED.sandbox}`;
+const SNAP = `/v1/snapshots/${SEED.snapshot}`;
 const EX = `${S}/execs/${SEED.exec}`;
 
 /** One good request per route of the REST contract (the table in docs/api.md). */
@@ -418,6 +595,41 @@ export function validRequests(): RouteRequest[] {
       status: 201,
     },
     { method: 'DELETE', route: '/v1/images/:name', url: `/v1/images/${SEED.image}`, status: 204 },
+    {
+      method: 'POST',
+      route: '/v1/snapshots',
+      url: '/v1/snapshots',
+      body: {
+        tag: 'fresh',
+        image: SEED.image,
+        memory_mib: 256,
+        cpus: 1,
+        env: { A: '1' },
+        warm: ['echo warm'],
+        start: ['sleep 1000'],
+        wait_for: 'true',
+        wait_timeout_s: 30,
+        labels: { team: 'a' },
+        stream: false,
+      },
+      status: 201,
+    },
+    { method: 'GET', route: '/v1/snapshots', url: '/v1/snapshots', status: 200 },
+    { method: 'GET', route: '/v1/snapshots/:tag', url: SNAP, status: 200 },
+    { method: 'POST', route: '/v1/snapshots/:tag/verify', url: `${SNAP}/verify`, status: 200 },
+    {
+      method: 'PUT',
+      route: '/v1/snapshots/:tag/pool',
+      url: `${SNAP}/pool`,
+      body: { size: 2 },
+      status: 200,
+    },
+    {
+      method: 'DELETE',
+      route: '/v1/snapshots/:tag',
+      url: `${SNAP}?force=true`,
+      status: 204,
+    },
     { method: 'DELETE', route: '/v1/sandboxes/:id', url: S, status: 204 },
   ];
 }

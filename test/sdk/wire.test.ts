@@ -9,8 +9,15 @@ import type { TSchema } from 'typebox';
 import {
   EXEC_RESULT,
   FILE_STAT,
+  FORK_FAILURE,
+  FORK_RESULT,
   IMAGE,
+  POOL_STATE,
   SANDBOX,
+  SNAPSHOT,
+  SNAPSHOT_FILE,
+  VERIFY_PROBLEM,
+  VERIFY_RESULT,
   VERSION_INFO,
   fromWire,
   toWire,
@@ -18,8 +25,30 @@ import {
 } from '@forkd/sdk/wire';
 import * as schemas from '../../src/api/schemas.js';
 
+interface ObjectSchema {
+  properties: Record<string, TSchema>;
+}
+interface ArraySchema {
+  items: TSchema;
+}
+
 function propertiesOf(schema: TSchema): string[] {
-  return Object.keys((schema as { properties: Record<string, unknown> }).properties).sort();
+  return Object.keys((schema as ObjectSchema).properties).sort();
+}
+
+/** The schema of property `key` of an object schema. */
+const prop = (schema: TSchema, key: string): TSchema => (schema as ObjectSchema).properties[key]!;
+
+/** The item schema of an array property. */
+const items = (schema: TSchema, key: string): TSchema => (prop(schema, key) as ArraySchema).items;
+
+/** One variant of a tagged union (ExecEvent, SnapshotEvent) by its `type`. */
+function variant(union: TSchema, type: string): TSchema {
+  const found = (union as unknown as { anyOf: TSchema[] }).anyOf.find(
+    (s) => (s as { properties: { type: { const?: string } } }).properties.type.const === type,
+  );
+  assert.ok(found, `no "${type}" variant`);
+  return found;
 }
 
 const TABLES: [string, WireNames<object>, TSchema][] = [
@@ -28,6 +57,14 @@ const TABLES: [string, WireNames<object>, TSchema][] = [
   ['FileStat', FILE_STAT, schemas.FileStat],
   ['Image', IMAGE, schemas.Image],
   ['Version', VERSION_INFO, schemas.Version],
+  ['Snapshot', SNAPSHOT, schemas.Snapshot],
+  ['SnapshotFile', SNAPSHOT_FILE, schemas.SnapshotFile],
+  ['Snapshot.pool', POOL_STATE, prop(schemas.Snapshot, 'pool')],
+  ['PoolState', POOL_STATE, schemas.PoolState],
+  ['VerifyResult', VERIFY_RESULT, schemas.VerifyResult],
+  ['VerifyResult.problems[]', VERIFY_PROBLEM, items(schemas.VerifyResult, 'problems')],
+  ['ForkResult', FORK_RESULT, schemas.ForkResult],
+  ['ForkResult.failed[]', FORK_FAILURE, items(schemas.ForkResult, 'failed')],
 ];
 
 for (const [name, table, schema] of TABLES) {
@@ -37,12 +74,17 @@ for (const [name, table, schema] of TABLES) {
 }
 
 test("a streaming exec's exit event carries the ExecResult fields the SDK reads", () => {
-  const exit = (schemas.ExecEvent as unknown as { anyOf: TSchema[] }).anyOf.find(
-    (s) => (s as { properties: { type: { const?: string } } }).properties.type.const === 'exit',
-  );
-  assert.ok(exit, 'ExecEvent has an exit variant');
-  const fields = propertiesOf(exit).filter((f) => f !== 'type');
+  const fields = propertiesOf(variant(schemas.ExecEvent, 'exit')).filter((f) => f !== 'type');
   for (const f of fields) assert.ok(Object.values(EXEC_RESULT).includes(f), f);
+});
+
+test("a streamed snapshot create's events carry the fields the SDK reads", () => {
+  assert.deepEqual(propertiesOf(variant(schemas.SnapshotEvent, 'progress')), ['message', 'type']);
+  assert.deepEqual(propertiesOf(variant(schemas.SnapshotEvent, 'done')), ['snapshot', 'type']);
+  assert.deepEqual(propertiesOf(variant(schemas.SnapshotEvent, 'error')), ['error', 'type']);
+  assert.equal(prop(variant(schemas.SnapshotEvent, 'done'), 'snapshot'), schemas.Snapshot);
+  assert.equal(items(schemas.Snapshot, 'files'), schemas.SnapshotFile);
+  assert.equal(items(schemas.ForkResult, 'sandboxes'), schemas.Sandbox);
 });
 
 test('fromWire renames, drops unknown fields, keeps absent optional fields absent', () => {

@@ -8,6 +8,7 @@ import type { IncomingMessage } from 'node:http';
 import type { CallOptions } from './client.js';
 import { errorFromResponse, InternalError } from './errors.js';
 import type { Transport } from './http.js';
+import { ndjson } from './ndjson.js';
 import type { CommandResult } from './types.js';
 import { compact, EXEC_RESULT, fromWire, type ExecBody, type ExecEvent } from './wire.js';
 
@@ -95,23 +96,6 @@ function execBody(
     stdin: opts.stdin === undefined ? undefined : toBytes(opts.stdin).toString('base64'),
     ...extra,
   });
-}
-
-/** Splits a body into NDJSON values; a line may span many chunks. */
-async function* ndjson(chunks: AsyncIterable<Buffer>): AsyncGenerator<ExecEvent> {
-  let pending: Buffer[] = [];
-  for await (const chunk of chunks) {
-    let start = 0;
-    for (let nl = chunk.indexOf(10); nl !== -1; nl = chunk.indexOf(10, start)) {
-      const line = Buffer.concat([...pending, chunk.subarray(start, nl)]);
-      pending = [];
-      start = nl + 1;
-      if (line.length) yield JSON.parse(line.toString('utf8')) as ExecEvent;
-    }
-    if (start < chunk.length) pending.push(chunk.subarray(start));
-  }
-  const tail = Buffer.concat(pending).toString('utf8').trim();
-  if (tail) yield JSON.parse(tail) as ExecEvent;
 }
 
 /** Output as it streams: callbacks fed, UTF-8 decoded across chunk borders, bytes kept. */
@@ -346,7 +330,7 @@ export class Commands {
       }),
       signal: opts.signal,
     });
-    const events = ndjson(this.transport.body(res, opts.signal));
+    const events = ndjson<ExecEvent>(this.transport.body(res, opts.signal));
     const handle = await this.handleFor(res, events, opts);
     if (keepOpen && opts.stdin !== undefined) await handle.stdin.write(opts.stdin, opts);
     return handle;

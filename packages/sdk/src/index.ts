@@ -3,14 +3,24 @@
  * the daemon's unix socket and http(s) for a remote one.
  *
  * @example
- * import { Sandbox } from '@forkd/sdk';
+ * import { Sandbox, Snapshot } from '@forkd/sdk';
  * await using sbx = await Sandbox.create({ image: 'busybox' });
  * console.log((await sbx.commands.run('echo hi')).stdout);
+ * const warm = await Snapshot.create({ tag: 'warm', image: 'busybox', warm: ['touch /ready'] });
+ * const { sandboxes } = await warm.fork({ n: 4 });
  */
 export * from './errors.js';
 export { Forkd, type CallOptions } from './client.js';
 export { Sandbox } from './sandbox.js';
 export type { SandboxCreateOptions, SandboxListOptions, SandboxOptions } from './sandbox.js';
+export { Snapshot } from './snapshots.js';
+export type {
+  ForkFailure,
+  ForkOptions,
+  ForkResult,
+  SnapshotCreateOptions,
+  SnapshotRemoveOptions,
+} from './snapshots.js';
 export { Commands, CommandHandle } from './commands.js';
 export type { CommandOptions, CommandSignal, StartOptions } from './commands.js';
 export { Files } from './files.js';
@@ -23,8 +33,13 @@ export type {
   CommandResult,
   EntryInfo,
   ImageInfo,
+  PoolInfo,
   SandboxInfo,
   SandboxState,
+  SnapshotFileInfo,
+  SnapshotInfo,
+  SnapshotState,
+  VerifyReport,
   VersionInfo,
 } from './types.js';
 export { VERSION } from './version.js';

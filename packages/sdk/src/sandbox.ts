@@ -1,6 +1,7 @@
 /**
- * `Sandbox`: create, connect to, list and kill sandboxes, each static call with an
- * instance twin, and the `commands` and `files` of one sandbox. `await using` kills it.
+ * `Sandbox`: create (boot from an image, or fork from a snapshot), connect to, list and
+ * kill sandboxes, each static call with an instance twin, and the `commands` and `files` of
+ * one sandbox. `await using` kills it.
  */
 import { Commands } from './commands.js';
 import { Forkd, type CallOptions } from './client.js';
@@ -18,13 +19,18 @@ import { compact, fromWire, SANDBOX, toSeconds, type CreateSandboxBody } from '.
 export interface SandboxOptions extends ClientConfig, CallOptions {}
 
 /**
- * What sandbox to create. Every field is optional: the daemon's defaults apply.
+ * What sandbox to create. Every field is optional: the daemon's defaults apply. With
+ * `snapshot` it is forked from that snapshot, already warm, and takes the snapshot's image,
+ * memory and cpus (giving those too is a BadRequestError).
  *
  * @example
  * const sbx = await Sandbox.create({ image: 'busybox', memoryMib: 512, timeoutMs: 10 * 60_000 });
+ * const warm = await Sandbox.create({ snapshot: 'py-numpy', labels: { job: '7' } });
  */
 export interface SandboxCreateOptions extends SandboxOptions {
   image?: string;
+  /** Fork from this snapshot's tag instead of booting an image. */
+  snapshot?: string;
   memoryMib?: number;
   cpus?: number;
   /** Environment every command in it sees. */
@@ -50,6 +56,20 @@ function sandboxPath(id: string): string {
   return `/v1/sandboxes/${encodeURIComponent(id)}`;
 }
 
+/** Wraps a sandbox the daemon reported; set by the class, whose constructor is private. */
+let wrap: (client: Forkd, info: SandboxInfo) => Sandbox;
+
+/**
+ * The Sandbox object of a sandbox the daemon just reported (a fork's children). For the
+ * SDK's own modules: not exported from the package.
+ *
+ * @example
+ * const children = result.sandboxes.map((s) => sandboxOf(client, fromWire(SANDBOX, s)));
+ */
+export function sandboxOf(client: Forkd, info: SandboxInfo): Sandbox {
+  return wrap(client, info);
+}
+
 /**
  * A running microVM sandbox.
  *
@@ -58,6 +78,10 @@ function sandboxPath(id: string): string {
  * const { stdout } = await sbx.commands.run('echo hello');
  */
 export class Sandbox {
+  static {
+    wrap = (client, info) => new Sandbox(client, info);
+  }
+
   /**
    * Run commands in it.
    *
@@ -104,7 +128,7 @@ export class Sandbox {
   }
 
   /**
-   * Boot a new sandbox and resolve once it answers.
+   * Boot a new sandbox (or fork one from `snapshot`) and resolve once it answers.
    *
    * @example
    * const sbx = await Sandbox.create({ image: 'busybox', labels: { job: '42' } });
@@ -113,6 +137,7 @@ export class Sandbox {
     const client = new Forkd(opts);
     const body: CreateSandboxBody = compact({
       image: opts.image,
+      snapshot: opts.snapshot,
       memory_mib: opts.memoryMib,
       cpus: opts.cpus,
       env: opts.env,

@@ -100,6 +100,93 @@ export interface ImageInfo {
 }
 
 /**
+ * Where a snapshot is in its life: `writing` while it is being made, `ready` once
+ * published, `failed` when making it failed.
+ *
+ * @example
+ * const settled: SnapshotState[] = ['ready', 'failed'];
+ */
+export type SnapshotState = 'ready' | 'writing' | 'failed';
+
+/**
+ * One file of a snapshot (wire object `SnapshotFile`): memory, device state, disk layers.
+ *
+ * @example
+ * for (const f of info.files) console.log(f.name, f.size, f.allocated);
+ */
+export interface SnapshotFileInfo {
+  name: string;
+  /** Logical bytes. */
+  size: number;
+  /** Bytes allocated on disk (snapshot files are sparse). */
+  allocated: number;
+  sha256: string;
+}
+
+/**
+ * A snapshot's pool of pre-started VMMs (wire object `PoolState`): the size asked for and
+ * how many wait ready for a fork.
+ *
+ * @example
+ * const { size, ready }: PoolInfo = await snapshot.setPool(4);
+ */
+export interface PoolInfo {
+  size: number;
+  ready: number;
+}
+
+/**
+ * What the daemon knows about a snapshot (wire object `Snapshot`).
+ *
+ * @example
+ * const info: SnapshotInfo = (await Snapshot.get('py')).info;
+ * if (!info.bootable) console.error(info.reason);
+ */
+export interface SnapshotInfo {
+  tag: string;
+  state: SnapshotState;
+  /** False when a file is missing or changed size: forks are refused. */
+  bootable: boolean;
+  /** Why it is not bootable, or why making it failed. */
+  reason?: string;
+  /** The image its parent booted from. */
+  image: string | null;
+  /** The snapshot it is a diff over (chains), if any. */
+  parent: string | null;
+  /** The sandbox it was branched from, if it was. */
+  sourceSandbox: string | null;
+  memoryMib: number;
+  cpus: number;
+  labels: Record<string, string>;
+  /** ISO 8601. */
+  createdAt: string;
+  /** The guest kernel's version. */
+  kernel: string;
+  /** The QEMU version that made it. */
+  qemu: string;
+  files: SnapshotFileInfo[];
+  /** Sum of the files' logical sizes. */
+  logicalBytes: number;
+  /** Sum of the bytes its files take on disk. */
+  physicalBytes: number;
+  /** Running sandboxes forked from it. */
+  childrenAlive: number;
+  pool: PoolInfo;
+}
+
+/**
+ * The outcome of re-checking a snapshot's files (wire object `VerifyResult`).
+ *
+ * @example
+ * const { ok, problems }: VerifyReport = await snapshot.verify();
+ * for (const p of problems) console.error(`${p.file}: ${p.problem}`);
+ */
+export interface VerifyReport {
+  ok: boolean;
+  problems: { file: string; problem: string }[];
+}
+
+/**
  * The daemon's version and host facts (wire object `Version`).
  *
  * @example

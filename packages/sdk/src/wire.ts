@@ -4,7 +4,17 @@
  * tables with the properties of src/api/schemas.ts, so a renamed field fails a test instead
  * of silently reading `undefined`. Exported as `@forkd/sdk/wire`; not a stable API.
  */
-import type { CommandResult, EntryInfo, ImageInfo, SandboxInfo, VersionInfo } from './types.js';
+import type {
+  CommandResult,
+  EntryInfo,
+  ImageInfo,
+  PoolInfo,
+  SandboxInfo,
+  SnapshotFileInfo,
+  SnapshotInfo,
+  VerifyReport,
+  VersionInfo,
+} from './types.js';
 
 /**
  * SDK field → wire field, for every field of `T`.
@@ -59,6 +69,72 @@ export const IMAGE: WireNames<ImageInfo> = {
   source: 'source',
 };
 
+/** `Snapshot` in schemas.ts (`files` and `pool` have tables of their own). */
+export const SNAPSHOT: WireNames<SnapshotInfo> = {
+  tag: 'tag',
+  state: 'state',
+  bootable: 'bootable',
+  reason: 'reason',
+  image: 'image',
+  parent: 'parent',
+  sourceSandbox: 'source_sandbox',
+  memoryMib: 'memory_mib',
+  cpus: 'cpus',
+  labels: 'labels',
+  createdAt: 'created_at',
+  kernel: 'kernel',
+  qemu: 'qemu',
+  files: 'files',
+  logicalBytes: 'logical_bytes',
+  physicalBytes: 'physical_bytes',
+  childrenAlive: 'children_alive',
+  pool: 'pool',
+};
+
+/** `SnapshotFile` in schemas.ts. */
+export const SNAPSHOT_FILE: WireNames<SnapshotFileInfo> = {
+  name: 'name',
+  size: 'size',
+  allocated: 'allocated',
+  sha256: 'sha256',
+};
+
+/** `PoolState` in schemas.ts (also a Snapshot's `pool`). */
+export const POOL_STATE: WireNames<PoolInfo> = { size: 'size', ready: 'ready' };
+
+/** `VerifyResult` in schemas.ts. */
+export const VERIFY_RESULT: WireNames<VerifyReport> = { ok: 'ok', problems: 'problems' };
+
+/** The items of `VerifyResult.problems`. */
+export const VERIFY_PROBLEM: WireNames<VerifyReport['problems'][number]> = {
+  file: 'file',
+  problem: 'problem',
+};
+
+/** `ForkResult` in schemas.ts; its `sandboxes` are `Sandbox`es. */
+export const FORK_RESULT: WireNames<ForkResultWire> = { sandboxes: 'sandboxes', failed: 'failed' };
+
+/** The items of `ForkResult.failed`. */
+export const FORK_FAILURE: WireNames<ForkResultWire['failed'][number]> = {
+  index: 'index',
+  error: 'error',
+};
+
+/**
+ * A wire `Snapshot` → SnapshotInfo, its files and pool converted too.
+ *
+ * @example
+ * const info = snapshotFromWire(await transport.json({ method: 'GET', path: '/v1/snapshots/py' }));
+ */
+export function snapshotFromWire(wire: unknown): SnapshotInfo {
+  const info = fromWire(SNAPSHOT, wire);
+  return {
+    ...info,
+    files: (info.files ?? []).map((f) => fromWire(SNAPSHOT_FILE, f)),
+    pool: fromWire(POOL_STATE, info.pool),
+  };
+}
+
 /** `Version` in schemas.ts. */
 export const VERSION_INFO: WireNames<VersionInfo> = {
   version: 'version',
@@ -99,7 +175,7 @@ export function toWire<T extends object>(names: WireNames<T>, value: T): Record<
 
 // ---- request bodies, as the contract names them ---------------------------------------
 
-/** `CreateSandbox`. */
+/** `CreateSandbox`: a boot from an image, or a fork of `snapshot` (`n` children). */
 export interface CreateSandboxBody {
   image?: string;
   memory_mib?: number;
@@ -107,7 +183,45 @@ export interface CreateSandboxBody {
   env?: Record<string, string>;
   timeout_s?: number;
   labels?: Record<string, string>;
+  snapshot?: string;
+  n?: number;
+  all_or_nothing?: boolean;
 }
+
+/** `CreateSnapshot`. */
+export interface CreateSnapshotBody {
+  tag: string;
+  image?: string;
+  memory_mib?: number;
+  cpus?: number;
+  env?: Record<string, string>;
+  warm?: string[];
+  start?: string[];
+  wait_for?: string;
+  wait_port?: number;
+  wait_timeout_s?: number;
+  labels?: Record<string, string>;
+  stream?: boolean;
+}
+
+/** A wire error object, as in error answers and `error` events. */
+export interface WireError {
+  code: string;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+/** `ForkResult`: the answer to a fork of `n`. */
+export interface ForkResultWire {
+  sandboxes: unknown[];
+  failed: { index: number; error: WireError }[];
+}
+
+/** A streamed snapshot create's NDJSON events (`SnapshotEvent`). */
+export type SnapshotEvent =
+  | { type: 'progress'; message: string }
+  | { type: 'done'; snapshot: unknown }
+  | { type: 'error'; error: WireError };
 
 /** `ExecRequest`. */
 export interface ExecBody {
@@ -132,10 +246,7 @@ export type ExecEvent =
       timed_out: boolean;
       duration_ms: number;
     }
-  | {
-      type: 'error';
-      error: { code: string; message: string; details?: Record<string, unknown> };
-    };
+  | { type: 'error'; error: WireError };
 
 /**
  * Milliseconds → the whole seconds the contract counts in, rounded up so a timeout is

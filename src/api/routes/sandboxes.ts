@@ -1,9 +1,13 @@
 /**
- * Sandbox routes: create, list, get, extend (PATCH), kill, and the console log. Each parses
- * the request and calls the sandbox service; the service decides everything else.
+ * Sandbox routes: create (boot from an image, or fork from a snapshot), list, get, extend
+ * (PATCH), kill, and the console log. Each parses the request and calls the sandbox service
+ * (or, for a fork, the snapshot service); the services decide everything else.
  */
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import Type from 'typebox';
-import type { Services } from '../../services/contracts.js';
+import { ForkdError } from '../../errors.js';
+import type { ForkRequest, Services } from '../../services/contracts.js';
+import { errorBody, fromErrorObject } from '../errors.js';
 import {
   CreateSandbox,
   ListSandboxesQuery,
@@ -11,6 +15,9 @@ import {
   Sandbox,
   SandboxList,
   SandboxParams,
+  type CreateSandboxT,
+  type ForkResultT,
+  type SandboxT,
 } from '../schemas.js';
 import type { Api } from '../types.js';
 import { ERROR_RESPONSES, NO_CONTENT } from './common.js';
@@ -24,22 +31,97 @@ function labelFilter(label: string | undefined): { key: string; value: string } 
   return { key: label.slice(0, at), value: label.slice(at + 1) };
 }
 
+/** A create body that forks (it names a snapshot). */
+type ForkBody = CreateSandboxT & { snapshot: string };
+
+const isFork = (body: CreateSandboxT): body is ForkBody => body.snapshot !== undefined;
+
+/** Fields that describe a boot from an image: a fork takes them from its snapshot. */
+const BOOT_ONLY = ['image', 'memory_mib', 'cpus'] as const;
+/** Fields that only mean something for a fork. */
+const FORK_ONLY = ['n', 'all_or_nothing'] as const;
+
+function conflict(field: string, reason: string): ForkdError {
+  return new ForkdError('bad_request', `body.${field}: ${reason}`, {
+    field: `body.${field}`,
+    reason,
+  });
+}
+
+/** Cross-field rules the schema cannot state: a boot and a fork take different fields. */
+function checkCreate(body: CreateSandboxT): void {
+  const forking = isFork(body);
+  const wrong = forking
+    ? BOOT_ONLY.find((f) => body[f] !== undefined)
+    : FORK_ONLY.find((f) => body[f] !== undefined);
+  if (wrong === undefined) return;
+  throw forking
+    ? conflict(wrong, "not with snapshot: a fork has its snapshot's image, memory and cpus")
+    : conflict(wrong, 'only with snapshot (a fork)');
+}
+
+/** The fork command of a create body with `snapshot`; absent fields stay absent. */
+function forkRequest(body: ForkBody): ForkRequest {
+  const { snapshot, n = 1, labels, env, timeout_s, all_or_nothing } = body;
+  const req: ForkRequest = { snapshot, n, labels, env, timeout_s, all_or_nothing };
+  for (const key of Object.keys(req) as (keyof ForkRequest)[]) {
+    if (req[key] === undefined) delete req[key];
+  }
+  return req;
+}
+
+/** A ForkResult as sent: the children's errors in catalog form, 5xx ones scrubbed. */
+function forkAnswer(result: ForkResultT): ForkResultT {
+  const failed = result.failed.map(({ index, error }) => ({
+    index,
+    error: errorBody(fromErrorObject(error)).error,
+  }));
+  return { sandboxes: result.sandboxes, failed };
+}
+
+/** A fork without `n` answers like a boot: the one child, or its failure as the error. */
+function onlyChild(result: ForkResultT): SandboxT {
+  const [child] = result.sandboxes;
+  if (child) return child;
+  const failure = result.failed[0]?.error;
+  throw failure ? fromErrorObject(failure) : new Error('a fork of one reported no child');
+}
+
 export async function sandboxRoutes(app: Api, { services }: { services: Services }) {
   const sandboxes = services.sandboxes;
+
+  /** POST /v1/sandboxes with `snapshot`: n children (a ForkResult), or one (a Sandbox). */
+  async function fork(body: ForkBody, request: FastifyRequest, reply: FastifyReply) {
+    const result = await services.snapshots.fork(forkRequest(body), {
+      principal: request.principal,
+    });
+    request.counted = { metric: 'forks', n: result.sandboxes.length };
+    return reply.code(201).send(body.n === undefined ? onlyChild(result) : forkAnswer(result));
+  }
 
   app.post(
     '/v1/sandboxes',
     {
       config: { counts: 'boots' },
       schema: {
-        summary: 'Create a sandbox (boot it from an image)',
+        summary:
+          'Create a sandbox: boot it from an image, or fork it from a snapshot (n children with n)',
         tags,
         body: CreateSandbox,
-        response: { 201: Sandbox, ...ERROR_RESPONSES },
+        response: {
+          // By reference: ForkResult holds Sandboxes, and two inline copies of one $id clash.
+          201: Type.Union([Type.Ref('Sandbox'), Type.Ref('ForkResult')], {
+            description: 'the Sandbox; a ForkResult when the request gave n',
+          }),
+          ...ERROR_RESPONSES,
+        },
       },
     },
     async (request, reply) => {
-      const sandbox = await sandboxes.create(request.body, { principal: request.principal });
+      const body = request.body;
+      checkCreate(body);
+      if (isFork(body)) return fork(body, request, reply);
+      const sandbox = await sandboxes.create(body, { principal: request.principal });
       return reply.code(201).send(sandbox);
     },
   );

@@ -28,7 +28,15 @@ export interface CaptureFiles {
   memory: string;
   /** New device-state file (QEMU writes it). */
   deviceState: string;
-  /** New top disk layer the VM continues on; the old top becomes the snapshot's layer. */
+}
+
+/**
+ * Freeze the disk's top layer at the capture instant: the VM goes on writing to a new
+ * overlay. A VM that is ended after its capture needs none: `stop` already flushed it.
+ */
+export interface DiskFreeze {
+  topNode: string;
+  nextNode: string;
   nextOverlay: string;
 }
 
@@ -38,9 +46,6 @@ export interface CaptureResult {
   /** Pages the VM had written (copied during the pause). */
   privatePages: number;
   privateBytes: number;
-  /** Disk node the VM continues on, and the one that was frozen. */
-  frozenNode: string;
-  topNode: string;
   timings: Record<string, number>;
 }
 
@@ -106,8 +111,7 @@ export async function captureVm(
   vm: Vm,
   files: CaptureFiles,
   opts: {
-    topNode: string;
-    nextNode: string;
+    disk?: DiskFreeze;
     resume: boolean;
     whileStopped?: (r: RamRegion) => Promise<void>;
   },
@@ -127,13 +131,15 @@ export async function captureVm(
   let resumed = false;
   try {
     lap('stop_ms');
-    await vm.qmp.execute('blockdev-snapshot-sync', {
-      'node-name': opts.topNode,
-      'snapshot-file': files.nextOverlay,
-      'snapshot-node-name': opts.nextNode,
-      format: 'qcow2',
-    });
-    lap('disk_ms');
+    if (opts.disk) {
+      await vm.qmp.execute('blockdev-snapshot-sync', {
+        'node-name': opts.disk.topNode,
+        'snapshot-file': opts.disk.nextOverlay,
+        'snapshot-node-name': opts.disk.nextNode,
+        format: 'qcow2',
+      });
+      lap('disk_ms');
+    }
     const pages = await captureTool(['pages', ...regionArgs(region), files.memory]);
     lap('pages_ms');
     await vm.qmp.execute('xen-save-devices-state', { filename: files.deviceState, live: false });
@@ -153,8 +159,6 @@ export async function captureVm(
       pauseMs: Math.round(pauseMs * 100) / 100,
       privatePages: pages.pages ?? 0,
       privateBytes: pages.bytes ?? 0,
-      frozenNode: opts.topNode,
-      topNode: opts.nextNode,
       timings: t,
     };
   } finally {

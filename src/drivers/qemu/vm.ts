@@ -12,6 +12,9 @@ import { run } from '../../util/exec.js';
 import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
 import { QmpClient } from './qmp.js';
 
+/** The fd number a restore's device state has inside QEMU (see {@link Vm.start}). */
+export const INCOMING_FD = 3;
+
 export const QEMU_BINARY = process.env.FORKD_QEMU ?? 'qemu-system-x86_64';
 
 /** Create the VM's qcow2 overlay over a backing file (raw image or frozen qcow2 layer). */
@@ -155,14 +158,18 @@ export class Vm {
    * session, files for stdio and no reference from our event loop, so it outlives this
    * process (a daemon restart re-adopts it with {@link Vm.adopt}).
    */
-  static async start(spec: VmSpec): Promise<Vm> {
+  static async start(spec: VmSpec, opts: { incomingFd?: number } = {}): Promise<Vm> {
     const files = vmFiles(spec.dir);
     const log = await open(files.log, 'a');
     let child: ChildProcess;
     let spawned: Promise<void>;
     try {
+      // A restore's device state is handed over as QEMU's fd 3 (`migrate-incoming fd:3`):
+      // Node cannot pass fds over the QMP socket (getfd), but it can at spawn.
+      const stdio: (number | 'ignore')[] = ['ignore', log.fd, log.fd];
+      if (opts.incomingFd !== undefined) stdio.push(opts.incomingFd);
       child = spawn(QEMU_BINARY, buildQemuArgs(spec), {
-        stdio: ['ignore', log.fd, log.fd],
+        stdio,
         detached: true, // own session: a Ctrl-C on the CLI or the daemon's group never reaches QEMU
       });
       spawned = whenSpawned(child); // listen before any await: 'spawn' fires on the next tick
@@ -216,6 +223,29 @@ export class Vm {
       throw e;
     } finally {
       died.catch(() => undefined);
+    }
+  }
+
+  /**
+   * Load the device state handed over at start (fd 3) into a VM waiting in
+   * `-incoming defer`; it comes up running (the state was saved as running).
+   */
+  async restore(timeoutMs = 30_000): Promise<void> {
+    await this.qmp.execute('migrate-incoming', { uri: `fd:${INCOMING_FD}` });
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const st = await this.guard(
+        this.qmp.execute<{ status?: string; 'error-desc'?: string }>('query-migrate'),
+        'restoring its state',
+      );
+      if (st.status === 'completed') return;
+      if (st.status === 'failed' || Date.now() > deadline) {
+        throw new ForkdError(
+          'boot_failed',
+          `restoring the VM failed: ${st['error-desc'] ?? (await tail(this.files.log))}`,
+        );
+      }
+      await sleep(2);
     }
   }
 

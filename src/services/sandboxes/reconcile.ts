@@ -14,7 +14,7 @@ import { AgentClient } from '../../drivers/agent/client.js';
 import { detectAccel } from '../../drivers/qemu/accel.js';
 import { isQemuOf, readQemuPid, Vm } from '../../drivers/qemu/vm.js';
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
-import { connectGuest, OWNER_FILE, sandboxVmSpec } from '../sandboxes.js';
+import { connectGuest, memPathOf, OWNER_FILE, sandboxVmSpec } from '../sandboxes.js';
 import { removeLeftovers } from './leftovers.js';
 import type { ServiceLog } from './log.js';
 
@@ -80,7 +80,11 @@ async function adopt(
   pid: number,
 ): Promise<{ vm: Vm; agent: AgentClient }> {
   const { accel } = await detectAccel();
-  const spec = sandboxVmSpec(row.dir, { memoryMiB: row.memory_mib, cpus: row.cpus, accel });
+  const spec = sandboxVmSpec(
+    row.dir,
+    { memoryMiB: row.memory_mib, cpus: row.cpus, accel },
+    memPathOf(ctx.paths, row.snapshot),
+  );
   const vm = await Vm.adopt(spec, pid, { pollMs: ctx.pollMs });
   try {
     const agent =

@@ -65,6 +65,14 @@ interface Live {
   execs: Map<string, ExecHandle>;
 }
 
+/** Brings up the VM of a new sandbox row other than by booting an image (a fork). */
+export type SandboxStarter = (req: {
+  id: string;
+  env: Record<string, string>;
+  signal: AbortSignal;
+  onStarted(vm: Vm): void;
+}) => Promise<Sandbox>;
+
 /** A boot in progress, so a kill can abort it. */
 interface Booting {
   abort: AbortController;
@@ -147,20 +155,85 @@ export class SandboxManager implements SandboxService {
     });
   }
 
+  /**
+   * Bring up a sandbox from a snapshot: its row (with the snapshot's resources) first, then
+   * `start` restores the VM. Forks skip the boot gate: a restore costs a fraction of a boot.
+   */
+  async createForked(
+    init: {
+      /** The id a pooled VM already carries (its directory is named after it). */
+      id?: string;
+      snapshot: string;
+      image: string | null;
+      parent: string | null;
+      memoryMiB: number;
+      cpus: number;
+      labels?: Record<string, string>;
+      env?: Record<string, string>;
+      timeoutS?: number;
+    },
+    start: SandboxStarter,
+    caller: Caller,
+  ): Promise<SandboxT> {
+    const id = init.id ?? newSandboxId();
+    const starting = this.rows.insert({
+      id,
+      state: 'starting',
+      image: init.image,
+      snapshot: init.snapshot,
+      parent: init.parent,
+      memory_mib: init.memoryMiB,
+      cpus: init.cpus,
+      labels: init.labels ?? {},
+      env: init.env ?? {},
+      created_at: new Date().toISOString(),
+      expires_at: init.timeoutS === undefined ? null : expiry(init.timeoutS),
+      pid: null,
+      dir: sandboxDir(this.opts.paths, id),
+      reason: null,
+    });
+    const row = await this.boot(starting, init.timeoutS, start);
+    this.log.info(
+      { sandbox: id, snapshot: init.snapshot, principal: caller.principal },
+      'sandbox forked',
+    );
+    return toWire(row);
+  }
+
+  /** Running sandboxes forked from a snapshot. */
+  childrenOf(tag: string): string[] {
+    return this.rows
+      .active()
+      .filter((r) => r.snapshot === tag)
+      .map((r) => r.id);
+  }
+
+  /** The live VM of a running sandbox (capture needs the QEMU itself). */
+  vmOf(id: string): Vm {
+    return this.running(id).vm;
+  }
+
   /** Boot a `starting` row's VM; on failure the row goes (or, when killed meanwhile, says so). */
-  private async boot(starting: SandboxRow, timeoutS: number | undefined): Promise<SandboxRow> {
+  private async boot(
+    starting: SandboxRow,
+    timeoutS: number | undefined,
+    start?: SandboxStarter,
+  ): Promise<SandboxRow> {
     const { id } = starting;
     const abort = new AbortController();
-    const boot = bootSandbox(this.opts.paths, {
-      id,
-      image: starting.image as string,
-      memoryMiB: starting.memory_mib,
-      cpus: starting.cpus,
-      env: starting.env,
-      bootTimeoutMs: this.opts.bootTimeoutMs,
-      signal: abort.signal,
-      onStarted: (vm) => this.rows.update(id, { pid: vm.pid }),
-    });
+    const onStarted = (vm: Vm) => this.rows.update(id, { pid: vm.pid });
+    const boot = start
+      ? start({ id, env: starting.env, signal: abort.signal, onStarted })
+      : bootSandbox(this.opts.paths, {
+          id,
+          image: starting.image as string,
+          memoryMiB: starting.memory_mib,
+          cpus: starting.cpus,
+          env: starting.env,
+          bootTimeoutMs: this.opts.bootTimeoutMs,
+          signal: abort.signal,
+          onStarted,
+        });
     const settled = this.settleBoot(starting, boot, abort.signal, timeoutS);
     // A kill waits for all of it, row update included, before it returns.
     this.booting.set(id, { abort, done: settled.catch(() => undefined) });

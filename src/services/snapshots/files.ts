@@ -36,11 +36,12 @@ export interface SnapshotManifest {
   source_sandbox: string | null;
   kernel: string;
   qemu: string;
+  /** CPU state from TCG (-cpu max) cannot be restored under KVM (-cpu host), nor back. */
+  accel: 'kvm' | 'tcg';
   memory_mib: number;
   cpus: number;
   created_at: string;
   labels: Record<string, string>;
-  /** The disk node the frozen layer had in its VM (children open it by file, not node). */
   files: Record<SnapshotFileRole, FileEntry>;
 }
 

@@ -1,0 +1,79 @@
+/**
+ * `forkd fork TAG -n N`: N sandboxes forked from a snapshot through the daemon, each already
+ * warm. Prints the children's ids, one per line. Children that fail are named on stderr
+ * and forkd exits 1, leaving the healthy ones running unless `--all-or-nothing` asked the
+ * daemon to kill them too.
+ */
+import type { Command } from 'commander';
+import { Snapshot, type ForkResult } from '@forkd/sdk';
+import { SANDBOX, toWire } from '@forkd/sdk/wire';
+import {
+  clientConfig,
+  collect,
+  daemonOptions,
+  parseLabels,
+  parseTimeout,
+  type DaemonFlags,
+} from './client.js';
+import { action, printJson } from './output.js';
+import { parseEnv } from './parse.js';
+import { parseCount } from './snapshot.js';
+
+interface ForkFlags extends DaemonFlags {
+  count: string;
+  label: string[];
+  env: string[];
+  timeout?: string;
+  allOrNothing?: boolean;
+}
+
+export function register(program: Command): void {
+  daemonOptions(
+    program
+      .command('fork')
+      .description('start N sandboxes from a snapshot, already warm; prints their ids')
+      .argument('<tag>', 'snapshot tag')
+      .option('-n, --count <n>', 'how many sandboxes (1-100)', '1')
+      .option('--label <k=v>', 'label of every child (repeatable)', collect, [])
+      .option('-e, --env <K=V>', 'environment variable for every command (repeatable)', collect, [])
+      .option('--timeout <seconds>', 'kill each child after this many seconds')
+      .option('--all-or-nothing', 'if any child fails, kill the healthy ones too')
+      .option('--json', 'machine-readable output'),
+  ).action(action(fork));
+}
+
+async function fork(tag: string, flags: ForkFlags): Promise<number> {
+  const n = parseCount(flags.count, '-n', 1);
+  const timeoutS = parseTimeout(flags.timeout);
+  const config = clientConfig(flags);
+  const result = await (
+    await Snapshot.get(tag, config)
+  ).fork({
+    n,
+    labels: parseLabels(flags.label),
+    envs: parseEnv(flags.env),
+    timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
+    allOrNothing: flags.allOrNothing,
+  });
+  if (flags.json) printJson(forkJson(result));
+  else report(result, flags.allOrNothing);
+  return result.failed.length ? 1 : 0;
+}
+
+/** The ForkResult in the REST API's shape. */
+function forkJson({ sandboxes, failed }: ForkResult) {
+  return {
+    sandboxes: sandboxes.map((s) => toWire(SANDBOX, s.info)),
+    failed: failed.map(({ index, error }) => ({ index, error: error.toJSON().error })),
+  };
+}
+
+function report({ sandboxes, failed }: ForkResult, allOrNothing?: boolean): void {
+  for (const s of sandboxes) process.stdout.write(`${s.id}\n`);
+  for (const { index, error } of failed) {
+    process.stderr.write(`forkd: child ${index}: ${error.message} [${error.code}]\n`);
+  }
+  if (failed.length && allOrNothing) {
+    process.stderr.write('forkd: --all-or-nothing: the healthy children were killed too\n');
+  }
+}

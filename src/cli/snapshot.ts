@@ -1,0 +1,213 @@
+/**
+ * `forkd snapshot create|info|verify|pool`: make a snapshot through the daemon (boot an
+ * image, warm it up, capture it; progress on stderr; Ctrl-C aborts and the daemon removes
+ * what it had made), show one, re-check its files, size its pool of pre-started VMMs.
+ * Listing is `forkd snapshots`, forking `forkd fork`, removing `forkd rmi`.
+ */
+import type { Command } from 'commander';
+import { Snapshot, type SnapshotInfo } from '@forkd/sdk';
+import { ForkdError } from '../errors.js';
+import { clientConfig, collect, daemonOptions, parseLabels, type DaemonFlags } from './client.js';
+import { formatBytes } from './images.js';
+import { action, printJson, printTable } from './output.js';
+import { parseEnv, parseMemory } from './parse.js';
+import { formatLabels, shortTime, snapshotJson, usable, whyUnusable } from './snapshots.js';
+
+interface CreateFlags extends DaemonFlags {
+  image?: string;
+  tag?: string;
+  memory?: string;
+  cpus?: string;
+  warm: string[];
+  start: string[];
+  waitFor?: string;
+  waitPort?: string;
+  waitTimeout?: string;
+  env: string[];
+  label: string[];
+}
+
+/** The exit code of a command a person interrupted (128 + SIGINT), as a shell reports it. */
+const INTERRUPTED = 130;
+
+export function register(program: Command): void {
+  const snapshot = program
+    .command('snapshot')
+    .description('make, inspect, verify snapshots and size their VMM pools');
+  daemonOptions(
+    snapshot
+      .command('create')
+      .description('boot an image, warm it up and capture it as a snapshot')
+      .option('--tag <tag>', 'snapshot name: a-z, 0-9, ".", "_", "-"')
+      .option('--image <name>', "image to boot (default: the daemon's)")
+      .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
+      .option('--cpus <n>', 'virtual CPUs')
+      .option('--warm <cmd>', 'run to completion before the capture (repeatable)', collect, [])
+      .option(
+        '--start <cmd>',
+        'start and keep running inside the snapshot (repeatable)',
+        collect,
+        [],
+      )
+      .option('--wait-for <cmd>', 'before the capture, retry this until it exits 0')
+      .option('--wait-port <port>', 'before the capture, wait until this guest TCP port listens')
+      .option('--wait-timeout <seconds>', 'how long --wait-for / --wait-port may take')
+      .option(
+        '-e, --env <K=V>',
+        'environment of the warm and start commands (repeatable)',
+        collect,
+        [],
+      )
+      .option('--label <k=v>', 'label (repeatable)', collect, [])
+      .option('--json', 'machine-readable output, no progress'),
+  ).action(action(create));
+  daemonOptions(
+    snapshot
+      .command('info')
+      .description('files and sizes, lineage, pool, children and bootability of a snapshot')
+      .argument('<tag>', 'snapshot tag')
+      .option('--json', 'machine-readable output'),
+  ).action(action(info));
+  daemonOptions(
+    snapshot
+      .command('verify')
+      .description("re-check a snapshot's files against its checksums (exit 1 on problems)")
+      .argument('<tag>', 'snapshot tag')
+      .option('--json', 'machine-readable output'),
+  ).action(action(verify));
+  daemonOptions(
+    snapshot
+      .command('pool')
+      .description('keep N VMMs pre-started for a snapshot, so forks start faster (0: none)')
+      .argument('<tag>', 'snapshot tag')
+      .argument('<n>', 'pool size')
+      .option('--json', 'machine-readable output'),
+  ).action(action(pool));
+}
+
+/** A whole number of at least `min` given for `flag`; anything else is bad usage. */
+export function parseCount(text: string, flag: string, min = 0): number {
+  const n = Number(text);
+  if (!/^\d+$/.test(text.trim()) || n < min) {
+    throw new ForkdError('bad_request', `${flag} must be a whole number of at least ${min}`);
+  }
+  return n;
+}
+
+/** A repeatable flag's values, or undefined when it was not given. */
+const nonEmpty = (values: string[]): string[] | undefined => (values.length ? values : undefined);
+
+const optional = <T>(text: string | undefined, parse: (s: string) => T): T | undefined =>
+  text === undefined ? undefined : parse(text);
+
+function createOptions(flags: CreateFlags) {
+  if (!flags.tag) throw new ForkdError('bad_request', 'missing --tag TAG (the snapshot name)');
+  if (flags.waitFor !== undefined && flags.waitPort !== undefined) {
+    throw new ForkdError('bad_request', 'give --wait-for CMD or --wait-port N, not both');
+  }
+  return {
+    ...clientConfig(flags),
+    tag: flags.tag,
+    image: flags.image,
+    memoryMib: optional(flags.memory, parseMemory),
+    cpus: optional(flags.cpus, (s) => parseCount(s, '--cpus', 1)),
+    env: parseEnv(flags.env),
+    warm: nonEmpty(flags.warm),
+    start: nonEmpty(flags.start),
+    waitFor: flags.waitFor,
+    waitPort: optional(flags.waitPort, (s) => parseCount(s, '--wait-port', 1)),
+    waitTimeoutMs: optional(flags.waitTimeout, (s) => parseCount(s, '--wait-timeout', 1) * 1000),
+    labels: parseLabels(flags.label),
+  };
+}
+
+/** Calls `fn` on Ctrl-C (or SIGTERM) until the returned function is called. */
+function onInterrupt(fn: () => void): () => void {
+  process.once('SIGINT', fn);
+  process.once('SIGTERM', fn);
+  return () => {
+    process.off('SIGINT', fn);
+    process.off('SIGTERM', fn);
+  };
+}
+
+async function create(flags: CreateFlags): Promise<number | void> {
+  const opts = createOptions(flags);
+  const onProgress = flags.json
+    ? undefined
+    : (message: string) => void process.stderr.write(`  ${message}\n`);
+  // Aborting ends the request; the daemon sees the client leave and cleans up.
+  const interrupt = new AbortController();
+  const stop = onInterrupt(() => interrupt.abort(new Error('interrupted')));
+  try {
+    const snap = await Snapshot.create({ ...opts, onProgress, signal: interrupt.signal });
+    if (flags.json) printJson(snapshotJson(snap.info));
+    else process.stdout.write(`${describe(snap.info)}\n`);
+  } catch (e) {
+    if (!interrupt.signal.aborted) throw e;
+    process.stderr.write(
+      `forkd: interrupted: the daemon stops making snapshot ${opts.tag} and removes what it had made\n`,
+    );
+    return INTERRUPTED;
+  } finally {
+    stop();
+  }
+}
+
+/** One line a person reads after a create. */
+function describe(s: SnapshotInfo): string {
+  const from = s.image ? `image ${s.image}` : s.parent ? `snapshot ${s.parent}` : 'nothing';
+  return (
+    `snapshot ${s.tag}: ${s.memoryMib} MiB guest, ${formatBytes(s.physicalBytes)} on disk, ` +
+    `from ${from}; fork it with \`forkd fork ${s.tag} -n N\``
+  );
+}
+
+async function info(tag: string, flags: DaemonFlags): Promise<void> {
+  const s = (await Snapshot.get(tag, clientConfig(flags))).info;
+  if (flags.json) return printJson(snapshotJson(s));
+  printFields([
+    ['tag', s.tag],
+    ['state', usable(s) ? 'ready, bootable' : whyUnusable(s)],
+    ['image', s.image ?? '-'],
+    ['parent', s.parent ?? '-'],
+    ['branched from', s.sourceSandbox ?? '-'],
+    ['memory', `${s.memoryMib} MiB, ${s.cpus} cpu${s.cpus === 1 ? '' : 's'}`],
+    ['created', shortTime(s.createdAt)],
+    ['kernel', s.kernel],
+    ['qemu', s.qemu],
+    ['labels', formatLabels(s.labels)],
+    ['children', `${s.childrenAlive} alive`],
+    ['pool', `${s.pool.ready} of ${s.pool.size} ready`],
+    ['size', `${formatBytes(s.logicalBytes)} logical, ${formatBytes(s.physicalBytes)} on disk`],
+  ]);
+  process.stdout.write('\n');
+  printTable(
+    ['FILE', 'SIZE', 'ON DISK', 'SHA256'],
+    s.files.map((f) => [f.name, formatBytes(f.size), formatBytes(f.allocated), f.sha256]),
+  );
+}
+
+/** `name   value` lines, names aligned. */
+function printFields(fields: [string, string][]): void {
+  const width = Math.max(...fields.map(([name]) => name.length));
+  for (const [name, value] of fields) process.stdout.write(`${name.padEnd(width)}  ${value}\n`);
+}
+
+async function verify(tag: string, flags: DaemonFlags): Promise<number> {
+  const report = await (await Snapshot.get(tag, clientConfig(flags))).verify();
+  if (flags.json) printJson(report);
+  else if (report.ok) process.stdout.write(`snapshot ${tag}: ok\n`);
+  else {
+    for (const p of report.problems) process.stdout.write(`${p.file}: ${p.problem}\n`);
+    process.stderr.write(`forkd: snapshot ${tag} has ${report.problems.length} problem(s)\n`);
+  }
+  return report.ok ? 0 : 1;
+}
+
+async function pool(tag: string, size: string, flags: DaemonFlags): Promise<void> {
+  const n = parseCount(size, 'the pool size');
+  const state = await (await Snapshot.get(tag, clientConfig(flags))).setPool(n);
+  if (flags.json) printJson(state);
+  else process.stdout.write(`pool of ${tag}: ${state.size} (${state.ready} ready now)\n`);
+}

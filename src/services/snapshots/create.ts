@@ -1,0 +1,147 @@
+/**
+ * `snapshot create`: boot a parent from an image, warm it (commands run to completion),
+ * start long-lived processes that stay inside the snapshot, wait until it is ready, then
+ * capture it and end it. Everything is written under a staging name; any failure or abort
+ * removes the parent VM and the staging files, so nothing is left under the tag.
+ */
+import { rename, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { CreateSnapshotT } from '../../api/schemas.js';
+import type { Paths } from '../../config.js';
+import type { AgentClient } from '../../drivers/agent/client.js';
+import { captureVm } from '../../drivers/qemu/capture.js';
+import { ForkdError } from '../../errors.js';
+import { locateGuest } from '../guest.js';
+import { DEFAULT_IMAGE } from '../images.js';
+import { bootSandbox, destroySandbox, type Sandbox } from '../sandboxes.js';
+import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
+
+export interface CreateContext {
+  paths: Paths;
+  qemuVersion: string;
+  onProgress: (message: string) => void;
+  signal?: AbortSignal;
+}
+
+const DEFAULT_WAIT_S = 120;
+const OUTPUT_TAIL = 2000;
+
+/** Make and publish a snapshot; returns its manifest. */
+export async function createSnapshot(
+  req: CreateSnapshotT,
+  ctx: CreateContext,
+): Promise<{ manifest: SnapshotManifest; pauseMs: number; parent: string }> {
+  const image = req.image ?? DEFAULT_IMAGE;
+  const staging = await stagingDir(ctx.paths, req.tag);
+  let sb: Sandbox | undefined;
+  try {
+    ctx.onProgress(`booting a parent from image ${image}`);
+    sb = await bootSandbox(ctx.paths, {
+      image,
+      memoryMiB: req.memory_mib,
+      cpus: req.cpus,
+      env: req.env,
+      signal: ctx.signal,
+    });
+    await warm(sb.agent, req, ctx);
+    ctx.onProgress('capturing memory, devices and disk');
+    ctx.signal?.throwIfAborted();
+    sb.agent.close(); // children open their own agent session (0xFF + sync)
+    const cap = await captureVm(
+      sb.vm,
+      {
+        memory: join(staging, SNAPSHOT_FILES.memory),
+        deviceState: join(staging, SNAPSHOT_FILES.vmstate),
+      },
+      { resume: false },
+    );
+    await sb.vm.kill();
+    await rename(join(sb.dir, 'overlay.qcow2'), join(staging, SNAPSHOT_FILES.disk));
+    ctx.onProgress(
+      `captured ${(cap.privateBytes / 1048576).toFixed(0)} MiB of written memory; checksumming`,
+    );
+    const manifest = await publishSnapshot(ctx.paths, staging, {
+      tag: req.tag,
+      image,
+      parent: null,
+      source_sandbox: sb.id,
+      kernel: (await locateGuest(ctx.paths)).kernelVersion,
+      qemu: ctx.qemuVersion,
+      accel: sb.vm.spec.accel,
+      memory_mib: sb.vm.spec.memoryMiB,
+      cpus: sb.vm.spec.cpus,
+      created_at: new Date().toISOString(),
+      labels: req.labels ?? {},
+    });
+    await rm(sb.dir, { recursive: true, force: true });
+    return { manifest, pauseMs: cap.pauseMs, parent: sb.id };
+  } catch (e) {
+    if (sb) await destroySandbox(sb).catch(() => undefined);
+    await rm(staging, { recursive: true, force: true });
+    throw e;
+  }
+}
+
+/** Warm-up commands, long-lived starts, then the readiness check. */
+async function warm(agent: AgentClient, req: CreateSnapshotT, ctx: CreateContext): Promise<void> {
+  for (const cmd of req.warm ?? []) {
+    ctx.onProgress(`warm: ${cmd}`);
+    await mustSucceed(agent, cmd, 'warm-up command', ctx.signal);
+  }
+  for (const [i, cmd] of (req.start ?? []).entries()) {
+    ctx.onProgress(`start: ${cmd}`);
+    // Detached from the agent's exec (own output file, no pipes), so it keeps running in
+    // the parent and therefore in every fork.
+    const detached = `(${cmd}) </dev/null >/tmp/forkd-start-${i}.log 2>&1 &`;
+    await mustSucceed(agent, detached, 'start command', ctx.signal);
+  }
+  const deadline = Date.now() + (req.wait_timeout_s ?? DEFAULT_WAIT_S) * 1000;
+  if (req.wait_for) await waitUntil(agent, req.wait_for, deadline, ctx);
+  if (req.wait_port) await waitUntil(agent, portCheck(req.wait_port), deadline, ctx);
+}
+
+/** A shell test that a guest TCP port listens (state 0A in /proc/net/tcp{,6}). */
+function portCheck(port: number): string {
+  const hex = port.toString(16).toUpperCase().padStart(4, '0');
+  return `grep -q ':${hex} [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null`;
+}
+
+async function mustSucceed(
+  agent: AgentClient,
+  cmd: string,
+  what: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  const r = await agent.run({ argv: ['sh', '-c', cmd], signal });
+  if (r.exitCode === 0) return;
+  const output = (r.stdout.toString() + r.stderr.toString()).slice(-OUTPUT_TAIL);
+  throw new ForkdError(
+    'bad_request',
+    `${what} failed (${r.exitCode === null ? r.signal : `exit ${r.exitCode}`}): ${cmd}\n${output}`,
+    { command: cmd, exit_code: r.exitCode, output },
+  );
+}
+
+async function waitUntil(
+  agent: AgentClient,
+  check: string,
+  deadline: number,
+  ctx: CreateContext,
+): Promise<void> {
+  ctx.onProgress(`waiting until ready: ${check}`);
+  for (;;) {
+    ctx.signal?.throwIfAborted();
+    const r = await agent.run({ argv: ['sh', '-c', check], signal: ctx.signal });
+    if (r.exitCode === 0) return;
+    if (Date.now() > deadline) {
+      throw new ForkdError(
+        'timeout',
+        `the parent did not become ready in time: ${check} kept failing`,
+        {
+          check,
+        },
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}

@@ -1,0 +1,51 @@
+/**
+ * The daemon's real services, in-process, over a test home: store, sandbox and snapshot
+ * services as `forkd daemon` wires them, for end-to-end tests with real VMs that need no
+ * HTTP. `close` kills every sandbox and pool VM and closes the store.
+ */
+import { Store } from '../../src/store/db.js';
+import { SandboxManager } from '../../src/services/sandboxes/service.js';
+import { SnapshotManager } from '../../src/services/snapshots/service.js';
+import type { TestHome } from './home.js';
+
+export interface TestServices {
+  store: Store;
+  sandboxes: SandboxManager;
+  snapshots: SnapshotManager;
+  close(): Promise<void>;
+}
+
+export const caller = { principal: 'test' };
+
+export async function startServices(home: TestHome): Promise<TestServices> {
+  const store = Store.open(home.paths.db);
+  const sandboxes = new SandboxManager({ paths: home.paths, store });
+  await sandboxes.start();
+  const snapshots = new SnapshotManager({
+    paths: home.paths,
+    store,
+    sandboxes,
+    qemuVersion: async () => 'test',
+  });
+  await snapshots.start();
+  return {
+    store,
+    sandboxes,
+    snapshots,
+    close: async () => {
+      await snapshots.pool.close();
+      await sandboxes.killAll();
+      store.close();
+    },
+  };
+}
+
+/** Run a shell command in a sandbox; stdout as text (throws on a non-zero exit). */
+export async function sh(s: TestServices, id: string, script: string): Promise<string> {
+  const r = await s.sandboxes.exec(id, { argv: ['sh', '-c', script] });
+  const out = Buffer.from(r.stdout, 'base64').toString('utf8');
+  if (r.exit_code !== 0) {
+    throw new Error(`${script} → exit ${r.exit_code}: ${out}${Buffer.from(r.stderr, 'base64')}`);
+  }
+  return out;
+}

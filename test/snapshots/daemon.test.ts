@@ -1,0 +1,97 @@
+/**
+ * Snapshots through a real `forkd daemon` (SDK and CLI), and the daemon SIGKILLed in the
+ * middle of `snapshot create`: after a restart no half snapshot is listed and no stray
+ * QEMU or file remains.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdir } from 'node:fs/promises';
+import { Sandbox, Snapshot, SnapshotNotFoundError } from '@forkd/sdk';
+import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../helpers/home.js';
+import { startDaemon, type DaemonProcess } from '../helpers/daemon-process.js';
+import { forkd } from '../helpers/cli.js';
+
+let home: TestHome;
+let daemon: DaemonProcess | undefined;
+
+before(async () => {
+  home = await makeTestHome();
+  daemon = await startDaemon(home);
+});
+
+after(async () => {
+  try {
+    if (daemon) {
+      const url = daemon.url;
+      for (const sb of await Sandbox.list({ url }))
+        await Sandbox.kill(sb.id, { url }).catch(() => undefined);
+      await daemon.stop();
+    }
+    await assertNoLeftovers(home);
+  } finally {
+    await home.cleanup();
+  }
+});
+
+test('SDK: create a snapshot with progress, fork it, fork one with Sandbox.create', async () => {
+  const url = (daemon as DaemonProcess).url;
+  const progress: string[] = [];
+  const snap = await Snapshot.create({
+    url,
+    tag: 'sdk-warm',
+    warm: ['echo from-parent > /root/p.txt'],
+    onProgress: (m) => progress.push(m),
+  });
+  assert.ok(
+    progress.some((m) => m.includes('warm')),
+    progress.join(' | '),
+  );
+  assert.equal(snap.info.bootable, true);
+  const children = await snap.forkAll(3);
+  for (const sb of children) {
+    const r = await sb.commands.run('cat /root/p.txt');
+    assert.equal(r.stdout, 'from-parent\n');
+  }
+  const one = await Sandbox.create({ url, snapshot: 'sdk-warm' });
+  assert.equal(one.info.snapshot, 'sdk-warm');
+  assert.equal((await one.commands.run('cat /root/p.txt')).stdout, 'from-parent\n');
+  await Promise.all([...children, one].map((sb) => sb.kill()));
+  await assert.rejects(Snapshot.get('nope', { url }), SnapshotNotFoundError);
+});
+
+test('CLI: snapshots, fork, rmi', async () => {
+  const env = { ...home.env, FORKD_URL: (daemon as DaemonProcess).url };
+  const list = await forkd(['snapshots', '--json'], { env });
+  assert.equal(list.code, 0, list.stderr);
+  const tags = (JSON.parse(list.stdout.toString()) as { tag: string }[]).map((s) => s.tag);
+  assert.ok(tags.includes('sdk-warm'));
+  const fork = await forkd(['fork', 'sdk-warm', '-n', '2', '--json'], { env });
+  assert.equal(fork.code, 0, fork.stderr);
+  const rmi = await forkd(['rmi', 'sdk-warm'], { env });
+  assert.notEqual(rmi.code, 0, 'rmi must refuse while forks run');
+  assert.match(rmi.stderr, /snapshot_in_use/);
+  const forced = await forkd(['rmi', 'sdk-warm', '--force'], { env });
+  assert.equal(forced.code, 0, forced.stderr);
+  assert.deepEqual(await readdir(home.paths.snapshots), []);
+});
+
+test('daemon SIGKILLed during snapshot create: nothing half-made survives a restart', async () => {
+  const d = daemon as DaemonProcess;
+  let sawWarm!: () => void;
+  const warming = new Promise<void>((resolve) => (sawWarm = resolve));
+  const creating = Snapshot.create({
+    url: d.url,
+    tag: 'half',
+    warm: ['sleep 30'],
+    onProgress: (m) => m.startsWith('warm') && sawWarm(),
+  }).catch((e: unknown) => e);
+  await warming;
+  assert.ok((await qemusUnder(home.dir)).length > 0, 'the parent VM should be running');
+  process.kill(d.pid, 'SIGKILL');
+  await creating;
+  daemon = await startDaemon(home);
+  await assert.rejects(Snapshot.get('half', { url: daemon.url }), SnapshotNotFoundError);
+  assert.deepEqual(await Snapshot.list({ url: daemon.url }), []);
+  assert.deepEqual(await readdir(home.paths.snapshots), [], 'a staging dir survived');
+  assert.deepEqual(await qemusUnder(home.dir), [], 'the parent QEMU survived');
+});
