@@ -1,12 +1,14 @@
 /**
  * Cold boot benchmark: boot a sandbox from the busybox image until its agent answers,
  * N times (default 10), and report p50/p90 plus the QEMU process's memory per VM.
- * Usage: node dist/bench/boot.js [N] [--memory MiB]   (uses FORKD_HOME as set up)
+ * Usage: node dist/bench/boot.js [N] [--memory MiB]
+ * It boots in a temp FORKD_HOME linked to the set-up home's kernel and busybox image.
  */
 import { readFile } from 'node:fs/promises';
-import { paths } from '../src/config.js';
+import type { Paths } from '../src/config.js';
 import { detectAccel } from '../src/drivers/qemu/accel.js';
 import { bootSandbox, destroySandbox } from '../src/services/sandboxes.js';
+import { makeBenchHome } from './home.js';
 import { summary } from './stats.js';
 
 /** Fields (kB) of /proc/PID/smaps_rollup and status that describe a VM's host memory. */
@@ -28,7 +30,15 @@ async function main(): Promise<void> {
   const n = Number(process.argv[2] ?? 10);
   const memIdx = process.argv.indexOf('--memory');
   const memoryMiB = memIdx > 0 ? Number(process.argv[memIdx + 1]) : 256;
-  const p = paths();
+  const home = await makeBenchHome(['busybox']);
+  try {
+    await measure(home.paths, n, memoryMiB);
+  } finally {
+    await home.cleanup();
+  }
+}
+
+async function measure(p: Paths, n: number, memoryMiB: number): Promise<void> {
   const { accel, reason } = await detectAccel();
   console.log(
     `cold boot to agent ready: ${n} boots, busybox image, ${memoryMiB} MiB, accel ${accel} (${reason})`,

@@ -7,18 +7,12 @@
  *  - host memory per idle child (PSS from smaps_rollup, summed over children / N) vs a
  *    cold-booted VM, at 256 MiB and 1 GiB of guest RAM.
  * Usage: node dist/bench/fork.js [--image busybox|py] [--quick]
- * It uses a temp FORKD_HOME linked to the set-up home's kernel and images.
+ * It uses a temp FORKD_HOME linked to the set-up home's kernel and image (bench/home.ts).
  */
-import { mkdtemp, mkdir, readFile, rm, symlink } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { forkdHome, paths } from '../src/config.js';
-import { Store } from '../src/store/db.js';
-import { SandboxManager } from '../src/services/sandboxes/service.js';
-import { SnapshotManager } from '../src/services/snapshots/service.js';
+import { readFile } from 'node:fs/promises';
+import { caller, startBenchServices } from './services.js';
 import { percentile, summary } from './stats.js';
 
-const caller = { principal: 'bench' };
 const args = process.argv.slice(2);
 const image = args.includes('--image') ? (args[args.indexOf('--image') + 1] as string) : 'busybox';
 const quick = args.includes('--quick');
@@ -60,30 +54,8 @@ async function pss(pid: number): Promise<number> {
   return Number(/^Pss:\s+(\d+)/m.exec(text)?.[1] ?? NaN) / 1024;
 }
 
-async function setup() {
-  const dir = await mkdtemp(join(tmpdir(), 'forkd-bench-'));
-  const p = paths(dir);
-  const base = paths(forkdHome());
-  await mkdir(p.images, { recursive: true });
-  await symlink(base.kernels, p.kernels);
-  await symlink(join(base.images, image), join(p.images, image));
-  const store = Store.open(p.db);
-  const sandboxes = new SandboxManager({ paths: p, store, maxBooting: 8 });
-  await sandboxes.start();
-  const snapshots = new SnapshotManager({
-    paths: p,
-    store,
-    sandboxes,
-    qemuVersion: async () => 'bench',
-  });
-  await snapshots.start();
-  const close = async () => {
-    await snapshots.pool.close();
-    await sandboxes.killAll();
-    store.close();
-    await rm(dir, { recursive: true, force: true });
-  };
-  return { p, store, sandboxes, snapshots, close };
+function setup() {
+  return startBenchServices([image]);
 }
 
 type Env = Awaited<ReturnType<typeof setup>>;

@@ -18,6 +18,7 @@ import { frameworkErrors, installErrorHandler } from './errors.js';
 import { installMetrics } from './metrics.js';
 import { installOpenApi } from './openapi.js';
 import { installStrictInput } from './strict.js';
+import { branchRoutes } from './routes/branch.js';
 import { execRoutes } from './routes/exec.js';
 import { fileRoutes } from './routes/files.js';
 import { hostRoutes } from './routes/host.js';
@@ -124,6 +125,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
     fileRoutes,
     imageRoutes,
     snapshotRoutes,
+    branchRoutes,
   ]) {
     await app.register(routes, { services });
   }

@@ -2,8 +2,9 @@
  * Prometheus metrics at GET /metrics, in a registry of this app's own (not prom-client's
  * global one, so two apps in one process — tests — never share or double-register).
  * Sandboxes by state and each snapshot's VMM pool are read from the services at scrape
- * time; boots, forks and execs count successful answers of the routes marked
+ * time; boots, forks, execs and branches count successful answers of the routes marked
  * `config.counts` (or as the handler set in `request.counted`: a fork of 10 counts 10);
+ * a branch's pause (`request.pauseMs`) feeds its own histogram;
  * every answer feeds the latency histogram (by route pattern, never by raw URL, to keep
  * label cardinality bounded) and, when it is an error, the per-code error counter.
  */
@@ -12,7 +13,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import Type from 'typebox';
 import type { HostInfo, Services, SnapshotService } from '../services/contracts.js';
 import { SandboxState, type SnapshotT } from './schemas.js';
-import type { Api, Counted } from './types.js';
+import type { Api, CountedMetric } from './types.js';
 
 const STATES = SandboxState.anyOf.map((s) => s.const);
 
@@ -63,14 +64,15 @@ function poolGauges(registry: Registry, snapshots: SnapshotService): void {
 
 function counters(registry: Registry) {
   const registers = [registry];
+  const counter = (name: string, help: string) => new Counter({ name, help, registers });
+  const counts: Record<CountedMetric, Counter> = {
+    boots: counter('forkd_boots_total', 'Sandboxes booted'),
+    forks: counter('forkd_forks_total', 'Sandboxes forked from snapshots'),
+    execs: counter('forkd_execs_total', 'Commands run'),
+    branches: counter('forkd_branches_total', 'Running sandboxes branched into snapshots'),
+  };
   return {
-    boots: new Counter({ name: 'forkd_boots_total', help: 'Sandboxes booted', registers }),
-    forks: new Counter({
-      name: 'forkd_forks_total',
-      help: 'Sandboxes forked from snapshots',
-      registers,
-    }),
-    execs: new Counter({ name: 'forkd_execs_total', help: 'Commands run', registers }),
+    counts,
     errors: new Counter({
       name: 'forkd_errors_total',
       help: 'Error answers by catalog code',
@@ -84,13 +86,21 @@ function counters(registry: Registry) {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120],
       registers,
     }),
+    // Fine buckets around the 60 ms a branch's pause should stay under.
+    branchPause: new Histogram({
+      name: 'forkd_branch_pause_seconds',
+      help: 'How long the source of a branch was stopped (stop to cont)',
+      buckets: [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5],
+      registers,
+    }),
   };
 }
 
 /** What a successful answer counts: the handler's say, else its route's `config.counts` once. */
-function countedOf(request: FastifyRequest): Counted | null {
+function countedOf(request: FastifyRequest): [CountedMetric, number][] {
   const metric = request.routeOptions.config.counts;
-  return request.counted ?? (metric ? { metric, n: 1 } : null);
+  const counted = request.counted ?? (metric ? { [metric]: 1 } : {});
+  return Object.entries(counted) as [CountedMetric, number][];
 }
 
 /** Adds GET /metrics and the hooks that feed it. */
@@ -101,6 +111,7 @@ export function installMetrics(app: Api, services: Pick<Services, 'host' | 'snap
   poolGauges(registry, services.snapshots);
   const m = counters(registry);
   app.decorateRequest('counted', null);
+  app.decorateRequest('pauseMs', null);
 
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched';
@@ -110,8 +121,9 @@ export function installMetrics(app: Api, services: Pick<Services, 'host' | 'snap
       reply.elapsedTime / 1000,
     );
     if (request.errorCode) m.errors.inc({ code: request.errorCode });
-    const counted = countedOf(request);
-    if (counted && status < 400 && counted.n > 0) m[counted.metric].inc(counted.n);
+    if (status >= 400) return;
+    for (const [metric, n] of countedOf(request)) if (n > 0) m.counts[metric].inc(n);
+    if (request.pauseMs !== null) m.branchPause.observe(request.pauseMs / 1000);
   });
   app.addHook('onClose', async () => registry.clear());
 

@@ -340,6 +340,11 @@ export const Snapshot = Type.Object(
     physical_bytes: Type.Integer(),
     children_alive: Type.Integer({ description: 'running sandboxes forked from it' }),
     pool: Type.Object({ size: Type.Integer(), ready: Type.Integer() }),
+    depth: Type.Integer({
+      description: 'layers of parent snapshots under its disk (0 = standalone)',
+    }),
+    ancestors: Type.Array(Type.String(), { description: 'parent, grandparent, …' }),
+    dependents: Type.Array(Type.String(), { description: 'snapshots whose chain includes it' }),
   },
   { $id: 'Snapshot' },
 );
@@ -403,9 +408,64 @@ export const SnapshotEvent = Type.Union(
 export const RemoveSnapshotQuery = Type.Object(
   {
     force: Type.Optional(Type.Boolean({ description: 'kill the sandboxes forked from it first' })),
+    cascade: Type.Optional(
+      Type.Boolean({ description: 'also remove every snapshot built on it, and their sandboxes' }),
+    ),
   },
   strict,
 );
+
+// ---- branch, chains, lineage -----------------------------------------------------------
+
+export const BranchRequest = Type.Object(
+  {
+    tag: Type.Optional(SnapshotTag),
+    fork: Type.Optional(
+      Type.Integer({ minimum: 0, maximum: 100, description: 'also fork this many children of it' }),
+    ),
+    labels: Type.Optional(Labels),
+    no_wait: Type.Optional(
+      Type.Boolean({
+        description: 'answer once the source resumed; the snapshot is `writing` until checksummed',
+      }),
+    ),
+  },
+  strict,
+);
+
+export const BranchResult = Type.Object(
+  {
+    snapshot: Snapshot,
+    pause_ms: Type.Number({ description: 'the source was stopped this long (stop → cont)' }),
+    captured_bytes: Type.Integer({
+      description: 'memory the source had written, copied in the pause',
+    }),
+    timings: Type.Record(Type.String(), Type.Number()),
+    children: Type.Optional(ForkResult),
+  },
+  { $id: 'BranchResult' },
+);
+
+export const CompactSnapshot = Type.Object({ to: SnapshotTag }, strict);
+
+export const LineageNode = Type.Object({
+  kind: Type.Union([Type.Literal('image'), Type.Literal('snapshot'), Type.Literal('sandbox')]),
+  id: Type.String(),
+  parent: Type.Union([
+    Type.Object({
+      kind: Type.Union([Type.Literal('image'), Type.Literal('snapshot'), Type.Literal('sandbox')]),
+      id: Type.String(),
+    }),
+    Type.Null(),
+  ]),
+  state: Type.String(),
+  created_at: Type.String(),
+});
+export const Lineage = Type.Object(
+  { nodes: Type.Array(LineageNode) },
+  { $id: 'Lineage', description: 'every image, snapshot and live sandbox with its parent edge' },
+);
+export const LineageQuery = Type.Object({ tag: Type.Optional(SnapshotTag) }, strict);
 
 export const VerifyResult = Type.Object({
   ok: Type.Boolean(),
@@ -437,6 +497,9 @@ export type SnapshotT = Static<typeof Snapshot>;
 export type CreateSnapshotT = Static<typeof CreateSnapshot>;
 export type VerifyResultT = Static<typeof VerifyResult>;
 export type PoolStateT = Static<typeof PoolState>;
+export type BranchRequestT = Static<typeof BranchRequest>;
+export type BranchResultT = Static<typeof BranchResult>;
+export type LineageT = Static<typeof Lineage>;
 
 /** Every named schema, registered with Fastify so the OpenAPI document references them. */
 export const SHARED_SCHEMAS: TSchema[] = [
@@ -449,4 +512,6 @@ export const SHARED_SCHEMAS: TSchema[] = [
   ForkResult,
   Snapshot,
   SnapshotEvent,
+  BranchResult,
+  Lineage,
 ];

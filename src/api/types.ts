@@ -21,13 +21,13 @@ export type Api = FastifyInstance<
 >;
 
 /** The counters a successful answer can add to: forkd_boots_total, forkd_execs_total, … */
-export type CountedMetric = 'boots' | 'execs' | 'forks';
+export type CountedMetric = 'boots' | 'execs' | 'forks' | 'branches';
 
-/** What one successful answer adds: `n` to one counter (a fork of 10 counts 10). */
-export interface Counted {
-  metric: CountedMetric;
-  n: number;
-}
+/**
+ * What one successful answer adds to each counter: a fork of 10 adds 10 forks; a branch
+ * with 3 children adds 1 branch and 3 forks.
+ */
+export type Counted = Partial<Record<CountedMetric, number>>;
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -39,11 +39,13 @@ declare module 'fastify' {
     auditTarget: string | null;
     /** Set by a handler whose success counts otherwise than its route's `config.counts`. */
     counted: Counted | null;
+    /** Set by a branch: how long its source was stopped, for forkd_branch_pause_seconds. */
+    pauseMs: number | null;
   }
   interface FastifyContextConfig {
     /** Served without a bearer token (only /healthz). */
     public?: boolean;
-    /** A successful answer counts one of these (forkd_boots_total, forkd_execs_total). */
+    /** A successful answer counts one of these (forkd_boots_total, forkd_execs_total, …). */
     counts?: CountedMetric;
     /** The body is a raw application/octet-stream (documented as binary in OpenAPI). */
     rawBody?: boolean;

@@ -4,6 +4,7 @@
  */
 import { Command } from 'commander';
 import { VERSION } from '@forkd/sdk';
+import { register as registerBranch } from './branch.js';
 import { register as registerDaemon } from './daemon.js';
 import { register as registerCp } from './cp.js';
 import { register as registerCreate } from './create.js';
@@ -20,6 +21,7 @@ import { register as registerRun } from './run.js';
 import { register as registerSetup } from './setup.js';
 import { register as registerSnapshot } from './snapshot.js';
 import { register as registerSnapshots } from './snapshots.js';
+import { register as registerTree } from './tree.js';
 import { register as registerVersion } from './version.js';
 
 const program = new Command('forkd')
@@ -40,6 +42,8 @@ for (const register of [
   registerSnapshot,
   registerSnapshots,
   registerFork,
+  registerBranch,
+  registerTree,
   registerRmi,
   registerDaemon,
   registerDoctor,

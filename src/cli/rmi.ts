@@ -1,6 +1,8 @@
 /**
- * `forkd rmi TAG [--force]`: remove a snapshot through the daemon. The daemon refuses while
- * sandboxes forked from it run; `--force` kills them first.
+ * `forkd rmi TAG [--force] [--cascade]`: remove a snapshot through the daemon. The daemon
+ * refuses while sandboxes forked from it run (`--force` kills them first) and while other
+ * snapshots are built on it, naming them (`--cascade` removes that whole subtree), so a
+ * chain is never left with a missing layer.
  */
 import type { Command } from 'commander';
 import { Snapshot } from '@forkd/sdk';
@@ -9,6 +11,7 @@ import { action, printJson } from './output.js';
 
 interface RmiFlags extends DaemonFlags {
   force?: boolean;
+  cascade?: boolean;
 }
 
 export function register(program: Command): void {
@@ -17,13 +20,18 @@ export function register(program: Command): void {
       .command('rmi')
       .description('remove a snapshot')
       .argument('<tag>', 'snapshot tag')
-      .option('--force', 'kill the sandboxes forked from it first')
+      .option(
+        '--force',
+        'kill the sandboxes running from it (with --cascade: from its subtree) first',
+      )
+      .option('--cascade', 'also remove every snapshot built on it')
       .option('--json', 'machine-readable output'),
   ).action(
     action(async (tag: string, flags: RmiFlags) => {
-      await Snapshot.remove(tag, { ...clientConfig(flags), force: flags.force });
+      const { force, cascade } = flags;
+      await Snapshot.remove(tag, { ...clientConfig(flags), force, cascade });
       if (flags.json) printJson({ removed: tag });
-      else process.stdout.write(`removed snapshot ${tag}\n`);
+      else process.stdout.write(`removed snapshot ${tag}${cascade ? ' and its subtree' : ''}\n`);
     }),
   );
 }

@@ -1,13 +1,23 @@
 /**
- * `forkd snapshot create|info|verify|pool`: make a snapshot through the daemon (boot an
- * image, warm it up, capture it; progress on stderr; Ctrl-C aborts and the daemon removes
- * what it had made), show one, re-check its files, size its pool of pre-started VMMs.
- * Listing is `forkd snapshots`, forking `forkd fork`, removing `forkd rmi`.
+ * `forkd snapshot create|info|verify|pool|compact|diff`: make a snapshot through the daemon
+ * (boot an image, warm it up, capture it; progress on stderr; Ctrl-C aborts and the daemon
+ * removes what it had made), show one with its chain, re-check its files, size its pool of
+ * pre-started VMMs, flatten a chain into a standalone snapshot, and make a chained one by
+ * running a command in a child (`diff`: fork, exec, branch, kill — composed here through
+ * the SDK). Listing is `forkd snapshots`, forking `forkd fork`, branching `forkd branch`,
+ * removing `forkd rmi`.
  */
 import type { Command } from 'commander';
-import { Snapshot, type SnapshotInfo } from '@forkd/sdk';
+import { Sandbox, Snapshot, type SnapshotInfo } from '@forkd/sdk';
 import { ForkdError } from '../errors.js';
-import { clientConfig, collect, daemonOptions, parseLabels, type DaemonFlags } from './client.js';
+import {
+  clientConfig,
+  collect,
+  daemonOptions,
+  exitCodeOf,
+  parseLabels,
+  type DaemonFlags,
+} from './client.js';
 import { formatBytes } from './images.js';
 import { action, printJson, printTable } from './output.js';
 import { parseEnv, parseMemory } from './parse.js';
@@ -25,6 +35,12 @@ interface CreateFlags extends DaemonFlags {
   waitTimeout?: string;
   env: string[];
   label: string[];
+}
+
+interface DiffFlags extends DaemonFlags {
+  from?: string;
+  tag?: string;
+  exec?: string;
 }
 
 /** The exit code of a command a person interrupted (128 + SIGINT), as a shell reports it. */
@@ -83,6 +99,25 @@ export function register(program: Command): void {
       .argument('<n>', 'pool size')
       .option('--json', 'machine-readable output'),
   ).action(action(pool));
+  daemonOptions(
+    snapshot
+      .command('compact')
+      .description('flatten a chained snapshot (memory and disk) into a standalone one')
+      .argument('<tag>', 'snapshot tag')
+      .option('--to <tag>', "the standalone snapshot's tag (required)")
+      .option('--json', 'machine-readable output'),
+  ).action(action(compact));
+  daemonOptions(
+    snapshot
+      .command('diff')
+      .description(
+        'fork a child of --from, run --exec in it, branch it into --tag, kill it; prints the new tag',
+      )
+      .option('--from <tag>', 'the snapshot to start from')
+      .option('--tag <tag>', "the new snapshot's tag")
+      .option('--exec <cmd>', 'the command to run in the child (sh -c); its output goes to stderr')
+      .option('--json', 'machine-readable output'),
+  ).action(action(diff));
 }
 
 /** A whole number of at least `min` given for `flag`; anything else is bad usage. */
@@ -172,6 +207,9 @@ async function info(tag: string, flags: DaemonFlags): Promise<void> {
     ['image', s.image ?? '-'],
     ['parent', s.parent ?? '-'],
     ['branched from', s.sourceSandbox ?? '-'],
+    ['depth', s.depth === 0 ? '0 (standalone)' : `${s.depth} (a layer over ${s.parent})`],
+    ['ancestors', s.ancestors.join(', ') || '-'],
+    ['dependents', s.dependents.join(', ') || '-'],
     ['memory', `${s.memoryMib} MiB, ${s.cpus} cpu${s.cpus === 1 ? '' : 's'}`],
     ['created', shortTime(s.createdAt)],
     ['kernel', s.kernel],
@@ -210,4 +248,53 @@ async function pool(tag: string, size: string, flags: DaemonFlags): Promise<void
   const state = await (await Snapshot.get(tag, clientConfig(flags))).setPool(n);
   if (flags.json) printJson(state);
   else process.stdout.write(`pool of ${tag}: ${state.size} (${state.ready} ready now)\n`);
+}
+
+async function compact(tag: string, flags: DaemonFlags & { to?: string }): Promise<void> {
+  if (!flags.to) throw new ForkdError('bad_request', 'missing --to NEW (the standalone tag)');
+  const flat = await (await Snapshot.get(tag, clientConfig(flags))).compact(flags.to);
+  if (flags.json) printJson(snapshotJson(flat.info));
+  else process.stdout.write(`${describe(flat.info)}\n`);
+}
+
+function diffOptions(flags: DiffFlags): { from: string; tag: string; exec: string } {
+  const { from, tag, exec } = flags;
+  if (!from || !tag || !exec) {
+    throw new ForkdError('bad_request', 'snapshot diff needs --from TAG, --tag NEW and --exec CMD');
+  }
+  return { from, tag, exec };
+}
+
+/**
+ * Fork one child of --from, run --exec in it, branch it into --tag; the child is killed
+ * however that ends (Ctrl-C too). The command's output goes to stderr so that stdout
+ * carries only the new tag; a failing command branches nothing and exits with its code.
+ */
+async function diff(flags: DiffFlags): Promise<number> {
+  const { from, tag, exec } = diffOptions(flags);
+  const config = clientConfig(flags);
+  const child = await Sandbox.create({ ...config, snapshot: from });
+  const interrupt = new AbortController();
+  const stop = onInterrupt(() => interrupt.abort(new Error('interrupted')));
+  try {
+    const run = await child.commands.run(exec, {
+      signal: interrupt.signal,
+      onOutput: (_stream, chunk) => void process.stderr.write(chunk),
+    });
+    if (run.exitCode !== 0) {
+      process.stderr.write(`forkd: \`${exec}\` failed in a child of ${from}: nothing branched\n`);
+      return exitCodeOf(run, undefined);
+    }
+    const { snapshot } = await child.branch({ tag, signal: interrupt.signal });
+    if (flags.json) printJson(snapshotJson(snapshot.info));
+    else process.stdout.write(`${snapshot.tag}\n`);
+  } catch (e) {
+    if (!interrupt.signal.aborted) throw e;
+    process.stderr.write(`forkd: interrupted: killing the child of ${from}\n`);
+    return INTERRUPTED;
+  } finally {
+    stop();
+    await child.kill().catch(() => undefined);
+  }
+  return 0;
 }

@@ -5,7 +5,10 @@
  */
 import type { Readable } from 'node:stream';
 import type {
+  BranchRequestT,
+  BranchResultT,
   CreateSandboxT,
+  LineageT,
   ExecRequestT,
   ExecResultT,
   CreateSnapshotT,
@@ -92,8 +95,17 @@ export interface SnapshotService {
   list(): Promise<SnapshotT[]>;
   get(tag: string): Promise<SnapshotT>;
   verify(tag: string): Promise<VerifyResultT>;
-  /** Refuses (snapshot_in_use) while sandboxes run from it, unless `force` kills them. */
-  remove(tag: string, opts: { force?: boolean }): Promise<void>;
+  /**
+   * Refuses (snapshot_in_use) while sandboxes run from it unless `force` kills them, and
+   * while snapshots are built on it unless `cascade` removes that whole subtree.
+   */
+  remove(tag: string, opts: { force?: boolean; cascade?: boolean }): Promise<void>;
+  /** Capture a running sandbox into a new snapshot; the sandbox keeps running. */
+  branch(id: string, req: BranchRequestT, caller: Caller): Promise<BranchResultT>;
+  /** Flatten a chained snapshot into a standalone one under a new tag. */
+  compact(tag: string, to: string, caller: Caller): Promise<SnapshotT>;
+  /** Every image, snapshot and live sandbox with its parent edge (only `tag`'s subtree if given). */
+  lineage(tag?: string): Promise<LineageT>;
   setPool(tag: string, size: number): Promise<PoolStateT>;
   fork(req: ForkRequest, caller: Caller): Promise<ForkResultT>;
 }

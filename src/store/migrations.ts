@@ -68,6 +68,9 @@ export const MIGRATIONS: readonly string[] = [
   `,
   // 2: a snapshot's VMM pool size survives daemon restarts.
   `ALTER TABLE snapshots ADD COLUMN pool_size INTEGER NOT NULL DEFAULT 0;`,
+  // 3: the snapshot a sandbox's disk layers on (its fork source, then its latest branch).
+  `ALTER TABLE sandboxes ADD COLUMN disk_base TEXT;
+   UPDATE sandboxes SET disk_base = snapshot;`,
 ];
 
 /** Run the migrations `db` has not seen yet, each in its own transaction. */

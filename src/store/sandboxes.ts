@@ -23,6 +23,11 @@ export interface SandboxRow {
   dir: string;
   reason: string | null;
   updated_at: string;
+  /**
+   * The snapshot whose disk its top layer is built on: the one it was forked from, then
+   * after each branch the new one. Removing that snapshot would break this sandbox.
+   */
+  disk_base: string | null;
 }
 
 type Encoded = Omit<SandboxRow, 'labels' | 'env'> & { labels: string; env: string };
@@ -52,14 +57,14 @@ export class SandboxRows {
     this.byState = db.prepare('SELECT * FROM sandboxes WHERE state = ? ORDER BY created_at, id');
   }
 
-  insert(row: Omit<SandboxRow, 'updated_at'>): SandboxRow {
-    const full = { ...row, updated_at: now() };
+  insert(row: Omit<SandboxRow, 'updated_at' | 'disk_base'>): SandboxRow {
+    const full = { ...row, disk_base: row.snapshot, updated_at: now() };
     this.db
       .prepare(
         `INSERT INTO sandboxes (id, state, image, snapshot, parent, memory_mib, cpus, labels,
-           env, created_at, expires_at, pid, dir, reason, updated_at)
+           env, created_at, expires_at, pid, dir, reason, updated_at, disk_base)
          VALUES (@id, @state, @image, @snapshot, @parent, @memory_mib, @cpus, @labels, @env,
-           @created_at, @expires_at, @pid, @dir, @reason, @updated_at)`,
+           @created_at, @expires_at, @pid, @dir, @reason, @updated_at, @disk_base)`,
       )
       .run({ ...full, labels: JSON.stringify(row.labels), env: JSON.stringify(row.env) });
     return full;
@@ -83,7 +88,7 @@ export class SandboxRows {
   /** Set some fields of a row (and updated_at); returns the new row. */
   update(
     id: string,
-    fields: Partial<Pick<SandboxRow, 'state' | 'pid' | 'expires_at' | 'reason'>>,
+    fields: Partial<Pick<SandboxRow, 'state' | 'pid' | 'expires_at' | 'reason' | 'disk_base'>>,
   ): SandboxRow | undefined {
     const keys = Object.keys(fields) as (keyof typeof fields)[];
     const sets = [...keys.map((k) => `${k} = @${k}`), 'updated_at = @updated_at'].join(', ');

@@ -61,6 +61,8 @@ const BAD_QUERY: Record<string, string[]> = {
   recursive: ['TRUE'],
   mode: ['-1', '4096', 'abc', '1.5', '0x1ff'],
   force: ['yes', '1', ''],
+  cascade: ['yes', '1', ''],
+  tag: ['Upper', 'a/b', '..', '', LONG],
 };
 
 function badQueries(r: RouteRequest): BadCase[] {
@@ -219,6 +221,25 @@ const RANGES: Record<string, Record<string, unknown>[]> = {
     { env: { '1A': 'x' } },
   ],
   'PUT /v1/snapshots/:tag/pool': [{ size: -1 }, { size: 65 }, { size: 1.5 }, { size: undefined }],
+  'POST /v1/sandboxes/:id/branch': [
+    { tag: 'Upper' },
+    { tag: 'a/b' },
+    { tag: '..' },
+    { tag: LONG },
+    { fork: -1 },
+    { fork: 101 },
+    { fork: 1.5 },
+    { labels: { 'bad key': 'v' } },
+    // children need the finished snapshot: no_wait cannot fork
+    { no_wait: true },
+  ],
+  'POST /v1/snapshots/:tag/compact': [
+    { to: 'Upper' },
+    { to: 'a/b' },
+    { to: LONG },
+    { to: undefined },
+    { to: SEED.snapshot },
+  ],
   'PATCH /v1/sandboxes/:id': [{ timeout_s: 0 }, { timeout_s: 1e9 }, { timeout_s: undefined }],
   'POST /v1/sandboxes/:id/exec': [
     { argv: [] },
@@ -277,7 +298,7 @@ after(async () => {
 });
 
 test('every route of the contract is in the table', () => {
-  assert.equal(validRequests().length, 28);
+  assert.equal(validRequests().length, 31);
 });
 
 for (const r of validRequests()) {

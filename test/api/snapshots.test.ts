@@ -166,10 +166,10 @@ test('remove refuses while children run (409), force kills them, then 404', asyn
   await fork({ snapshot: SEED.snapshot, n: 2 });
   const refused = await call<ErrorJson>({ method: 'DELETE', url: SNAP });
   assert.deepEqual([refused.status, refused.body.error.code], [409, 'snapshot_in_use']);
-  assert.deepEqual(lastCall().args, [SEED.snapshot, { force: undefined }]);
+  assert.deepEqual(lastCall().args, [SEED.snapshot, { force: undefined, cascade: undefined }]);
   const forced = await app.inject({ method: 'DELETE', url: `${SNAP}?force=true` });
   assert.equal(forced.statusCode, 204);
-  assert.deepEqual(lastCall().args, [SEED.snapshot, { force: true }]);
+  assert.deepEqual(lastCall().args, [SEED.snapshot, { force: true, cascade: undefined }]);
   const list = await call<{ sandboxes: SandboxJson[] }>('/v1/sandboxes');
   assert.ok(list.body.sandboxes.every((s) => s.snapshot !== SEED.snapshot));
   const gone = await app.inject({ method: 'DELETE', url: SNAP });

@@ -1,8 +1,9 @@
 /**
  * Fake services for the API tests: in-memory sandboxes, files, execs, images and snapshots
  * that behave plausibly (unknown ids → catalog errors, files round-trip bytes, streaming
- * execs and snapshot creates emit with delays, forks make children) and record every call, so a test can prove a rejected request never reached
- * a service. `failWith` makes one method throw. `validRequests` is one good request per
+ * execs and snapshot creates emit with delays, forks make children, branches make chained
+ * snapshots, rmi refuses to orphan) and record every call, so a test can prove a rejected
+ * request never reached a service. `failWith` makes one method throw. `validRequests` is one good request per
  * route against the seeded state: the route table the bad-input and auth tests walk.
  */
 import { Readable } from 'node:stream';
@@ -18,11 +19,14 @@ import type {
   SnapshotService,
 } from '../../src/services/contracts.js';
 import type {
+  BranchRequestT,
+  BranchResultT,
   CreateSnapshotT,
   ExecRequestT,
   FileStatT,
   ForkResultT,
   ImageT,
+  LineageT,
   SandboxT,
   SnapshotT,
 } from '../../src/api/schemas.js';
@@ -114,12 +118,39 @@ function snapshotRecord(tag: string, over: Partial<SnapshotT> = {}): SnapshotT {
     physical_bytes: files.reduce((sum, f) => sum + f.allocated, 0),
     children_alive: 0,
     pool: { size: 0, ready: 0 },
+    depth: 0,
+    ancestors: [],
+    dependents: [],
     ...over,
   };
 }
 
 function fileStat(path: string, kind: FileStatT['kind'], size: number): FileStatT {
   return { name: path.split('/').pop() ?? '', kind, size, mode: 0o644, mtime_ms: 0 };
+}
+
+/** A command whose last argument is `exit N` (`sh -c 'exit 3'`) exits N; others 0. */
+function exitCodeOf(argv: string[]): number {
+  const exit = /^exit (\d+)$/.exec(argv.at(-1) ?? '');
+  return exit ? Number(exit[1]) : 0;
+}
+
+type LineageNode = LineageT['nodes'][number];
+
+function lineageNode(
+  kind: LineageNode['kind'],
+  id: string,
+  parent: LineageNode['parent'],
+  state: string,
+  { created_at }: { created_at: string },
+): LineageNode {
+  return { kind, id, parent, state, created_at };
+}
+
+/** The lineage edge to a snapshot when there is one, else to an image. */
+function edgeTo(snapshot: string | null, image: string | null): LineageNode['parent'] {
+  if (snapshot) return { kind: 'snapshot', id: snapshot };
+  return image ? { kind: 'image', id: image } : null;
 }
 
 async function drain(body: Readable): Promise<Buffer> {
@@ -233,7 +264,28 @@ export class FakeServices {
         'snapshot_not_found',
         `no snapshot ${tag}: list them with forkd snapshots`,
       );
-    return { ...s, children_alive: this.children(tag).length };
+    const ancestors = this.ancestors(tag);
+    return {
+      ...s,
+      children_alive: this.children(tag).length,
+      depth: ancestors.length,
+      ancestors,
+      dependents: this.dependents(tag),
+    };
+  }
+
+  /** Parent, grandparent, … of a snapshot. */
+  private ancestors(tag: string): string[] {
+    const chain: string[] = [];
+    for (let p = this.snapshots.get(tag)?.parent; p; p = this.snapshots.get(p)?.parent) {
+      chain.push(p);
+    }
+    return chain;
+  }
+
+  /** Every snapshot whose chain includes `tag`. */
+  private dependents(tag: string): string[] {
+    return [...this.snapshots.keys()].filter((t) => this.ancestors(t).includes(tag));
   }
 
   private children(tag: string): SandboxT[] {
@@ -254,9 +306,10 @@ export class FakeServices {
   }
 
   /**
-   * What a command does in the fake guest, by argv[0]: `lines A B` prints one line per
+   * What a streamed command does in the fake guest, by argv[0]: `lines A B` prints one line per
    * argument with a delay; `sleep` prints ticks until killed; `crash` fails with a host path
-   * in the error after one line; `missing` does not exist; anything else echoes its args.
+   * in the error after one line; `missing` does not exist; anything else echoes its args
+   * (and exits as exitCodeOf says).
    */
   private async *events(req: ExecRequestT, ex: LiveExec): AsyncGenerator<ExecEvents> {
     const [cmd, ...args] = req.argv;
@@ -277,7 +330,7 @@ export class FakeServices {
     }
     yield {
       type: 'exit',
-      exit_code: ex.killed ? null : 0,
+      exit_code: ex.killed ? null : exitCodeOf(req.argv),
       signal: ex.killed ?? null,
       timed_out: false,
       duration_ms: 1,
@@ -313,16 +366,18 @@ export class FakeServices {
         this.sandbox(id);
         this.sandboxes.delete(id);
       },
+      // Echoes its arguments (and exits as exitCodeOf says).
       exec: async (id, req) => {
         this.sandbox(id);
         if (req.argv[0] === 'missing') throw new ForkdError('command_not_found', 'no such command');
+        const code = exitCodeOf(req.argv);
         return {
-          exit_code: 0,
+          exit_code: code,
           signal: null,
           timed_out: false,
           duration_ms: 1,
           stdout: b64(`${req.argv.slice(1).join(' ')}\n`),
-          stderr: '',
+          stderr: code ? b64(`failing with ${code}\n`) : '',
         };
       },
       execStream: async (id, req) => {
@@ -441,6 +496,98 @@ export class FakeServices {
     return result;
   }
 
+  /**
+   * Refuses to orphan: snapshots built on `tag` need `cascade` (which removes them too), and
+   * sandboxes running from any removed snapshot need `force` (which kills them).
+   */
+  private removeSnapshot(tag: string, { force = false, cascade = false }): void {
+    const dependents = this.snapshot(tag).dependents;
+    if (dependents.length && !cascade) {
+      throw new ForkdError(
+        'snapshot_in_use',
+        `snapshots are built on ${tag}: ${dependents.join(', ')}; remove them or pass cascade`,
+        { tag, snapshots: dependents },
+      );
+    }
+    const removed = [tag, ...dependents];
+    const children = removed.flatMap((t) => this.children(t));
+    if (children.length && !force) {
+      throw new ForkdError('snapshot_in_use', `${children.length} sandboxes run from ${tag}`, {
+        tag,
+        sandboxes: children.map((c) => c.id),
+      });
+    }
+    for (const c of children) this.sandboxes.delete(c.id);
+    for (const t of removed) this.snapshots.delete(t);
+  }
+
+  private checkFreeTag(tag: string): void {
+    if (this.snapshots.has(tag)) throw new ForkdError('name_taken', `snapshot ${tag} exists`);
+  }
+
+  /**
+   * A branch of a running sandbox: a snapshot chained on the one the sandbox was forked
+   * from (standalone for a booted one), `writing` with no_wait, and `fork` children of it.
+   */
+  private async branch(id: string, req: BranchRequestT): Promise<BranchResultT> {
+    const source = this.sandbox(id);
+    if (source.state !== 'running') {
+      throw new ForkdError('sandbox_not_running', `sandbox ${id} is ${source.state}`);
+    }
+    const tag = req.tag ?? `${id}.${hex12(this.counter++).slice(-4)}`;
+    this.checkFreeTag(tag);
+    await sleep(this.streamDelayMs);
+    this.snapshots.set(
+      tag,
+      snapshotRecord(tag, {
+        state: req.no_wait ? 'writing' : 'ready',
+        image: source.image,
+        parent: source.snapshot,
+        source_sandbox: id,
+        memory_mib: source.memory_mib,
+        cpus: source.cpus,
+        labels: req.labels ?? {},
+      }),
+    );
+    const result: BranchResultT = {
+      snapshot: this.snapshot(tag),
+      pause_ms: 42.5,
+      captured_bytes: 3 * MiB,
+      timings: { copy_base_ms: 120, pause_ms: 42.5, checksum_ms: 300 },
+    };
+    if (req.fork) result.children = this.forkChildren(tag, req.fork, req);
+    return result;
+  }
+
+  /** A standalone copy of `tag` under `to`: no parent, one layer. */
+  private compact(tag: string, to: string): SnapshotT {
+    const source = this.snapshot(tag);
+    this.checkFreeTag(to);
+    const { labels, image, memory_mib, cpus } = source;
+    this.snapshots.set(to, snapshotRecord(to, { labels, image, memory_mib, cpus }));
+    return this.snapshot(to);
+  }
+
+  /** Images, then snapshots, then sandboxes; with `tag`, that snapshot's subtree only. */
+  private lineage(tag?: string): LineageT {
+    const nodes: LineageNode[] = [
+      ...[...this.images.values()].map((i) => lineageNode('image', i.name, null, 'ready', i)),
+      ...[...this.snapshots.values()].map((s) =>
+        lineageNode('snapshot', s.tag, edgeTo(s.parent, s.image), s.state, s),
+      ),
+      ...[...this.sandboxes.values()].map((s) =>
+        lineageNode('sandbox', s.id, edgeTo(s.snapshot, s.image), s.state, s),
+      ),
+    ];
+    if (tag === undefined) return { nodes };
+    const within = new Set([tag, ...this.snapshot(tag).dependents]);
+    const inside = (n: LineageNode) =>
+      n.kind === 'snapshot'
+        ? within.has(n.id)
+        : n.parent?.kind === 'snapshot' && within.has(n.parent.id);
+    return { nodes: nodes.filter(inside) };
+  }
+
   private snapshotService(): SnapshotService {
     return {
       create: (req, _caller, onProgress) => this.createSnapshot(req, onProgress),
@@ -451,14 +598,10 @@ export class FakeServices {
         if (s.bootable) return { ok: true, problems: [] };
         return { ok: false, problems: [{ file: 'memory', problem: 'missing' }] };
       },
-      remove: async (tag, { force }) => {
-        const children = this.children(this.snapshot(tag).tag);
-        if (children.length && !force) {
-          throw new ForkdError('snapshot_in_use', `${children.length} sandboxes run from ${tag}`);
-        }
-        for (const c of children) this.sandboxes.delete(c.id);
-        this.snapshots.delete(tag);
-      },
+      remove: async (tag, opts) => this.removeSnapshot(tag, opts),
+      branch: (id, req) => this.branch(id, req),
+      compact: async (tag, to) => this.compact(tag, to),
+      lineage: async (tag) => this.lineage(tag),
       setPool: async (tag, size) => {
         const pool = { size, ready: size };
         this.snapshots.set(tag, { ...this.snapshot(tag), pool });
@@ -627,9 +770,24 @@ export function validRequests(): RouteRequest[] {
     {
       method: 'DELETE',
       route: '/v1/snapshots/:tag',
-      url: `${SNAP}?force=true`,
+      url: `${SNAP}?force=true&cascade=true`,
       status: 204,
     },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/branch',
+      url: `${S}/branch`,
+      body: { tag: 'b1', fork: 2, labels: { team: 'a' }, no_wait: false },
+      status: 201,
+    },
+    {
+      method: 'POST',
+      route: '/v1/snapshots/:tag/compact',
+      url: `${SNAP}/compact`,
+      body: { to: 'flat' },
+      status: 201,
+    },
+    { method: 'GET', route: '/v1/lineage', url: `/v1/lineage?tag=${SEED.snapshot}`, status: 200 },
     { method: 'DELETE', route: '/v1/sandboxes/:id', url: S, status: 204 },
   ];
 }

@@ -5,7 +5,10 @@
  */
 import { Store } from '../../src/store/db.js';
 import { SandboxManager } from '../../src/services/sandboxes/service.js';
-import { SnapshotManager } from '../../src/services/snapshots/service.js';
+import {
+  SnapshotManager,
+  type SnapshotServiceOptions,
+} from '../../src/services/snapshots/service.js';
 import type { TestHome } from './home.js';
 
 export interface TestServices {
@@ -17,7 +20,10 @@ export interface TestServices {
 
 export const caller = { principal: 'test' };
 
-export async function startServices(home: TestHome): Promise<TestServices> {
+export async function startServices(
+  home: TestHome,
+  extra: Partial<SnapshotServiceOptions> = {},
+): Promise<TestServices> {
   const store = Store.open(home.paths.db);
   const sandboxes = new SandboxManager({ paths: home.paths, store });
   await sandboxes.start();
@@ -26,6 +32,7 @@ export async function startServices(home: TestHome): Promise<TestServices> {
     store,
     sandboxes,
     qemuVersion: async () => 'test',
+    ...extra,
   });
   await snapshots.start();
   return {

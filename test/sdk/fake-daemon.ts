@@ -32,6 +32,34 @@ export function sandboxWire(over: Record<string, unknown> = {}) {
   };
 }
 
+/** A Snapshot answer with every field, plus ones this SDK does not know. */
+export function snapshotWire(over: Record<string, unknown> = {}) {
+  return {
+    tag: 'warm',
+    state: 'ready',
+    bootable: true,
+    image: 'busybox',
+    parent: null,
+    source_sandbox: null,
+    memory_mib: 256,
+    cpus: 1,
+    labels: { team: 'a' },
+    created_at: '2025-01-01T00:00:00.000Z',
+    kernel: '6.1.0',
+    qemu: '8.2.2',
+    files: [{ name: 'memory', size: 100, allocated: 40, sha256: 'ab', inode: 7 }],
+    logical_bytes: 100,
+    physical_bytes: 40,
+    children_alive: 2,
+    pool: { size: 2, ready: 1, warming: 1 },
+    depth: 0,
+    ancestors: [],
+    dependents: [],
+    from_the_future: true,
+    ...over,
+  };
+}
+
 export interface Seen {
   method: string;
   route: string;
@@ -84,6 +112,9 @@ const ROUTES: Record<string, { body?: TSchema; query?: TSchema; raw?: boolean }>
   'POST /v1/snapshots/:tag/verify': {},
   'PUT /v1/snapshots/:tag/pool': { body: schemas.SetPool },
   'DELETE /v1/snapshots/:tag': { query: schemas.RemoveSnapshotQuery },
+  'POST /v1/snapshots/:tag/compact': { body: schemas.CompactSnapshot },
+  'POST /v1/sandboxes/:id/branch': { body: schemas.BranchRequest },
+  'GET /v1/lineage': { query: schemas.LineageQuery },
   'GET /healthz': {},
   'GET /version': {},
 };

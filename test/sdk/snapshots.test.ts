@@ -22,34 +22,17 @@ import {
   TimeoutError,
   type SnapshotInfo,
 } from '@forkd/sdk';
-import { FakeDaemon, ID, json, ndjson, noContent, sandboxWire } from './fake-daemon.js';
+import {
+  FakeDaemon,
+  ID,
+  json,
+  ndjson,
+  noContent,
+  sandboxWire,
+  snapshotWire,
+} from './fake-daemon.js';
 
 const TAG = 'warm';
-
-/** A Snapshot answer with every field, plus ones this SDK does not know. */
-function snapshotWire(over: Record<string, unknown> = {}) {
-  return {
-    tag: TAG,
-    state: 'ready',
-    bootable: true,
-    image: 'busybox',
-    parent: null,
-    source_sandbox: null,
-    memory_mib: 256,
-    cpus: 1,
-    labels: { team: 'a' },
-    created_at: '2025-01-01T00:00:00.000Z',
-    kernel: '6.1.0',
-    qemu: '8.2.2',
-    files: [{ name: 'memory', size: 100, allocated: 40, sha256: 'ab', inode: 7 }],
-    logical_bytes: 100,
-    physical_bytes: 40,
-    children_alive: 2,
-    pool: { size: 2, ready: 1, warming: 1 },
-    from_the_future: true,
-    ...over,
-  };
-}
 
 const INFO: SnapshotInfo = {
   tag: TAG,
@@ -69,6 +52,9 @@ const INFO: SnapshotInfo = {
   physicalBytes: 40,
   childrenAlive: 2,
   pool: { size: 2, ready: 1 },
+  depth: 0,
+  ancestors: [],
+  dependents: [],
 };
 
 let dir: string;

@@ -1,17 +1,21 @@
 /**
  * The SDK's hand-written types cannot drift from the REST contract: each wire-name table
- * in @forkd/sdk/wire must name exactly the properties of its schema in src/api/schemas.ts.
+ * in @forkd/sdk/wire must name exactly the properties of its schema in src/api/schemas.ts
+ * (snapshots with their chain fields, branch results, lineage nodes and their edges).
  * (Request bodies are checked against the schemas by the fake daemon in client.test.ts.)
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { TSchema } from 'typebox';
 import {
+  BRANCH_RESULT,
   EXEC_RESULT,
   FILE_STAT,
   FORK_FAILURE,
   FORK_RESULT,
   IMAGE,
+  LINEAGE_EDGE,
+  LINEAGE_NODE,
   POOL_STATE,
   SANDBOX,
   SNAPSHOT,
@@ -51,6 +55,14 @@ function variant(union: TSchema, type: string): TSchema {
   return found;
 }
 
+/** The non-null variant of a lineage node's `parent` union. */
+function edgeOf(node: TSchema): TSchema {
+  const union = prop(node, 'parent') as unknown as { anyOf: TSchema[] };
+  const edge = union.anyOf.find((s) => (s as { type?: string }).type === 'object');
+  assert.ok(edge, 'no object variant of LineageNode.parent');
+  return edge;
+}
+
 const TABLES: [string, WireNames<object>, TSchema][] = [
   ['Sandbox', SANDBOX, schemas.Sandbox],
   ['ExecResult', EXEC_RESULT, schemas.ExecResult],
@@ -65,6 +77,9 @@ const TABLES: [string, WireNames<object>, TSchema][] = [
   ['VerifyResult.problems[]', VERIFY_PROBLEM, items(schemas.VerifyResult, 'problems')],
   ['ForkResult', FORK_RESULT, schemas.ForkResult],
   ['ForkResult.failed[]', FORK_FAILURE, items(schemas.ForkResult, 'failed')],
+  ['BranchResult', BRANCH_RESULT, schemas.BranchResult],
+  ['Lineage.nodes[]', LINEAGE_NODE, items(schemas.Lineage, 'nodes')],
+  ['LineageNode.parent', LINEAGE_EDGE, edgeOf(schemas.LineageNode)],
 ];
 
 for (const [name, table, schema] of TABLES) {
@@ -85,6 +100,18 @@ test("a streamed snapshot create's events carry the fields the SDK reads", () =>
   assert.equal(prop(variant(schemas.SnapshotEvent, 'done'), 'snapshot'), schemas.Snapshot);
   assert.equal(items(schemas.Snapshot, 'files'), schemas.SnapshotFile);
   assert.equal(items(schemas.ForkResult, 'sandboxes'), schemas.Sandbox);
+});
+
+test("a branch's result nests the schemas the SDK converts it with", () => {
+  assert.equal(prop(schemas.BranchResult, 'snapshot'), schemas.Snapshot);
+  assert.deepEqual(
+    prop(schemas.BranchResult, 'children'),
+    schemas.ForkResult,
+    'an optional ForkResult',
+  );
+  assert.equal(items(schemas.Lineage, 'nodes'), schemas.LineageNode);
+  const edge = prop(schemas.LineageNode, 'kind');
+  assert.deepEqual(prop(edgeOf(schemas.LineageNode), 'kind'), edge, 'an edge names a node kind');
 });
 
 test('fromWire renames, drops unknown fields, keeps absent optional fields absent', () => {

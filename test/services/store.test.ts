@@ -20,7 +20,10 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-function row(id: string, over: Partial<SandboxRow> = {}): Omit<SandboxRow, 'updated_at'> {
+function row(
+  id: string,
+  over: Partial<SandboxRow> = {},
+): Omit<SandboxRow, 'updated_at' | 'disk_base'> {
   return {
     ...{ id, state: 'running', image: 'busybox', snapshot: null, parent: null },
     ...{ memory_mib: 256, cpus: 1, labels: {}, env: {}, created_at: new Date().toISOString() },

@@ -95,3 +95,50 @@ test('daemon SIGKILLed during snapshot create: nothing half-made survives a rest
   assert.deepEqual(await readdir(home.paths.snapshots), [], 'a staging dir survived');
   assert.deepEqual(await qemusUnder(home.dir), [], 'the parent QEMU survived');
 });
+
+test('SDK: branch a running sandbox, fork its branch; tree shows the lineage', async () => {
+  const url = (daemon as DaemonProcess).url;
+  const src = await Sandbox.create({ url });
+  await src.commands.run('echo before > /root/b.txt');
+  const res = await src.branch({ tag: 'br', fork: 2 });
+  assert.ok(res.pauseMs > 0, 'pause_ms is reported');
+  assert.ok(res.capturedBytes > 0);
+  assert.equal(res.children?.sandboxes.length, 2);
+  for (const kid of res.children?.sandboxes ?? []) {
+    assert.equal((await kid.commands.run('cat /root/b.txt')).stdout, 'before\n');
+  }
+  assert.equal(
+    (await src.commands.run('echo after > /root/b.txt; cat /root/b.txt')).stdout,
+    'after\n',
+  );
+  const tree = await forkd(['tree', '--json'], { env: { ...home.env, FORKD_URL: url } });
+  assert.equal(tree.code, 0, tree.stderr);
+  const nodes = JSON.parse(tree.stdout.toString()) as {
+    nodes: { kind: string; id: string; parent: { id: string } | null }[];
+  };
+  const kids = nodes.nodes.filter((n) => n.kind === 'sandbox' && n.parent?.id === 'br');
+  assert.equal(kids.length, 2);
+  await Promise.all([src, ...(res.children?.sandboxes ?? [])].map((sb) => sb.kill()));
+  await Snapshot.remove('br', { url });
+});
+
+test('daemon SIGKILLed during a branch: the source runs on, no half snapshot is listed', async () => {
+  const d = daemon as DaemonProcess;
+  const src = await Sandbox.create({ url: d.url });
+  const branching = src.branch({ tag: 'cut' }).catch((e: unknown) => e);
+  await new Promise((r) => setTimeout(r, 150)); // somewhere inside the capture or checksums
+  process.kill(d.pid, 'SIGKILL');
+  await branching;
+  daemon = await startDaemon(home);
+  const again = await Sandbox.connect(src.id, { url: daemon.url });
+  assert.equal(again.info.state, 'running');
+  assert.equal((await again.commands.run('echo alive')).stdout, 'alive\n');
+  const tags = (await Snapshot.list({ url: daemon.url })).map((s) => s.tag);
+  assert.ok(
+    !tags.includes('cut') || (await Snapshot.get('cut', { url: daemon.url })).info.bootable,
+  );
+  const stale = (await readdir(home.paths.snapshots)).filter((n) => n.startsWith('.staging'));
+  assert.deepEqual(stale, [], 'a staging dir survived');
+  await again.kill();
+  if (tags.includes('cut')) await Snapshot.remove('cut', { url: daemon.url });
+});

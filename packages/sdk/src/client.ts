@@ -1,13 +1,13 @@
 /**
  * `Forkd`: one daemon's address and token, the transport to it, and the daemon-wide calls
- * (health, version, images). Sandbox entry points build one from their options, so most
- * code never names it.
+ * (health, version, images, lineage). Sandbox entry points build one from their options, so
+ * most code never names it.
  */
 import { resolveConfig, type ClientConfig } from './config.js';
 import { Transport } from './http.js';
 import { Images } from './images.js';
-import type { VersionInfo } from './types.js';
-import { fromWire, VERSION_INFO } from './wire.js';
+import type { LineageNode, VersionInfo } from './types.js';
+import { fromWire, LINEAGE_EDGE, LINEAGE_NODE, VERSION_INFO } from './wire.js';
 
 /**
  * The options every call takes.
@@ -18,6 +18,17 @@ import { fromWire, VERSION_INFO } from './wire.js';
 export interface CallOptions {
   /** Aborting ends the request; the call rejects with the signal's reason. */
   signal?: AbortSignal;
+}
+
+/**
+ * Which part of the lineage to get.
+ *
+ * @example
+ * const subtree = await new Forkd().lineage({ tag: 'py-numpy' });
+ */
+export interface LineageOptions extends CallOptions {
+  /** Only this snapshot and what descends from it (default: everything). */
+  tag?: string;
 }
 
 /**
@@ -82,5 +93,26 @@ export class Forkd {
       signal: opts.signal,
     });
     return fromWire(VERSION_INFO, wire);
+  }
+
+  /**
+   * Every image, snapshot and live sandbox, each with the edge to what it came from (a
+   * flat list: build the tree from `parent`). With `tag`, only that snapshot's subtree.
+   *
+   * @example
+   * const nodes = await new Forkd().lineage();
+   * const children = (id: string) => nodes.filter((n) => n.parent?.id === id);
+   */
+  async lineage(opts: LineageOptions = {}): Promise<LineageNode[]> {
+    const wire = await this.transport.json<{ nodes: unknown[] }>({
+      method: 'GET',
+      path: '/v1/lineage',
+      query: { tag: opts.tag },
+      signal: opts.signal,
+    });
+    return wire.nodes.map((n) => {
+      const node = fromWire(LINEAGE_NODE, n);
+      return { ...node, parent: node.parent && fromWire(LINEAGE_EDGE, node.parent) };
+    });
   }
 }

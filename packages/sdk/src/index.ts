@@ -8,11 +8,13 @@
  * console.log((await sbx.commands.run('echo hi')).stdout);
  * const warm = await Snapshot.create({ tag: 'warm', image: 'busybox', warm: ['touch /ready'] });
  * const { sandboxes } = await warm.fork({ n: 4 });
+ * const { snapshot } = await sandboxes[0].branch({ tag: 'step-2', fork: 2 });
  */
 export * from './errors.js';
-export { Forkd, type CallOptions } from './client.js';
+export { Forkd, type CallOptions, type LineageOptions } from './client.js';
 export { Sandbox } from './sandbox.js';
 export type { SandboxCreateOptions, SandboxListOptions, SandboxOptions } from './sandbox.js';
+export type { BranchOptions, BranchResult } from './branch.js';
 export { Snapshot } from './snapshots.js';
 export type {
   ForkFailure,
@@ -33,6 +35,8 @@ export type {
   CommandResult,
   EntryInfo,
   ImageInfo,
+  LineageKind,
+  LineageNode,
   PoolInfo,
   SandboxInfo,
   SandboxState,

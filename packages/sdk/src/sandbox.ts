@@ -1,8 +1,9 @@
 /**
  * `Sandbox`: create (boot from an image, or fork from a snapshot), connect to, list and
- * kill sandboxes, each static call with an instance twin, and the `commands` and `files` of
- * one sandbox. `await using` kills it.
+ * kill sandboxes, each static call with an instance twin, the `commands` and `files` of
+ * one sandbox, and branching it into a snapshot. `await using` kills it.
  */
+import { branchSandbox, type BranchOptions, type BranchResult } from './branch.js';
 import { Commands } from './commands.js';
 import { Forkd, type CallOptions } from './client.js';
 import type { ClientConfig } from './config.js';
@@ -215,6 +216,19 @@ export class Sandbox {
   }
 
   /**
+   * Branch a sandbox by id without connecting first (see the instance `branch`).
+   *
+   * @example
+   * const { snapshot, pauseMs } = await Sandbox.branch('sbx-0123456789ab', { tag: 'b1' });
+   */
+  static async branch(
+    id: string,
+    opts: SandboxOptions & BranchOptions = {},
+  ): Promise<BranchResult> {
+    return branchSandbox(new Forkd(opts), id, opts);
+  }
+
+  /**
    * Fetch its current state into `info`.
    *
    * @example
@@ -233,6 +247,20 @@ export class Sandbox {
    */
   async setTimeout(timeoutMs: number, opts: CallOptions = {}): Promise<void> {
     this.current = await patchTimeout(this.client, this.id, timeoutMs, opts);
+  }
+
+  /**
+   * Capture it — memory, devices and disk from one instant — into a new snapshot while it
+   * keeps running (it is paused for `pauseMs`, tens of milliseconds). With `fork`, children
+   * of the new snapshot start in the same call. Its disk is a layer over the snapshot it
+   * was forked from: see `snapshot.compact()` for a standalone copy.
+   *
+   * @example
+   * const { snapshot } = await sbx.branch({ tag: 'before-migration' });
+   * const { sandboxes } = await snapshot.fork({ n: 3 }); // three tries from the same state
+   */
+  async branch(opts: BranchOptions = {}): Promise<BranchResult> {
+    return branchSandbox(this.client, this.id, opts);
   }
 
   /**

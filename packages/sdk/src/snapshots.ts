@@ -1,7 +1,8 @@
 /**
- * `Snapshot`: make one (boot an image, warm it up, capture it), find and list them, and
- * fork sandboxes from one — each starts already warm and shares the snapshot's memory
- * copy-on-write. Static calls take the client options; a Snapshot object keeps its client,
+ * `Snapshot`: make one (boot an image, warm it up, capture it), find and list them, fork
+ * sandboxes from one — each starts already warm and shares the snapshot's memory
+ * copy-on-write — and compact or remove a chain. (Branching a running sandbox into a
+ * snapshot is `sandbox.branch()`, branch.ts.) Static calls take the client options; a Snapshot object keeps its client,
  * so its instance calls take only a signal.
  */
 import { Forkd, type CallOptions } from './client.js';
@@ -104,10 +105,16 @@ export interface ForkResult {
  *
  * @example
  * await snapshot.remove({ force: true }); // kills the sandboxes forked from it first
+ * await snapshot.remove({ cascade: true, force: true }); // and every snapshot built on it
  */
 export interface SnapshotRemoveOptions extends CallOptions {
   /** Kill the sandboxes forked from it first (else SnapshotInUseError while any run). */
   force?: boolean;
+  /**
+   * Also remove every snapshot built on it (its `dependents`); else SnapshotInUseError
+   * while there are any. Sandboxes running from those need `force` too.
+   */
+  cascade?: boolean;
 }
 
 function snapshotPath(tag: string): string {
@@ -133,6 +140,34 @@ function createBody(opts: SnapshotCreateOptions): CreateSnapshotBody {
 /** The typed error of a wire error object (an `error` event, a failed child). */
 function typedError(error: WireError): ForkdError {
   return errorFromResponse(500, { error });
+}
+
+/**
+ * A wire ForkResult → live Sandboxes and typed failures. For the SDK's own modules (a
+ * branch's children): not exported from the package.
+ *
+ * @example
+ * const { sandboxes, failed } = forkResultOf(client, wire.children);
+ */
+export function forkResultOf(client: Forkd, wire: ForkResultWire): ForkResult {
+  return {
+    sandboxes: wire.sandboxes.map((s) => sandboxOf(client, fromWire(SANDBOX, s))),
+    failed: wire.failed.map(({ index, error }) => ({ index, error: typedError(error) })),
+  };
+}
+
+/** Wraps a snapshot the daemon reported; set by the class, whose constructor is private. */
+let wrap: (client: Forkd, info: SnapshotInfo) => Snapshot;
+
+/**
+ * The Snapshot object of a snapshot the daemon just reported (a branch's). For the SDK's
+ * own modules: not exported from the package.
+ *
+ * @example
+ * const snapshot = snapshotOf(client, snapshotFromWire(wire.snapshot));
+ */
+export function snapshotOf(client: Forkd, info: SnapshotInfo): Snapshot {
+  return wrap(client, info);
 }
 
 /** A create that streams: progress to the callback, then the snapshot or its error. */
@@ -165,6 +200,10 @@ async function createStreamed(
  * const { sandboxes } = await snap.fork({ n: 3 });
  */
 export class Snapshot {
+  static {
+    wrap = (client, info) => new Snapshot(client, info);
+  }
+
   private current: SnapshotInfo;
 
   private constructor(
@@ -291,10 +330,7 @@ export class Snapshot {
       json: body,
       signal: opts.signal,
     });
-    return {
-      sandboxes: wire.sandboxes.map((s) => sandboxOf(this.client, fromWire(SANDBOX, s))),
-      failed: wire.failed.map(({ index, error }) => ({ index, error: typedError(error) })),
-    };
+    return forkResultOf(this.client, wire);
   }
 
   /**
@@ -345,7 +381,26 @@ export class Snapshot {
   }
 
   /**
-   * Remove it; SnapshotInUseError while sandboxes forked from it run, unless `force`.
+   * Flatten it (memory and disk, over all its ancestors) into a standalone snapshot under
+   * `to`: the new one has no parent, so it outlives this one's chain. This one stays.
+   *
+   * @example
+   * const flat = await snapshot.compact('step-3-flat');
+   * await snapshot.remove({ cascade: true }); // the chain can go; flat still forks
+   */
+  async compact(to: string, opts: CallOptions = {}): Promise<Snapshot> {
+    const wire = await this.client.transport.json({
+      method: 'POST',
+      path: `${snapshotPath(this.tag)}/compact`,
+      json: { to },
+      signal: opts.signal,
+    });
+    return new Snapshot(this.client, snapshotFromWire(wire));
+  }
+
+  /**
+   * Remove it; SnapshotInUseError while sandboxes forked from it run, unless `force`, and
+   * while snapshots are built on it, unless `cascade`.
    *
    * @example
    * await snapshot.remove();
@@ -374,7 +429,7 @@ async function removeSnapshot(
   await client.transport.bytes({
     method: 'DELETE',
     path: snapshotPath(tag),
-    query: { force: opts.force || undefined },
+    query: { force: opts.force || undefined, cascade: opts.cascade || undefined },
     signal: opts.signal,
   });
 }

@@ -172,6 +172,39 @@ export interface SnapshotInfo {
   /** Running sandboxes forked from it. */
   childrenAlive: number;
   pool: PoolInfo;
+  /** How many parent snapshots its disk is layered over (0: standalone). */
+  depth: number;
+  /** Its parent, grandparent, …: what it needs to stay bootable. */
+  ancestors: string[];
+  /** Snapshots whose chain includes it: removing it needs `cascade`. */
+  dependents: string[];
+}
+
+/**
+ * What a lineage node is.
+ *
+ * @example
+ * const kinds: LineageKind[] = ['image', 'snapshot', 'sandbox'];
+ */
+export type LineageKind = 'image' | 'snapshot' | 'sandbox';
+
+/**
+ * One image, snapshot or live sandbox of the lineage, with the edge to what it came from
+ * (wire object `LineageNode`): a snapshot's parent snapshot or image, a sandbox's snapshot
+ * or image; null for an image.
+ *
+ * @example
+ * for (const n of await new Forkd().lineage()) console.log(n.kind, n.id, n.parent?.id);
+ */
+export interface LineageNode {
+  kind: LineageKind;
+  /** An image name, a snapshot tag or a sandbox id. */
+  id: string;
+  parent: { kind: LineageKind; id: string } | null;
+  /** The snapshot's or sandbox's state; `ready` for an image. */
+  state: string;
+  /** ISO 8601. */
+  createdAt: string;
 }
 
 /**

@@ -4,10 +4,12 @@
  * tables with the properties of src/api/schemas.ts, so a renamed field fails a test instead
  * of silently reading `undefined`. Exported as `@forkd/sdk/wire`; not a stable API.
  */
+import type { BranchResult } from './branch.js';
 import type {
   CommandResult,
   EntryInfo,
   ImageInfo,
+  LineageNode,
   PoolInfo,
   SandboxInfo,
   SnapshotFileInfo,
@@ -89,6 +91,9 @@ export const SNAPSHOT: WireNames<SnapshotInfo> = {
   physicalBytes: 'physical_bytes',
   childrenAlive: 'children_alive',
   pool: 'pool',
+  depth: 'depth',
+  ancestors: 'ancestors',
+  dependents: 'dependents',
 };
 
 /** `SnapshotFile` in schemas.ts. */
@@ -120,6 +125,30 @@ export const FORK_FAILURE: WireNames<ForkResultWire['failed'][number]> = {
   error: 'error',
 };
 
+/** `BranchResult` in schemas.ts; its `snapshot` is a `Snapshot`, its `children` a `ForkResult`. */
+export const BRANCH_RESULT: WireNames<BranchResult> = {
+  snapshot: 'snapshot',
+  pauseMs: 'pause_ms',
+  capturedBytes: 'captured_bytes',
+  timings: 'timings',
+  children: 'children',
+};
+
+/** The items of `Lineage.nodes` in schemas.ts (`parent` is `{kind, id}` on both sides). */
+export const LINEAGE_NODE: WireNames<LineageNode> = {
+  kind: 'kind',
+  id: 'id',
+  parent: 'parent',
+  state: 'state',
+  createdAt: 'created_at',
+};
+
+/** A lineage node's `parent` edge, when it has one. */
+export const LINEAGE_EDGE: WireNames<NonNullable<LineageNode['parent']>> = {
+  kind: 'kind',
+  id: 'id',
+};
+
 /**
  * A wire `Snapshot` → SnapshotInfo, its files and pool converted too.
  *
@@ -132,6 +161,10 @@ export function snapshotFromWire(wire: unknown): SnapshotInfo {
     ...info,
     files: (info.files ?? []).map((f) => fromWire(SNAPSHOT_FILE, f)),
     pool: fromWire(POOL_STATE, info.pool),
+    // A daemon older than chains sends none of these: every snapshot is standalone there.
+    depth: info.depth ?? 0,
+    ancestors: info.ancestors ?? [],
+    dependents: info.dependents ?? [],
   };
 }
 
@@ -202,6 +235,23 @@ export interface CreateSnapshotBody {
   wait_timeout_s?: number;
   labels?: Record<string, string>;
   stream?: boolean;
+}
+
+/** `BranchRequest`. */
+export interface BranchBody {
+  tag?: string;
+  fork?: number;
+  labels?: Record<string, string>;
+  no_wait?: boolean;
+}
+
+/** `BranchResult`: the new snapshot, the source's pause, and the children of `fork`. */
+export interface BranchResultWire {
+  snapshot: unknown;
+  pause_ms: number;
+  captured_bytes: number;
+  timings: Record<string, number>;
+  children?: ForkResultWire;
 }
 
 /** A wire error object, as in error answers and `error` events. */

@@ -5,7 +5,6 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import Type from 'typebox';
-import { ForkdError } from '../../errors.js';
 import type { ForkRequest, Services } from '../../services/contracts.js';
 import { errorBody, fromErrorObject } from '../errors.js';
 import {
@@ -20,7 +19,7 @@ import {
   type SandboxT,
 } from '../schemas.js';
 import type { Api } from '../types.js';
-import { ERROR_RESPONSES, NO_CONTENT } from './common.js';
+import { callerOf, ERROR_RESPONSES, fieldConflict, NO_CONTENT } from './common.js';
 
 const tags = ['sandboxes'];
 
@@ -41,13 +40,6 @@ const BOOT_ONLY = ['image', 'memory_mib', 'cpus'] as const;
 /** Fields that only mean something for a fork. */
 const FORK_ONLY = ['n', 'all_or_nothing'] as const;
 
-function conflict(field: string, reason: string): ForkdError {
-  return new ForkdError('bad_request', `body.${field}: ${reason}`, {
-    field: `body.${field}`,
-    reason,
-  });
-}
-
 /** Cross-field rules the schema cannot state: a boot and a fork take different fields. */
 function checkCreate(body: CreateSandboxT): void {
   const forking = isFork(body);
@@ -56,8 +48,8 @@ function checkCreate(body: CreateSandboxT): void {
     : FORK_ONLY.find((f) => body[f] !== undefined);
   if (wrong === undefined) return;
   throw forking
-    ? conflict(wrong, "not with snapshot: a fork has its snapshot's image, memory and cpus")
-    : conflict(wrong, 'only with snapshot (a fork)');
+    ? fieldConflict(wrong, "not with snapshot: a fork has its snapshot's image, memory and cpus")
+    : fieldConflict(wrong, 'only with snapshot (a fork)');
 }
 
 /** The fork command of a create body with `snapshot`; absent fields stay absent. */
@@ -71,7 +63,7 @@ function forkRequest(body: ForkBody): ForkRequest {
 }
 
 /** A ForkResult as sent: the children's errors in catalog form, 5xx ones scrubbed. */
-function forkAnswer(result: ForkResultT): ForkResultT {
+export function forkAnswer(result: ForkResultT): ForkResultT {
   const failed = result.failed.map(({ index, error }) => ({
     index,
     error: errorBody(fromErrorObject(error)).error,
@@ -92,10 +84,8 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
 
   /** POST /v1/sandboxes with `snapshot`: n children (a ForkResult), or one (a Sandbox). */
   async function fork(body: ForkBody, request: FastifyRequest, reply: FastifyReply) {
-    const result = await services.snapshots.fork(forkRequest(body), {
-      principal: request.principal,
-    });
-    request.counted = { metric: 'forks', n: result.sandboxes.length };
+    const result = await services.snapshots.fork(forkRequest(body), callerOf(request));
+    request.counted = { forks: result.sandboxes.length };
     return reply.code(201).send(body.n === undefined ? onlyChild(result) : forkAnswer(result));
   }
 
@@ -121,7 +111,7 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
       const body = request.body;
       checkCreate(body);
       if (isFork(body)) return fork(body, request, reply);
-      const sandbox = await sandboxes.create(body, { principal: request.principal });
+      const sandbox = await sandboxes.create(body, callerOf(request));
       return reply.code(201).send(sandbox);
     },
   );

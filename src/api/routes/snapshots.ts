@@ -13,7 +13,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Value } from 'typebox/value';
 import { ForkdError } from '../../errors.js';
-import type { Caller, SnapshotService, Services } from '../../services/contracts.js';
+import type { SnapshotService, Services } from '../../services/contracts.js';
 import { errorBody, toForkdError } from '../errors.js';
 import { NdjsonStream } from '../ndjson.js';
 import {
@@ -30,7 +30,7 @@ import {
   type SnapshotT,
 } from '../schemas.js';
 import type { Api } from '../types.js';
-import { ERROR_RESPONSES, NO_CONTENT } from './common.js';
+import { callerOf, ERROR_RESPONSES, NO_CONTENT } from './common.js';
 import { NDJSON } from './exec.js';
 
 const tags = ['snapshots'];
@@ -46,8 +46,6 @@ function checkCreate(body: CreateSnapshotT): void {
     });
   }
 }
-
-const callerOf = (request: FastifyRequest): Caller => ({ principal: request.principal });
 
 /** Aborted when the client hangs up before its answer is complete. */
 function clientGone(reply: FastifyReply): AbortSignal {
@@ -206,7 +204,8 @@ export async function snapshotRoutes(app: Api, { services }: { services: Service
     '/v1/snapshots/:tag',
     {
       schema: {
-        summary: 'Remove a snapshot; force kills the sandboxes forked from it first',
+        summary:
+          'Remove a snapshot; force kills the sandboxes forked from it, cascade removes the snapshots built on it',
         tags,
         params: SnapshotParams,
         querystring: RemoveSnapshotQuery,
@@ -214,7 +213,8 @@ export async function snapshotRoutes(app: Api, { services }: { services: Service
       },
     },
     async (request, reply) => {
-      await snapshots.remove(request.params.tag, { force: request.query.force });
+      const { force, cascade } = request.query;
+      await snapshots.remove(request.params.tag, { force, cascade });
       return reply.code(204).send();
     },
   );

@@ -87,6 +87,7 @@ async function adopt(
   );
   const vm = await Vm.adopt(spec, pid, { pollMs: ctx.pollMs });
   try {
+    await resumeIfPaused(ctx, row, vm);
     const agent =
       row.state === 'starting'
         ? await connectGuest(vm, row.id, { env: row.env, bootTimeoutMs: ctx.bootTimeoutMs })
@@ -99,6 +100,17 @@ async function adopt(
     vm.detach(); // the caller kills the verified pid
     throw e;
   }
+}
+
+/**
+ * A daemon killed in the middle of a branch leaves its source stopped (between `stop` and
+ * `cont`): resume it, the half-made snapshot is discarded by the snapshot service.
+ */
+async function resumeIfPaused(ctx: ReconcileContext, row: SandboxRow, vm: Vm): Promise<void> {
+  const st = await vm.qmp.execute<{ status: string }>('query-status');
+  if (st.status !== 'paused') return;
+  ctx.log.warn({ sandbox: row.id }, 'resuming a sandbox left paused by an interrupted branch');
+  await vm.qmp.execute('cont');
 }
 
 async function bury(ctx: ReconcileContext, row: SandboxRow, reason: string, pid?: number) {

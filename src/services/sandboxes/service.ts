@@ -200,12 +200,22 @@ export class SandboxManager implements SandboxService {
     return toWire(row);
   }
 
-  /** Running sandboxes forked from a snapshot. */
+  /** Running sandboxes that depend on a snapshot: forked from it, or branched into it. */
   childrenOf(tag: string): string[] {
     return this.rows
       .active()
-      .filter((r) => r.snapshot === tag)
+      .filter((r) => r.snapshot === tag || r.disk_base === tag)
       .map((r) => r.id);
+  }
+
+  /** The snapshot the sandbox's disk layers on now (null: straight on its image). */
+  diskBaseOf(id: string): string | null {
+    return this.row(id).disk_base;
+  }
+
+  /** After a branch the sandbox's disk layers on the new snapshot. */
+  setDiskBase(id: string, tag: string): void {
+    this.rows.update(id, { disk_base: tag });
   }
 
   /** The live VM of a running sandbox (capture needs the QEMU itself). */

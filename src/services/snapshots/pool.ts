@@ -6,6 +6,9 @@
  */
 import type { PreparedChild } from './fork.js';
 
+/** How long after a fork the pool starts replacing what it handed out. */
+const REFILL_DELAY_MS = 300;
+
 export interface PoolLog {
   warn(obj: object, msg: string): void;
 }
@@ -14,6 +17,7 @@ export class Pool {
   private readonly ready = new Map<string, PreparedChild[]>();
   private readonly targets = new Map<string, number>();
   private readonly filling = new Map<string, Promise<void>>();
+  private readonly pendingRefill = new Map<string, NodeJS.Timeout>();
   private closed = false;
 
   constructor(
@@ -44,23 +48,39 @@ export class Pool {
     this.refill(tag);
   }
 
-  /** A ready member whose QEMU still runs, or undefined; a refill follows either way. */
+  /**
+   * A ready member whose QEMU still runs, or undefined. The refill starts a moment later,
+   * so starting new QEMUs does not compete for the CPU with the restores of a burst.
+   */
   take(tag: string): PreparedChild | undefined {
     const list = this.ready.get(tag) ?? [];
     let child: PreparedChild | undefined;
     while ((child = list.shift()) && !child.vm.alive) void this.discard(child);
-    this.refill(tag);
+    clearTimeout(this.pendingRefill.get(tag));
+    const timer = setTimeout(() => {
+      this.pendingRefill.delete(tag);
+      this.refill(tag);
+    }, REFILL_DELAY_MS);
+    timer.unref();
+    this.pendingRefill.set(tag, timer);
     return child;
   }
 
-  /** Wait until the current refill of `tag` is done (tests, benchmarks). */
+  /** Wait until `tag`'s pool is refilled (tests, benchmarks). */
   async settled(tag: string): Promise<void> {
+    if (this.pendingRefill.has(tag)) {
+      clearTimeout(this.pendingRefill.get(tag));
+      this.pendingRefill.delete(tag);
+      this.refill(tag);
+    }
     while (this.filling.has(tag)) await this.filling.get(tag);
   }
 
   /** Empty and forget one snapshot's pool. */
   async drop(tag: string): Promise<void> {
     this.targets.delete(tag);
+    clearTimeout(this.pendingRefill.get(tag));
+    this.pendingRefill.delete(tag);
     await this.filling.get(tag);
     const list = this.ready.get(tag) ?? [];
     this.ready.delete(tag);

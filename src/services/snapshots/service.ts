@@ -5,23 +5,33 @@
  * service, which owns them from then on (timeouts, exec, kill, crash recovery).
  */
 import { rm } from 'node:fs/promises';
+import { basename } from 'node:path';
 import type {
+  BranchRequestT,
+  BranchResultT,
   CreateSnapshotT,
+  LineageT,
   ForkResultT,
   PoolStateT,
   SnapshotT,
   VerifyResultT,
 } from '../../api/schemas.js';
 import type { Paths } from '../../config.js';
+import type { RamRegion } from '../../drivers/qemu/capture.js';
+import type { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import type { Store } from '../../store/db.js';
 import type { Caller, ForkRequest, SnapshotService } from '../contracts.js';
 import type { SandboxManager } from '../sandboxes/service.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
+import { captureBranch, kernelVersion, repairBacking, type BranchCapture } from './branch.js';
+import { flattenInto } from './compact.js';
 import { createSnapshot } from './create.js';
 import {
+  publishSnapshot,
   readManifest,
   snapshotDir,
+  stagingDir,
   sweepStaging,
   unbootableReason,
   validateTag,
@@ -37,15 +47,21 @@ export interface SnapshotServiceOptions {
   sandboxes: SandboxManager;
   qemuVersion: () => Promise<string>;
   log?: ServiceLog;
-  /** Snapshot creations at once (default 2); past it `capacity`. */
+  /** Snapshot creations and branches at once (default 2); past it `capacity`. */
   maxCreating?: number;
+  /** Runs while a branch's source is stopped, after the copy (tests compare RAM there). */
+  whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
 }
 
 const MAX_FORK = 100;
 
 export class SnapshotManager implements SnapshotService {
   readonly pool: Pool;
+  /** Tags being written (create, branch, compact): a second one of them is name_taken. */
   private readonly creating = new Set<string>();
+  /** What a `no_wait` branch answered, shown by get() until it is ready or failed. */
+  private readonly pending = new Map<string, SnapshotT>();
+  private readonly failed = new Map<string, string>();
   private readonly log: ServiceLog;
 
   constructor(private readonly opts: SnapshotServiceOptions) {
@@ -71,6 +87,7 @@ export class SnapshotManager implements SnapshotService {
       this.rows.delete(row.tag);
     }
     await sweepStaging(this.opts.paths);
+    await this.repairInterruptedBranches();
     for (const row of this.rows.list('ready')) {
       if (row.pool_size > 0) void this.pool.setSize(row.tag, row.pool_size);
     }
@@ -82,29 +99,7 @@ export class SnapshotManager implements SnapshotService {
     onProgress?: (m: string) => void,
     signal?: AbortSignal,
   ): Promise<SnapshotT> {
-    validateTag(req.tag);
-    if (this.rows.get(req.tag) || this.creating.has(req.tag)) {
-      throw new ForkdError(
-        'name_taken',
-        `snapshot "${req.tag}" already exists or is being created`,
-        {
-          tag: req.tag,
-        },
-      );
-    }
-    if (this.creating.size >= (this.opts.maxCreating ?? 2)) {
-      throw new ForkdError('capacity', 'too many snapshots are being created; retry shortly', {
-        retry_after_s: 10,
-      });
-    }
-    this.creating.add(req.tag);
-    this.rows.insert({
-      tag: req.tag,
-      state: 'writing',
-      parent: null,
-      source: null,
-      dir: snapshotDir(this.opts.paths, req.tag),
-    });
+    this.reserve(req.tag, null);
     try {
       const { manifest, parent } = await createSnapshot(req, {
         paths: this.opts.paths,
@@ -133,6 +128,12 @@ export class SnapshotManager implements SnapshotService {
   }
 
   async get(tag: string): Promise<SnapshotT> {
+    const pending = this.pending.get(tag);
+    const state = this.rows.get(tag)?.state;
+    if (pending && (state === 'writing' || state === 'failed')) {
+      const reason = this.failed.get(tag);
+      return { ...pending, state, ...(reason ? { reason } : {}) };
+    }
     return this.toWire(await this.manifest(tag));
   }
 
@@ -141,9 +142,18 @@ export class SnapshotManager implements SnapshotService {
     return { ok: problems.length === 0, problems };
   }
 
-  async remove(tag: string, opts: { force?: boolean }): Promise<void> {
+  async remove(tag: string, opts: { force?: boolean; cascade?: boolean }): Promise<void> {
     await this.manifest(tag);
-    const children = this.opts.sandboxes.childrenOf(tag);
+    const subtree = opts.cascade ? [...(await this.descendants(tag)), tag] : [tag];
+    const dependents = opts.cascade ? [] : await this.descendants(tag);
+    if (dependents.length > 0) {
+      throw new ForkdError(
+        'snapshot_in_use',
+        `snapshots are built on "${tag}": ${dependents.join(', ')}; remove them first or use --cascade`,
+        { tag, snapshots: dependents },
+      );
+    }
+    const children = subtree.flatMap((t) => this.opts.sandboxes.childrenOf(t));
     if (children.length > 0 && !opts.force) {
       throw new ForkdError(
         'snapshot_in_use',
@@ -152,9 +162,165 @@ export class SnapshotManager implements SnapshotService {
       );
     }
     await Promise.all(children.map((id) => this.opts.sandboxes.kill(id)));
+    for (const t of subtree) await this.delete(t); // deepest first: never a dangling chain
+  }
+
+  private async delete(tag: string): Promise<void> {
     await this.pool.drop(tag);
     this.rows.delete(tag);
     await rm(snapshotDir(this.opts.paths, tag), { recursive: true, force: true });
+  }
+
+  /**
+   * Capture a running sandbox into a new snapshot; it keeps running. With `no_wait` the
+   * answer comes once the source resumed and the snapshot is `writing` until checksummed.
+   */
+  async branch(id: string, req: BranchRequestT, caller: Caller): Promise<BranchResultT> {
+    const tag = req.tag ?? `${id}.${Date.now().toString(36)}`;
+    validateTag(tag);
+    if (
+      req.fork !== undefined &&
+      (!Number.isInteger(req.fork) || req.fork < 0 || req.fork > MAX_FORK)
+    ) {
+      throw new ForkdError('bad_request', `fork must be an integer from 0 to ${MAX_FORK}`, {
+        field: 'fork',
+      });
+    }
+    const vm = this.opts.sandboxes.vmOf(id);
+    const source = await this.opts.sandboxes.get(id);
+    // The frozen layer is built on the snapshot the sandbox's disk layers on: its parent.
+    const parent = this.opts.sandboxes.diskBaseOf(id);
+    this.reserve(tag, id);
+    let captured: BranchCapture | undefined;
+    try {
+      captured = await captureBranch(this.opts.paths, vm, tag, this.opts.whileStopped);
+      const meta = {
+        tag,
+        image: source.image,
+        parent,
+        source_sandbox: id,
+        kernel: await kernelVersion(this.opts.paths),
+        qemu: await this.opts.qemuVersion(),
+        accel: vm.spec.accel,
+        memory_mib: source.memory_mib,
+        cpus: source.cpus,
+        created_at: new Date().toISOString(),
+        labels: req.labels ?? {},
+      };
+      // Once published, the source's disk layers on the new snapshot (it depends on it).
+      const published = this.publish(tag, captured.staging, meta).then((m) => {
+        this.opts.sandboxes.setDiskBase(id, tag);
+        return m;
+      });
+      const result = {
+        pause_ms: captured.capture.pauseMs,
+        captured_bytes: captured.capture.privateBytes,
+        timings: captured.capture.timings,
+      };
+      this.log.info(
+        { snapshot: tag, sandbox: id, ...result, principal: caller.principal },
+        'sandbox branched',
+      );
+      if (req.no_wait) {
+        void published.catch(() => undefined);
+        return { snapshot: this.writing(meta, vm), ...result };
+      }
+      const snapshot = await this.toWire(await published);
+      if (!req.fork) return { snapshot, ...result };
+      return {
+        snapshot,
+        ...result,
+        children: await this.fork({ snapshot: tag, n: req.fork, labels: req.labels }, caller),
+      };
+    } catch (e) {
+      if (!captured) this.release(tag);
+      throw e;
+    }
+  }
+
+  /** Checksum and publish a staged snapshot; the row says `ready`, or `failed` with why. */
+  private async publish(
+    tag: string,
+    staging: string,
+    meta: Omit<SnapshotManifest, 'files' | 'format_version'>,
+  ): Promise<SnapshotManifest> {
+    try {
+      const manifest = await publishSnapshot(this.opts.paths, staging, meta);
+      this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
+      return manifest;
+    } catch (e) {
+      this.failed.set(tag, e instanceof Error ? e.message : String(e));
+      this.rows.update(tag, { state: 'failed' });
+      await rm(staging, { recursive: true, force: true });
+      throw e;
+    } finally {
+      this.creating.delete(tag);
+    }
+  }
+
+  /** Flatten a chained snapshot: its disk without parent layers (over its image), same memory. */
+  async compact(tag: string, to: string, caller: Caller): Promise<SnapshotT> {
+    const m = await this.bootable(tag);
+    validateTag(to);
+    this.reserve(to, m.source_sandbox);
+    let staging: string | undefined;
+    try {
+      staging = await stagingDir(this.opts.paths, to);
+      await flattenInto(this.opts.paths, m, staging);
+      const manifest = await this.publish(to, staging, {
+        ...m,
+        tag: to,
+        parent: null,
+        created_at: new Date().toISOString(),
+      });
+      this.log.info({ snapshot: to, from: tag, principal: caller.principal }, 'snapshot compacted');
+      return this.toWire(manifest);
+    } catch (e) {
+      if (staging) await rm(staging, { recursive: true, force: true });
+      this.release(to);
+      throw e;
+    }
+  }
+
+  async lineage(tag?: string): Promise<LineageT> {
+    const nodes: LineageT['nodes'] = [];
+    const manifests = await this.manifests();
+    const keep = tag ? new Set([tag, ...(await this.descendants(tag))]) : undefined;
+    if (tag && !manifests.has(tag)) await this.manifest(tag);
+    const images = new Set<string>();
+    for (const m of manifests.values()) {
+      if (keep && !keep.has(m.tag)) continue;
+      const parent = m.parent
+        ? { kind: 'snapshot' as const, id: m.parent }
+        : m.image
+          ? { kind: 'image' as const, id: m.image }
+          : null;
+      if (!m.parent && m.image) images.add(m.image);
+      nodes.push({ kind: 'snapshot', id: m.tag, parent, state: 'ready', created_at: m.created_at });
+    }
+    for (const sb of await this.opts.sandboxes.list({})) {
+      if (sb.state !== 'running' && sb.state !== 'starting') continue;
+      const from = sb.snapshot;
+      if (keep && !(from && keep.has(from))) continue;
+      const parent = from
+        ? { kind: 'snapshot' as const, id: from }
+        : sb.image
+          ? { kind: 'image' as const, id: sb.image }
+          : null;
+      if (!from && sb.image) images.add(sb.image);
+      nodes.push({
+        kind: 'sandbox',
+        id: sb.id,
+        parent,
+        state: sb.state,
+        created_at: sb.created_at,
+      });
+    }
+    if (!keep) {
+      for (const name of images)
+        nodes.unshift({ kind: 'image', id: name, parent: null, state: 'ready', created_at: '' });
+    }
+    return { nodes };
   }
 
   async setPool(tag: string, size: number): Promise<PoolStateT> {
@@ -214,6 +380,97 @@ export class SnapshotManager implements SnapshotService {
     );
   }
 
+  /** See {@link repairBacking}: sources of branches a crash cut short. */
+  private async repairInterruptedBranches(): Promise<void> {
+    const ready = (tag: string) => this.rows.get(tag)?.state === 'ready';
+    for (const sb of await this.opts.sandboxes.list({ state: 'running' })) {
+      try {
+        if (await repairBacking(this.opts.paths, this.opts.sandboxes.vmOf(sb.id), ready)) {
+          this.log.warn({ sandbox: sb.id }, 'repaired the disk chain of an interrupted branch');
+        }
+      } catch (e) {
+        this.log.warn({ sandbox: sb.id, err: e }, 'could not check the disk chain');
+      }
+    }
+  }
+
+  /** Claim a tag for a snapshot being written: its row says `writing` until published. */
+  private reserve(tag: string, source: string | null): void {
+    validateTag(tag);
+    if (this.rows.get(tag) || this.creating.has(tag)) {
+      throw new ForkdError('name_taken', `snapshot "${tag}" already exists or is being written`, {
+        tag,
+      });
+    }
+    if (this.creating.size >= (this.opts.maxCreating ?? 2)) {
+      throw new ForkdError('capacity', 'too many snapshots are being written; retry shortly', {
+        retry_after_s: 5,
+      });
+    }
+    this.creating.add(tag);
+    this.rows.insert({
+      tag,
+      state: 'writing',
+      parent: null,
+      source,
+      dir: snapshotDir(this.opts.paths, tag),
+    });
+  }
+
+  private release(tag: string): void {
+    this.creating.delete(tag);
+    this.rows.delete(tag);
+  }
+
+  /** The answer for a snapshot still being checksummed (`no_wait`). */
+  private writing(meta: Omit<SnapshotManifest, 'files' | 'format_version'>, vm: Vm): SnapshotT {
+    const wire: SnapshotT = {
+      ...meta,
+      state: 'writing',
+      bootable: false,
+      files: [],
+      logical_bytes: 0,
+      physical_bytes: 0,
+      children_alive: 0,
+      pool: { size: 0, ready: 0 },
+      depth: 0,
+      ancestors: [],
+      dependents: [],
+      reason: `being written from sandbox ${basename(vm.spec.dir)}`,
+    };
+    this.pending.set(meta.tag, wire);
+    return wire;
+  }
+
+  /** Every published manifest by tag. */
+  private async manifests(): Promise<Map<string, SnapshotManifest>> {
+    const out = new Map<string, SnapshotManifest>();
+    for (const row of this.rows.list('ready')) {
+      const m = await readManifest(this.opts.paths, row.tag).catch(() => undefined);
+      if (m) out.set(m.tag, m);
+    }
+    return out;
+  }
+
+  /** Snapshots built on `tag`, deepest first. */
+  private async descendants(tag: string): Promise<string[]> {
+    const all = [...(await this.manifests()).values()];
+    const walk = (t: string): string[] =>
+      all.filter((m) => m.parent === t).flatMap((m) => [...walk(m.tag), m.tag]);
+    return walk(tag);
+  }
+
+  /** Parent, grandparent, … of a manifest. */
+  private async ancestors(m: SnapshotManifest): Promise<string[]> {
+    const out: string[] = [];
+    let parent = m.parent;
+    while (parent && !out.includes(parent)) {
+      out.push(parent);
+      parent = (await readManifest(this.opts.paths, parent).catch(() => undefined))?.parent ?? null;
+    }
+    return out;
+  }
+
   /** The manifest of a published snapshot (snapshot_not_found otherwise). */
   private async manifest(tag: string): Promise<SnapshotManifest> {
     validateTag(tag);
@@ -263,7 +520,11 @@ export class SnapshotManager implements SnapshotService {
       physical_bytes: physicalBytes(m),
       children_alive: this.opts.sandboxes.childrenOf(m.tag).length,
       pool: this.pool.state(m.tag),
+      ancestors: await this.ancestors(m),
+      dependents: [...(await this.descendants(m.tag))].reverse(),
+      depth: 0,
     };
+    wire.depth = wire.ancestors.length;
     if (reason) wire.reason = reason;
     return wire;
   }

@@ -1,0 +1,94 @@
+/**
+ * `forkd branch ID`: capture a running sandbox — memory, devices and disk from one instant —
+ * into a new snapshot through the daemon while it keeps running; with `--fork N`, start N
+ * children of the new snapshot in the same call. Prints the new tag, how long the source
+ * was paused and how much memory was copied in that pause, then the children's ids, one per
+ * line. A child that fails is named on stderr and forkd exits 1, as `forkd fork` does.
+ */
+import type { Command } from 'commander';
+import { Sandbox, type BranchResult, type ForkResult } from '@forkd/sdk';
+import { SANDBOX, toWire } from '@forkd/sdk/wire';
+import { ForkdError } from '../errors.js';
+import { clientConfig, collect, daemonOptions, parseLabels, type DaemonFlags } from './client.js';
+import { action, printJson } from './output.js';
+import { parseCount } from './snapshot.js';
+import { snapshotJson } from './snapshots.js';
+
+interface BranchFlags extends DaemonFlags {
+  tag?: string;
+  fork?: string;
+  label: string[];
+  /** False with --no-wait (commander's negated option). */
+  wait: boolean;
+}
+
+export function register(program: Command): void {
+  daemonOptions(
+    program
+      .command('branch')
+      .description('capture a running sandbox into a new snapshot; the sandbox keeps running')
+      .argument('<id>', 'sandbox id')
+      .option('--tag <tag>', "the new snapshot's tag (default: one the daemon picks)")
+      .option('--fork <n>', 'also start N children of the new snapshot (0-100)')
+      .option('--label <k=v>', 'label of the new snapshot (repeatable)', collect, [])
+      .option(
+        '--no-wait',
+        'return once the source resumed; the snapshot is writing until checksummed',
+      )
+      .option('--json', 'machine-readable output'),
+  ).action(action(branch));
+}
+
+async function branch(id: string, flags: BranchFlags): Promise<number> {
+  const fork = flags.fork === undefined ? undefined : parseCount(flags.fork, '--fork');
+  if (!flags.wait && fork) {
+    throw new ForkdError(
+      'bad_request',
+      '--no-wait cannot --fork: children need the finished snapshot',
+    );
+  }
+  const result = await Sandbox.branch(id, {
+    ...clientConfig(flags),
+    tag: flags.tag,
+    fork,
+    labels: flags.label.length ? parseLabels(flags.label) : undefined,
+    noWait: flags.wait ? undefined : true,
+  });
+  if (flags.json) printJson(branchJson(result));
+  else report(id, result);
+  return result.children?.failed.length ? 1 : 0;
+}
+
+/** The BranchResult in the REST API's shape. */
+function branchJson({ snapshot, pauseMs, capturedBytes, timings, children }: BranchResult) {
+  return {
+    snapshot: snapshotJson(snapshot.info),
+    pause_ms: pauseMs,
+    captured_bytes: capturedBytes,
+    timings,
+    ...(children && { children: childrenJson(children) }),
+  };
+}
+
+function childrenJson({ sandboxes, failed }: ForkResult) {
+  return {
+    sandboxes: sandboxes.map((s) => toWire(SANDBOX, s.info)),
+    failed: failed.map(({ index, error }) => ({ index, error: error.toJSON().error })),
+  };
+}
+
+const MiB = 1024 * 1024;
+
+/** `branched ID into snapshot TAG: …`, then the children's ids; failures on stderr. */
+function report(id: string, { snapshot, pauseMs, capturedBytes, children }: BranchResult): void {
+  const pause = `paused ${pauseMs.toFixed(1)} ms, ${(capturedBytes / MiB).toFixed(1)} MiB captured`;
+  const writing =
+    snapshot.info.state === 'writing'
+      ? `; still writing: \`forkd snapshot info ${snapshot.tag}\` says when it is ready`
+      : '';
+  process.stdout.write(`branched ${id} into snapshot ${snapshot.tag}: ${pause}${writing}\n`);
+  for (const s of children?.sandboxes ?? []) process.stdout.write(`${s.id}\n`);
+  for (const { index, error } of children?.failed ?? []) {
+    process.stderr.write(`forkd: child ${index}: ${error.message} [${error.code}]\n`);
+  }
+}
