@@ -5,42 +5,13 @@
  * `--json`, exit codes, what reached the daemon, and that `diff` never leaves its child
  * running. The same verbs against real VMs are the end-to-end tests' job.
  */
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import type { FastifyInstance } from 'fastify';
-import { buildApp } from '../../src/api/app.js';
-import { forkd as runCli, type CliResult } from '../helpers/cli.js';
-import { FakeServices, SEED } from '../helpers/fake-services.js';
+import { cliOverFakes, out } from '../helpers/fake-cli.js';
+import { SEED } from '../helpers/fake-services.js';
 
-const fake = new FakeServices();
-let app: FastifyInstance;
-let dir: string;
-let env: NodeJS.ProcessEnv;
-
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'forkd-cli-branch-'));
-  app = await buildApp(fake.services, { requireAuth: false });
-  const socket = join(dir, 'forkd.sock');
-  await app.listen({ path: socket });
-  env = { ...process.env, FORKD_URL: `unix:${socket}`, FORKD_HOME: dir };
-});
-after(async () => {
-  await app.close();
-  await rm(dir, { recursive: true, force: true });
-});
-
-const forkd = (...args: string[]) => runCli(args, { env });
-const out = (r: CliResult) => r.stdout.toString();
+const { fake, forkd, json } = cliOverFakes('forkd-cli-branch-');
 const calls = (method: string) => fake.serviceCalls().filter((c) => c.method === method);
-
-async function json<T>(...args: string[]): Promise<T> {
-  const r = await forkd(...args, '--json');
-  assert.equal(r.code, 0, `forkd ${args.join(' ')}: ${r.stderr}`);
-  return JSON.parse(out(r)) as T;
-}
 
 /** Live sandbox ids. */
 async function live(): Promise<string[]> {
@@ -151,19 +122,16 @@ test('tree TAG: only its subtree, hung under its parent; --json the flat nodes',
 
 // ---- chains ---------------------------------------------------------------------------
 
+/** `forkd snapshot diff --from warm --tag TAG [--exec CMD]`. */
+function diff(tag: string, exec?: string) {
+  const args = ['snapshot', 'diff', '--from', SEED.snapshot, '--tag', tag];
+  return forkd(...args, ...(exec === undefined ? [] : ['--exec', exec]));
+}
+
 test('snapshot diff: fork, run, branch, kill; prints only the new tag', async () => {
   fake.reset();
   const before = await live();
-  const r = await forkd(
-    'snapshot',
-    'diff',
-    '--from',
-    SEED.snapshot,
-    '--tag',
-    'pkg',
-    '--exec',
-    'echo installed',
-  );
+  const r = await diff('pkg', 'echo installed');
   assert.equal(r.code, 0, r.stderr);
   assert.equal(out(r), 'pkg\n');
   assert.match(r.stderr, /echo installed/, "the command's output goes to stderr");
@@ -179,35 +147,17 @@ test('snapshot diff: fork, run, branch, kill; prints only the new tag', async ()
 test('snapshot diff: a failing command branches nothing, kills the child, exits with its code', async () => {
   fake.reset();
   const before = await live();
-  const r = await forkd(
-    'snapshot',
-    'diff',
-    '--from',
-    SEED.snapshot,
-    '--tag',
-    'x',
-    '--exec',
-    'exit 3',
-  );
+  const r = await diff('x', 'exit 3');
   assert.equal(r.code, 3);
   assert.equal(out(r), '');
   assert.match(r.stderr, /`exit 3` failed in a child of warm: nothing branched/);
   assert.deepEqual(calls('branch'), []);
   assert.deepEqual(await live(), before);
-  const taken = await forkd(
-    'snapshot',
-    'diff',
-    '--from',
-    SEED.snapshot,
-    '--tag',
-    SEED.brokenSnapshot,
-    '--exec',
-    'true',
-  );
+  const taken = await diff(SEED.brokenSnapshot, 'true');
   assert.equal(taken.code, 1);
   assert.match(taken.stderr, /\[name_taken\]/);
   assert.deepEqual(await live(), before, 'killed after a failed branch too');
-  assert.equal((await forkd('snapshot', 'diff', '--from', SEED.snapshot, '--tag', 'y')).code, 2);
+  assert.equal((await diff('y')).code, 2);
 });
 
 test('snapshot info shows depth, ancestors and dependents; compact makes a standalone one', async () => {

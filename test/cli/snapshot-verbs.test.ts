@@ -5,43 +5,15 @@
  * failures, and Ctrl-C during a create reaching the daemon as an abort. The same verbs
  * against real VMs are the end-to-end tests' job.
  */
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { FastifyInstance } from 'fastify';
-import { buildApp } from '../../src/api/app.js';
-import { CLI, forkd as runCli, type CliResult } from '../helpers/cli.js';
-import { FakeServices, SEED } from '../helpers/fake-services.js';
+import { CLI } from '../helpers/cli.js';
+import { cliOverFakes, out } from '../helpers/fake-cli.js';
+import { SEED } from '../helpers/fake-services.js';
 
-const fake = new FakeServices();
-let app: FastifyInstance;
-let dir: string;
-let env: NodeJS.ProcessEnv;
-
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'forkd-cli-snap-'));
-  app = await buildApp(fake.services, { requireAuth: false });
-  const socket = join(dir, 'forkd.sock');
-  await app.listen({ path: socket });
-  env = { ...process.env, FORKD_URL: `unix:${socket}`, FORKD_HOME: dir };
-});
-after(async () => {
-  await app.close();
-  await rm(dir, { recursive: true, force: true });
-});
-
-const forkd = (...args: string[]) => runCli(args, { env });
-const out = (r: CliResult) => r.stdout.toString();
-
-async function json<T>(...args: string[]): Promise<T> {
-  const r = await forkd(...args, '--json');
-  assert.equal(r.code, 0, `forkd ${args.join(' ')}: ${r.stderr}`);
-  return JSON.parse(out(r)) as T;
-}
+const { fake, env, forkd, json } = cliOverFakes('forkd-cli-snap-');
 
 test('snapshot create: progress on stderr, a summary on stdout; --json the snapshot', async () => {
   fake.reset();

@@ -9,7 +9,7 @@ import {
   SnapshotManager,
   type SnapshotServiceOptions,
 } from '../../src/services/snapshots/service.js';
-import type { TestHome } from './home.js';
+import { assertNoLeftovers, type TestHome } from './home.js';
 
 export interface TestServices {
   store: Store;
@@ -45,6 +45,19 @@ export async function startServices(
       store.close();
     },
   };
+}
+
+/**
+ * A test file's teardown: close the services (if they started), prove nothing was left
+ * behind, and remove the test home whatever happened.
+ */
+export async function closeAndCheck(s: TestServices | undefined, home: TestHome): Promise<void> {
+  try {
+    await s?.close();
+    await assertNoLeftovers(home);
+  } finally {
+    await home.cleanup();
+  }
 }
 
 /** Run a shell command in a sandbox; stdout as text (throws on a non-zero exit). */

@@ -4,11 +4,8 @@
  * live Snapshot and live children with typed failures; `snapshot.compact()`, `remove` with
  * `cascade`, the chain fields of SnapshotInfo, and `Forkd#lineage`.
  */
-import { test, before, after, beforeEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import {
   BadRequestError,
   BootFailedError,
@@ -19,26 +16,20 @@ import {
   SnapshotInUseError,
   SnapshotNotFoundError,
 } from '@forkd/sdk';
-import { FakeDaemon, ID, json, noContent, sandboxWire, snapshotWire } from './fake-daemon.js';
+import {
+  fakeDaemonForFile,
+  ID,
+  json,
+  noContent,
+  sandboxWire,
+  snapshotWire,
+} from './fake-daemon.js';
 
-let dir: string;
-const fake = new FakeDaemon();
-let config: { url: string };
-
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'forkd-sdk-branch-'));
-  await fake.start({ socketPath: join(dir, 'forkd.sock') });
-  config = { url: fake.url };
-});
-after(async () => {
-  await fake.stop();
-  await rm(dir, { recursive: true, force: true });
-});
-beforeEach(() => {
-  fake.handlers.clear();
-  fake.on('GET /v1/sandboxes/:id', (_r, res) => json(res, 200, sandboxWire()));
-});
-after(() => assert.deepEqual(fake.violations, []));
+const daemon = fakeDaemonForFile('forkd-sdk-branch-', (fake) =>
+  fake.on('GET /v1/sandboxes/:id', (_r, res) => json(res, 200, sandboxWire())),
+);
+const { fake } = daemon;
+const config = { url: daemon.url };
 
 const sent = (route: string) => JSON.parse(fake.last(route)?.body.toString() || 'null');
 

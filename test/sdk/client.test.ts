@@ -5,11 +5,9 @@
  * tests shape what the real daemon rarely does on cue (slow streams, a UTF-8 character cut
  * between chunks, a dropped connection, 503 with Retry-After, a proxy's HTML).
  */
-import { test, before, after, beforeEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -26,32 +24,26 @@ import {
   parseUrl,
   resolveConfig,
 } from '@forkd/sdk';
-import { FakeDaemon, ID, json, ndjson, noContent, sandboxWire } from './fake-daemon.js';
+import {
+  FakeDaemon,
+  fakeDaemonForFile,
+  ID,
+  json,
+  ndjson,
+  noContent,
+  sandboxWire,
+} from './fake-daemon.js';
 
 const EXEC_ID = 'ex-0123456789ab';
 const exitEvent = { type: 'exit', exit_code: 0, signal: null, timed_out: false, duration_ms: 5 };
 
 const b64 = (s: string | Buffer) => Buffer.from(s).toString('base64');
 
-let dir: string;
-const fake = new FakeDaemon();
-let config: { url: string; token: string };
-
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'forkd-sdk-test-'));
-  await fake.start({ socketPath: join(dir, 'forkd.sock') });
-  config = { url: fake.url, token: 'secret-token' };
-});
-after(async () => {
-  await fake.stop();
-  await rm(dir, { recursive: true, force: true });
-});
-beforeEach(() => {
-  fake.handlers.clear();
-  fake.on('GET /v1/sandboxes/:id', (_r, res) => json(res, 200, sandboxWire()));
-});
-// Every request any test sent must have matched the contract.
-after(() => assert.deepEqual(fake.violations, []));
+const daemon = fakeDaemonForFile('forkd-sdk-test-', (fake) =>
+  fake.on('GET /v1/sandboxes/:id', (_r, res) => json(res, 200, sandboxWire())),
+);
+const { fake, dir } = daemon;
+const config = { url: daemon.url, token: 'secret-token' };
 
 // ---- config ---------------------------------------------------------------------------
 

@@ -4,9 +4,14 @@
  * so request bodies and queries cannot drift, records them, and answers with whatever
  * handler a test set for the route.
  */
+import { after, before, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Value } from 'typebox/value';
 import type { TSchema } from 'typebox';
@@ -203,6 +208,32 @@ export class FakeDaemon {
       this.violations.push(`${route}: content-type ${seen.headers['content-type']}`);
     }
   }
+}
+
+/**
+ * A test file's fake daemon on a unix socket in its own temporary directory (`prefix`):
+ * started before the file's tests, stopped and the directory removed after them. Before
+ * each test the handlers are cleared and `defaults` sets the ones every test relies on;
+ * after them all, every request any test sent must have matched the contract.
+ */
+export function fakeDaemonForFile(
+  prefix: string,
+  defaults: (fake: FakeDaemon) => void = () => undefined,
+): { fake: FakeDaemon; dir: string; url: string } {
+  const fake = new FakeDaemon();
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const socketPath = join(dir, 'forkd.sock');
+  before(() => fake.start({ socketPath }));
+  after(async () => {
+    await fake.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+  beforeEach(() => {
+    fake.handlers.clear();
+    defaults(fake);
+  });
+  after(() => assert.deepEqual(fake.violations, []));
+  return { fake, dir, url: `unix:${socketPath}` };
 }
 
 export function json(res: ServerResponse, status: number, value: unknown, headers = {}): void {

@@ -5,11 +5,8 @@
  * pool, remove, and forks — `fork` with partial failure, `forkAll`, `Sandbox.create` with
  * `snapshot`.
  */
-import { test, before, after, beforeEach } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import {
   BootFailedError,
   GuestErrorError,
@@ -23,7 +20,7 @@ import {
   type SnapshotInfo,
 } from '@forkd/sdk';
 import {
-  FakeDaemon,
+  fakeDaemonForFile,
   ID,
   json,
   ndjson,
@@ -57,24 +54,11 @@ const INFO: SnapshotInfo = {
   dependents: [],
 };
 
-let dir: string;
-const fake = new FakeDaemon();
-let config: { url: string };
-
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'forkd-sdk-snap-'));
-  await fake.start({ socketPath: join(dir, 'forkd.sock') });
-  config = { url: fake.url };
-});
-after(async () => {
-  await fake.stop();
-  await rm(dir, { recursive: true, force: true });
-});
-beforeEach(() => {
-  fake.handlers.clear();
-  fake.on('GET /v1/snapshots/:tag', (_r, res) => json(res, 200, snapshotWire()));
-});
-after(() => assert.deepEqual(fake.violations, []));
+const daemon = fakeDaemonForFile('forkd-sdk-snap-', (fake) =>
+  fake.on('GET /v1/snapshots/:tag', (_r, res) => json(res, 200, snapshotWire())),
+);
+const { fake } = daemon;
+const config = { url: daemon.url };
 
 const sent = (route: string) => JSON.parse(fake.last(route)?.body.toString() || 'null');
 

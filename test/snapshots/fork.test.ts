@@ -8,8 +8,14 @@ import assert from 'node:assert/strict';
 import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isForkdError } from '../../src/errors.js';
-import { assertNoLeftovers, makeTestHome, type TestHome } from '../helpers/home.js';
-import { caller, sh, startServices, type TestServices } from '../helpers/services.js';
+import { makeTestHome, type TestHome } from '../helpers/home.js';
+import {
+  caller,
+  closeAndCheck,
+  sh,
+  startServices,
+  type TestServices,
+} from '../helpers/services.js';
 
 let home: TestHome;
 let s: TestServices;
@@ -33,14 +39,7 @@ before(async () => {
   counterAtCapture = 5;
 });
 
-after(async () => {
-  try {
-    await s?.close();
-    await assertNoLeftovers(home);
-  } finally {
-    await home.cleanup();
-  }
-});
+after(() => closeAndCheck(s, home));
 
 const forkN = async (n: number) => {
   const r = await s.snapshots.fork({ snapshot: 'warm', n }, caller);
