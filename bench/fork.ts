@@ -10,7 +10,7 @@
  * It uses a temp FORKD_HOME linked to the set-up home's kernel and image (bench/home.ts).
  */
 import { readFile } from 'node:fs/promises';
-import { caller, startBenchServices } from './services.js';
+import { caller, startBenchServices, type BenchServices } from './services.js';
 import { percentile, summary } from './stats.js';
 
 const args = process.argv.slice(2);
@@ -58,7 +58,7 @@ function setup() {
   return startBenchServices([image]);
 }
 
-type Env = Awaited<ReturnType<typeof setup>>;
+type Env = BenchServices;
 
 function snapshotRequest(tag: string, memoryMiB: number) {
   const w = WORKLOAD[image];
@@ -103,6 +103,20 @@ async function killAll(env: Env, ids: string[]) {
   await Promise.all(ids.map((id) => env.sandboxes.kill(id)));
 }
 
+/** Single forks from a pool of 4 (pre-warmed or not), the pool refilled between them. */
+async function pooledForks(env: BenchServices, prewarm: boolean): Promise<number[]> {
+  await env.snapshots.setPool('warm', 4, { prewarm });
+  const out: number[] = [];
+  for (let i = 0; i < (quick ? 5 : 15); i++) {
+    await env.snapshots.pool.settled('warm');
+    const { ms, ids } = await fanOut(env, 'warm', 1, WORKLOAD[image]?.forked);
+    out.push(ms);
+    await killAll(env, ids);
+  }
+  await env.snapshots.setPool('warm', 0);
+  return out;
+}
+
 async function main() {
   const env = await setup();
   try {
@@ -125,22 +139,19 @@ async function main() {
     }
     console.log(`fork (no pool) → exec answered: ${summary(single)}`);
 
-    await env.snapshots.setPool('warm', 4);
-    const pooled: number[] = [];
-    for (let i = 0; i < (quick ? 5 : 15); i++) {
-      await env.snapshots.pool.settled('warm');
-      const { ms, ids } = await fanOut(env, 'warm', 1, WORKLOAD[image]?.forked);
-      pooled.push(ms);
-      await killAll(env, ids);
-    }
+    const pooled = await pooledForks(env, false);
     console.log(`fork (pool) → exec answered: ${summary(pooled)}`);
+    const prewarmed = await pooledForks(env, true);
+    console.log(`fork (pre-warmed pool) → exec answered: ${summary(prewarmed)}`);
+    const ratio = (forks: number[]) => (percentile(cold, 50) / percentile(forks, 50)).toFixed(1);
     console.log(
-      `ratio cold / fork (p50): no pool ${(percentile(cold, 50) / percentile(single, 50)).toFixed(1)}×, pool ${(percentile(cold, 50) / percentile(pooled, 50)).toFixed(1)}×`,
+      `ratio cold / fork (p50): no pool ${ratio(single)}×, pool ${ratio(pooled)}×, pre-warmed pool ${ratio(prewarmed)}×`,
     );
 
     for (const n of quick ? [1, 10] : [1, 10, 20, 50]) {
-      for (const pool of [false, true]) {
-        await env.snapshots.setPool('warm', pool ? Math.min(n, 64) : 0);
+      for (const pool of ['no pool', 'pool', 'pre-warmed'] as const) {
+        const size = pool === 'no pool' ? 0 : Math.min(n, 64);
+        await env.snapshots.setPool('warm', size, { prewarm: pool === 'pre-warmed' });
         await env.snapshots.pool.settled('warm');
         const { ms, ids } = await fanOut(env, 'warm', n);
         const mem = await Promise.all(
@@ -151,7 +162,7 @@ async function main() {
           ids.map(async (id) => pss((await env.sandboxes.get(id)).pid as number)),
         );
         console.log(
-          `fan-out N=${n} ${pool ? 'pool   ' : 'no pool'}: all answered in ${ms.toFixed(0)} ms, ${(ms / n).toFixed(1)} ms/child; PSS per idle child ${(idle.reduce((a, b) => a + b, 0) / n).toFixed(1)} MiB (just after answering ${(mem.reduce((a, b) => a + b, 0) / n).toFixed(1)})`,
+          `fan-out N=${n} ${pool}: all answered in ${ms.toFixed(0)} ms, ${(ms / n).toFixed(1)} ms/child; PSS per idle child ${(idle.reduce((a, b) => a + b, 0) / n).toFixed(1)} MiB (just after answering ${(mem.reduce((a, b) => a + b, 0) / n).toFixed(1)})`,
         );
         await killAll(env, ids);
       }

@@ -339,7 +339,7 @@ export const Snapshot = Type.Object(
     logical_bytes: Type.Integer(),
     physical_bytes: Type.Integer(),
     children_alive: Type.Integer({ description: 'running sandboxes forked from it' }),
-    pool: Type.Object({ size: Type.Integer(), ready: Type.Integer() }),
+    pool: Type.Object({ size: Type.Integer(), ready: Type.Integer(), prewarm: Type.Boolean() }),
     depth: Type.Integer({
       description: 'layers of parent snapshots under its disk (0 = standalone)',
     }),
@@ -472,8 +472,23 @@ export const VerifyResult = Type.Object({
   problems: Type.Array(Type.Object({ file: Type.String(), problem: Type.String() })),
 });
 
-export const SetPool = Type.Object({ size: Type.Integer({ minimum: 0, maximum: 64 }) }, strict);
-export const PoolState = Type.Object({ size: Type.Integer(), ready: Type.Integer() });
+export const SetPool = Type.Object(
+  {
+    size: Type.Integer({ minimum: 0, maximum: 64 }),
+    prewarm: Type.Optional(
+      Type.Boolean({
+        description:
+          'restore each pool VM ahead of time, run one command in it and pause it: a fork then costs a resume, but the guest has run ~0.1 s past the snapshot',
+      }),
+    ),
+  },
+  strict,
+);
+export const PoolState = Type.Object({
+  size: Type.Integer(),
+  ready: Type.Integer(),
+  prewarm: Type.Boolean(),
+});
 
 // ---- host ----------------------------------------------------------------------------
 

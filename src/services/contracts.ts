@@ -106,7 +106,7 @@ export interface SnapshotService {
   compact(tag: string, to: string, caller: Caller): Promise<SnapshotT>;
   /** Every image, snapshot and live sandbox with its parent edge (only `tag`'s subtree if given). */
   lineage(tag?: string): Promise<LineageT>;
-  setPool(tag: string, size: number): Promise<PoolStateT>;
+  setPool(tag: string, size: number, opts?: { prewarm?: boolean }): Promise<PoolStateT>;
   fork(req: ForkRequest, caller: Caller): Promise<ForkResultT>;
 }
 

@@ -71,6 +71,8 @@ export const MIGRATIONS: readonly string[] = [
   // 3: the snapshot a sandbox's disk layers on (its fork source, then its latest branch).
   `ALTER TABLE sandboxes ADD COLUMN disk_base TEXT;
    UPDATE sandboxes SET disk_base = snapshot;`,
+  // 4: whether a snapshot's pool is pre-warmed.
+  `ALTER TABLE snapshots ADD COLUMN pool_prewarm INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 /** Run the migrations `db` has not seen yet, each in its own transaction. */

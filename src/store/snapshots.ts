@@ -15,6 +15,8 @@ export interface SnapshotRow {
   dir: string;
   size_bytes: number | null;
   pool_size: number;
+  /** 1 when the pool's VMs are pre-warmed (SQLite has no booleans). */
+  pool_prewarm: number;
   created_at: string;
   updated_at: string;
 }
@@ -50,7 +52,7 @@ export class SnapshotRows {
 
   update(
     tag: string,
-    fields: Partial<Pick<SnapshotRow, 'state' | 'size_bytes' | 'pool_size'>>,
+    fields: Partial<Pick<SnapshotRow, 'state' | 'size_bytes' | 'pool_size' | 'pool_prewarm'>>,
   ): void {
     const sets = Object.keys(fields).map((k) => `${k} = @${k}`);
     this.db

@@ -114,7 +114,7 @@ test('list and get show children alive, pool and bootable; an unknown tag is 404
     one.body.files.map((f) => f.name),
     ['memory', 'vmstate', 'disk.qcow2'],
   );
-  assert.deepEqual(one.body.pool, { size: 0, ready: 0 });
+  assert.deepEqual(one.body.pool, { size: 0, ready: 0, prewarm: false });
   const broken = await call<{ bootable: boolean; reason: string }>(
     `/v1/snapshots/${SEED.brokenSnapshot}`,
   );
@@ -151,8 +151,8 @@ test('pool: PUT passes the size and answers the pool state', async () => {
   fake.reset();
   const res = await call({ method: 'PUT', url: `${SNAP}/pool`, payload: { size: 4 } });
   assert.equal(res.status, 200);
-  assert.deepEqual(res.body, { size: 4, ready: 4 });
-  assert.deepEqual(lastCall().args, [SEED.snapshot, 4]);
+  assert.deepEqual(res.body, { size: 4, ready: 4, prewarm: false });
+  assert.deepEqual(lastCall().args, [SEED.snapshot, 4, { prewarm: undefined }]);
   const missing = await call<ErrorJson>({
     method: 'PUT',
     url: '/v1/snapshots/nope/pool',

@@ -117,7 +117,7 @@ function snapshotRecord(tag: string, over: Partial<SnapshotT> = {}): SnapshotT {
     logical_bytes: files.reduce((sum, f) => sum + f.size, 0),
     physical_bytes: files.reduce((sum, f) => sum + f.allocated, 0),
     children_alive: 0,
-    pool: { size: 0, ready: 0 },
+    pool: { size: 0, ready: 0, prewarm: false },
     depth: 0,
     ancestors: [],
     dependents: [],
@@ -602,8 +602,8 @@ export class FakeServices {
       branch: (id, req) => this.branch(id, req),
       compact: async (tag, to) => this.compact(tag, to),
       lineage: async (tag) => this.lineage(tag),
-      setPool: async (tag, size) => {
-        const pool = { size, ready: size };
+      setPool: async (tag, size, opts) => {
+        const pool = { size, ready: size, prewarm: opts?.prewarm ?? false };
         this.snapshots.set(tag, { ...this.snapshot(tag), pool });
         return pool;
       },

@@ -48,7 +48,7 @@ const INFO: SnapshotInfo = {
   logicalBytes: 100,
   physicalBytes: 40,
   childrenAlive: 2,
-  pool: { size: 2, ready: 1 },
+  pool: { size: 2, ready: 1, prewarm: false },
   depth: 0,
   ancestors: [],
   dependents: [],
@@ -198,7 +198,9 @@ test('verify, setPool, remove (force as a query), static remove, in-use refusal'
   fake.on('POST /v1/snapshots/:tag/verify', (_r, res) =>
     json(res, 200, { ok: false, problems: [{ file: 'memory', problem: 'missing', extra: 1 }] }),
   );
-  fake.on('PUT /v1/snapshots/:tag/pool', (_r, res) => json(res, 200, { size: 4, ready: 0 }));
+  fake.on('PUT /v1/snapshots/:tag/pool', (_r, res) =>
+    json(res, 200, { size: 4, ready: 0, prewarm: false }),
+  );
   fake.on('DELETE /v1/snapshots/:tag', (_r, res) => noContent(res));
   const snap = await Snapshot.get(TAG, config);
   assert.deepEqual(await snap.verify(), {
@@ -206,9 +208,9 @@ test('verify, setPool, remove (force as a query), static remove, in-use refusal'
     problems: [{ file: 'memory', problem: 'missing' }],
   });
   assert.equal(fake.last('POST /v1/snapshots/:tag/verify')?.body.length, 0, 'verify has no body');
-  assert.deepEqual(await snap.setPool(4), { size: 4, ready: 0 });
+  assert.deepEqual(await snap.setPool(4), { size: 4, ready: 0, prewarm: false });
   assert.deepEqual(sent('PUT /v1/snapshots/:tag/pool'), { size: 4 });
-  assert.deepEqual(snap.info.pool, { size: 4, ready: 0 });
+  assert.deepEqual(snap.info.pool, { size: 4, ready: 0, prewarm: false });
   await snap.remove();
   assert.deepEqual(fake.last('DELETE /v1/snapshots/:tag')?.query, {});
   await Snapshot.remove(TAG, { ...config, force: true });

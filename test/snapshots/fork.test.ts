@@ -122,6 +122,31 @@ test('a pool serves forks from pre-started VMMs and refills itself', async () =>
   await Promise.all(ids.map((id) => s.sandboxes.kill(id)));
 });
 
+test('a pre-warmed pool hands out paused, already-run VMs that resume as fresh forks', async () => {
+  const state = await s.snapshots.setPool('warm', 2, { prewarm: true });
+  assert.deepEqual([state.size, state.prewarm], [2, true]);
+  await s.snapshots.pool.settled('warm');
+  assert.equal(s.snapshots.pool.state('warm').ready, 2);
+  const ids = await forkN(2);
+  const uuids = new Set<string>();
+  for (const id of ids) {
+    const [warm, host, uuid, date] = (
+      await sh(s, id, 'cat /root/warm.txt; hostname; cat /proc/sys/kernel/random/uuid; date +%s')
+    )
+      .trim()
+      .split('\n');
+    assert.equal(warm, 'warmed');
+    assert.equal(host, id);
+    uuids.add(uuid as string);
+    assert.ok(Math.abs(Number(date) - Date.now() / 1000) <= 2, `guest clock ${date} is off`);
+    const pid = (await sh(s, id, 'cat /tmp/counter.pid')).trim();
+    await sh(s, id, `kill -0 ${pid}`);
+  }
+  assert.equal(uuids.size, 2);
+  await s.snapshots.setPool('warm', 0);
+  await Promise.all(ids.map((id) => s.sandboxes.kill(id)));
+});
+
 test('unknown tags, bad n and snapshots in use are refused with catalog errors', async () => {
   await assert.rejects(s.snapshots.fork({ snapshot: 'nope', n: 1 }, caller), (e) =>
     isForkdError(e, 'snapshot_not_found'),

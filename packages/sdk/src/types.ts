@@ -133,6 +133,8 @@ export interface SnapshotFileInfo {
 export interface PoolInfo {
   size: number;
   ready: number;
+  /** Pool VMs are restored, run once and paused ahead of the fork. */
+  prewarm: boolean;
 }
 
 /**

@@ -104,8 +104,14 @@ export const SNAPSHOT_FILE: WireNames<SnapshotFileInfo> = {
   sha256: 'sha256',
 };
 
+/** A wire pool state; a daemon older than pre-warmed pools sends no `prewarm`. */
+export function poolFromWire(wire: unknown): PoolInfo {
+  const pool = fromWire(POOL_STATE, wire);
+  return { ...pool, prewarm: pool.prewarm ?? false };
+}
+
 /** `PoolState` in schemas.ts (also a Snapshot's `pool`). */
-export const POOL_STATE: WireNames<PoolInfo> = { size: 'size', ready: 'ready' };
+export const POOL_STATE: WireNames<PoolInfo> = { size: 'size', ready: 'ready', prewarm: 'prewarm' };
 
 /** `VerifyResult` in schemas.ts. */
 export const VERIFY_RESULT: WireNames<VerifyReport> = { ok: 'ok', problems: 'problems' };
@@ -160,7 +166,7 @@ export function snapshotFromWire(wire: unknown): SnapshotInfo {
   return {
     ...info,
     files: (info.files ?? []).map((f) => fromWire(SNAPSHOT_FILE, f)),
-    pool: fromWire(POOL_STATE, info.pool),
+    pool: poolFromWire(info.pool),
     // A daemon older than chains sends none of these: every snapshot is standalone there.
     depth: info.depth ?? 0,
     ancestors: info.ancestors ?? [],

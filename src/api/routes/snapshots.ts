@@ -197,7 +197,10 @@ export async function snapshotRoutes(app: Api, { services }: { services: Service
         response: { 200: PoolState, ...ERROR_RESPONSES },
       },
     },
-    async (request) => snapshots.setPool(request.params.tag, request.body.size),
+    async (request) =>
+      snapshots.setPool(request.params.tag, request.body.size, {
+        prewarm: request.body.prewarm,
+      }),
   );
 
   app.delete(

@@ -20,15 +20,21 @@ export class Pool {
   private readonly pendingRefill = new Map<string, NodeJS.Timeout>();
   private closed = false;
 
+  private readonly prewarmed = new Set<string>();
+
   constructor(
-    private readonly prepare: (tag: string) => Promise<PreparedChild>,
+    private readonly prepare: (tag: string, prewarm: boolean) => Promise<PreparedChild>,
     private readonly discard: (child: PreparedChild) => Promise<void>,
     private readonly log: PoolLog,
   ) {}
 
-  /** Size asked for and members ready now. */
-  state(tag: string): { size: number; ready: number } {
-    return { size: this.targets.get(tag) ?? 0, ready: this.ready.get(tag)?.length ?? 0 };
+  /** Size asked for, members ready now, and whether they are pre-warmed. */
+  state(tag: string): { size: number; ready: number; prewarm: boolean } {
+    return {
+      size: this.targets.get(tag) ?? 0,
+      ready: this.ready.get(tag)?.length ?? 0,
+      prewarm: this.prewarmed.has(tag),
+    };
   }
 
   /** Total members ready, for /metrics. */
@@ -38,8 +44,12 @@ export class Pool {
     return n;
   }
 
-  /** Keep `size` members ready for `tag` (0 empties it). */
-  async setSize(tag: string, size: number): Promise<void> {
+  /** Keep `size` members ready for `tag` (0 empties it); a change of kind replaces them all. */
+  async setSize(tag: string, size: number, prewarm = false): Promise<void> {
+    if (prewarm !== this.prewarmed.has(tag)) {
+      await this.drop(tag);
+      if (prewarm) this.prewarmed.add(tag);
+    }
     this.targets.set(tag, size);
     const list = this.ready.get(tag) ?? [];
     const extra = list.splice(size);
@@ -79,6 +89,7 @@ export class Pool {
   /** Empty and forget one snapshot's pool. */
   async drop(tag: string): Promise<void> {
     this.targets.delete(tag);
+    this.prewarmed.delete(tag);
     clearTimeout(this.pendingRefill.get(tag));
     this.pendingRefill.delete(tag);
     await this.filling.get(tag);
@@ -103,7 +114,7 @@ export class Pool {
     let failures = 0;
     while (!this.closed && (this.ready.get(tag)?.length ?? 0) < (this.targets.get(tag) ?? 0)) {
       try {
-        const child = await this.prepare(tag);
+        const child = await this.prepare(tag, this.prewarmed.has(tag));
         if (this.closed || !this.targets.has(tag)) {
           await this.discard(child);
           return;

@@ -38,7 +38,7 @@ import {
   verifySnapshot,
   type SnapshotManifest,
 } from './files.js';
-import { discardChild, prepareChild, restoreChild } from './fork.js';
+import { discardChild, prepareChild, prewarmChild, restoreChild } from './fork.js';
 import { Pool } from './pool.js';
 
 export interface SnapshotServiceOptions {
@@ -67,7 +67,10 @@ export class SnapshotManager implements SnapshotService {
   constructor(private readonly opts: SnapshotServiceOptions) {
     this.log = opts.log ?? silentLog;
     this.pool = new Pool(
-      async (tag) => prepareChild(opts.paths, await this.bootable(tag)),
+      async (tag, prewarm) => {
+        const child = await prepareChild(opts.paths, await this.bootable(tag));
+        return prewarm ? prewarmChild(child) : child;
+      },
       discardChild,
       this.log,
     );
@@ -89,7 +92,7 @@ export class SnapshotManager implements SnapshotService {
     await sweepStaging(this.opts.paths);
     await this.repairInterruptedBranches();
     for (const row of this.rows.list('ready')) {
-      if (row.pool_size > 0) void this.pool.setSize(row.tag, row.pool_size);
+      if (row.pool_size > 0) void this.pool.setSize(row.tag, row.pool_size, row.pool_prewarm === 1);
     }
   }
 
@@ -323,15 +326,16 @@ export class SnapshotManager implements SnapshotService {
     return { nodes };
   }
 
-  async setPool(tag: string, size: number): Promise<PoolStateT> {
+  async setPool(tag: string, size: number, opts: { prewarm?: boolean } = {}): Promise<PoolStateT> {
     if (!Number.isInteger(size) || size < 0 || size > 64) {
       throw new ForkdError('bad_request', 'pool size must be an integer from 0 to 64', {
         field: 'size',
       });
     }
     await this.bootable(tag);
-    this.rows.update(tag, { pool_size: size });
-    await this.pool.setSize(tag, size);
+    const prewarm = Boolean(opts.prewarm);
+    this.rows.update(tag, { pool_size: size, pool_prewarm: prewarm ? 1 : 0 });
+    await this.pool.setSize(tag, size, prewarm);
     return this.pool.state(tag);
   }
 
@@ -432,7 +436,7 @@ export class SnapshotManager implements SnapshotService {
       logical_bytes: 0,
       physical_bytes: 0,
       children_alive: 0,
-      pool: { size: 0, ready: 0 },
+      pool: { size: 0, ready: 0, prewarm: false },
       depth: 0,
       ancestors: [],
       dependents: [],
