@@ -4,6 +4,7 @@
  * Requests reject unknown fields; clients ignore unknown response fields.
  */
 import Type, { type Static, type TSchema } from 'typebox';
+import { SIGNALS } from '../drivers/agent/exec.js';
 
 const strict = { additionalProperties: false } as const;
 
@@ -217,21 +218,7 @@ export const ExecParams = Type.Object({ id: SandboxId, exec_id: ExecId }, strict
 export const StdinQuery = Type.Object({ eof: Type.Optional(Type.Boolean()) }, strict);
 export const KillExec = Type.Object(
   {
-    signal: Type.Optional(
-      Type.Union(
-        [
-          'SIGKILL',
-          'SIGTERM',
-          'SIGINT',
-          'SIGHUP',
-          'SIGQUIT',
-          'SIGUSR1',
-          'SIGUSR2',
-          'SIGSTOP',
-          'SIGCONT',
-        ].map((s) => Type.Literal(s)),
-      ),
-    ),
+    signal: Type.Optional(Type.Union(SIGNALS.map((s) => Type.Literal(s)))),
   },
   strict,
 );

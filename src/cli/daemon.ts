@@ -9,17 +9,15 @@ import { startDaemon, type DaemonOptions } from '../daemon/daemon.js';
 import type { LogLevel } from '../daemon/log.js';
 import { action } from './output.js';
 
-interface DaemonFlags {
-  socket?: string;
-  listen?: string;
-  tlsCert?: string;
-  tlsKey?: string;
-  tokenFile?: string;
-  auditFile?: string;
+/** The daemon's options as commander hands them over (numbers still text). */
+type DaemonFlags = Pick<
+  DaemonOptions,
+  'socket' | 'listen' | 'tlsCert' | 'tlsKey' | 'tokenFile' | 'auditFile'
+> & {
   maxBooting?: string;
   maxExecs?: string;
   logLevel: string;
-}
+};
 
 const LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
