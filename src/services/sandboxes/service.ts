@@ -132,25 +132,21 @@ export class SandboxManager implements SandboxService {
       const res = resolveResources({ memoryMiB: req.memory_mib, cpus: req.cpus });
       const image = req.image ?? DEFAULT_IMAGE;
       await getImage(this.opts.paths, image); // image_not_found before anything exists
-      const id = newSandboxId();
-      const starting = this.rows.insert({
-        id,
-        state: 'starting',
+      const starting = this.insertStarting({
         image,
         snapshot: null,
         parent: null,
-        memory_mib: res.memoryMiB,
+        memoryMiB: res.memoryMiB,
         cpus: res.cpus,
-        labels: req.labels ?? {},
-        env: req.env ?? {},
-        created_at: new Date().toISOString(),
-        expires_at: req.timeout_s === undefined ? null : expiry(req.timeout_s),
-        pid: null,
-        dir: sandboxDir(this.opts.paths, id),
-        reason: null,
+        labels: req.labels,
+        env: req.env,
+        timeoutS: req.timeout_s,
       });
       const row = await this.boot(starting, req.timeout_s);
-      this.log.info({ sandbox: id, principal: caller.principal, pid: row.pid }, 'sandbox created');
+      this.log.info(
+        { sandbox: row.id, principal: caller.principal, pid: row.pid },
+        'sandbox created',
+      );
       return toWire(row);
     });
   }
@@ -175,8 +171,29 @@ export class SandboxManager implements SandboxService {
     start: SandboxStarter,
     caller: Caller,
   ): Promise<SandboxT> {
+    const starting = this.insertStarting(init);
+    const row = await this.boot(starting, init.timeoutS, start);
+    this.log.info(
+      { sandbox: row.id, snapshot: init.snapshot, principal: caller.principal },
+      'sandbox forked',
+    );
+    return toWire(row);
+  }
+
+  /** The `starting` row a boot or a fork begins with (so a crash mid-way finds it). */
+  private insertStarting(init: {
+    id?: string;
+    image: string | null;
+    snapshot: string | null;
+    parent: string | null;
+    memoryMiB: number;
+    cpus: number;
+    labels?: Record<string, string>;
+    env?: Record<string, string>;
+    timeoutS?: number;
+  }): SandboxRow {
     const id = init.id ?? newSandboxId();
-    const starting = this.rows.insert({
+    return this.rows.insert({
       id,
       state: 'starting',
       image: init.image,
@@ -192,12 +209,6 @@ export class SandboxManager implements SandboxService {
       dir: sandboxDir(this.opts.paths, id),
       reason: null,
     });
-    const row = await this.boot(starting, init.timeoutS, start);
-    this.log.info(
-      { sandbox: id, snapshot: init.snapshot, principal: caller.principal },
-      'sandbox forked',
-    );
-    return toWire(row);
   }
 
   /** Running sandboxes that depend on a snapshot: forked from it, or branched into it. */

@@ -122,11 +122,9 @@ export class SnapshotManager implements SnapshotService {
   }
 
   async list(): Promise<SnapshotT[]> {
+    const all = await this.manifests(); // read once: every snapshot's chain is drawn from it
     const out: SnapshotT[] = [];
-    for (const row of this.rows.list('ready')) {
-      const m = await readManifest(this.opts.paths, row.tag).catch(() => undefined);
-      if (m) out.push(await this.toWire(m));
-    }
+    for (const m of all.values()) out.push(await this.toWire(m, all));
     return out;
   }
 
@@ -147,8 +145,9 @@ export class SnapshotManager implements SnapshotService {
 
   async remove(tag: string, opts: { force?: boolean; cascade?: boolean }): Promise<void> {
     await this.manifest(tag);
-    const subtree = opts.cascade ? [...(await this.descendants(tag)), tag] : [tag];
-    const dependents = opts.cascade ? [] : await this.descendants(tag);
+    const below = descendants(tag, await this.manifests());
+    const subtree = opts.cascade ? [...below, tag] : [tag];
+    const dependents = opts.cascade ? [] : below;
     if (dependents.length > 0) {
       throw new ForkdError(
         'snapshot_in_use',
@@ -288,7 +287,7 @@ export class SnapshotManager implements SnapshotService {
   async lineage(tag?: string): Promise<LineageT> {
     const nodes: LineageT['nodes'] = [];
     const manifests = await this.manifests();
-    const keep = tag ? new Set([tag, ...(await this.descendants(tag))]) : undefined;
+    const keep = tag ? new Set([tag, ...descendants(tag, manifests)]) : undefined;
     if (tag && !manifests.has(tag)) await this.manifest(tag);
     const images = new Set<string>();
     for (const m of manifests.values()) {
@@ -456,25 +455,6 @@ export class SnapshotManager implements SnapshotService {
     return out;
   }
 
-  /** Snapshots built on `tag`, deepest first. */
-  private async descendants(tag: string): Promise<string[]> {
-    const all = [...(await this.manifests()).values()];
-    const walk = (t: string): string[] =>
-      all.filter((m) => m.parent === t).flatMap((m) => [...walk(m.tag), m.tag]);
-    return walk(tag);
-  }
-
-  /** Parent, grandparent, … of a manifest. */
-  private async ancestors(m: SnapshotManifest): Promise<string[]> {
-    const out: string[] = [];
-    let parent = m.parent;
-    while (parent && !out.includes(parent)) {
-      out.push(parent);
-      parent = (await readManifest(this.opts.paths, parent).catch(() => undefined))?.parent ?? null;
-    }
-    return out;
-  }
-
   /** The manifest of a published snapshot (snapshot_not_found otherwise). */
   private async manifest(tag: string): Promise<SnapshotManifest> {
     validateTag(tag);
@@ -503,7 +483,12 @@ export class SnapshotManager implements SnapshotService {
     return m;
   }
 
-  private async toWire(m: SnapshotManifest): Promise<SnapshotT> {
+  /** The REST shape; `all` (every published manifest) is read here when not given. */
+  private async toWire(
+    m: SnapshotManifest,
+    all?: Map<string, SnapshotManifest>,
+  ): Promise<SnapshotT> {
+    const manifests = all ?? (await this.manifests());
     const reason = await unbootableReason(this.opts.paths, m);
     const files = Object.values(m.files);
     const wire: SnapshotT = {
@@ -524,8 +509,8 @@ export class SnapshotManager implements SnapshotService {
       physical_bytes: physicalBytes(m),
       children_alive: this.opts.sandboxes.childrenOf(m.tag).length,
       pool: this.pool.state(m.tag),
-      ancestors: await this.ancestors(m),
-      dependents: [...(await this.descendants(m.tag))].reverse(),
+      ancestors: ancestors(m, manifests),
+      dependents: descendants(m.tag, manifests).reverse(),
       depth: 0,
     };
     wire.depth = wire.ancestors.length;
@@ -545,4 +530,23 @@ function errorBody(e: unknown): {
 } {
   if (e instanceof ForkdError) return { code: e.code, message: e.message, details: e.details };
   return { code: 'internal', message: 'the child could not be forked' };
+}
+
+/** Snapshots built on `tag`, deepest first. */
+function descendants(tag: string, all: Map<string, SnapshotManifest>): string[] {
+  const list = [...all.values()];
+  const walk = (t: string): string[] =>
+    list.filter((m) => m.parent === t).flatMap((m) => [...walk(m.tag), m.tag]);
+  return walk(tag);
+}
+
+/** Parent, grandparent, … of a manifest (a parent no longer published ends the list). */
+function ancestors(m: SnapshotManifest, all: Map<string, SnapshotManifest>): string[] {
+  const out: string[] = [];
+  let parent = m.parent;
+  while (parent && !out.includes(parent)) {
+    out.push(parent);
+    parent = all.get(parent)?.parent ?? null;
+  }
+  return out;
 }
