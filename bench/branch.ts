@@ -1,52 +1,83 @@
 /**
- * Branch benchmark (issue: branch, chains, lineage). With real VMs under the daemon's
- * services, in-process:
- *  - source pause (stop → cont) p50/p90 over N branches, 256 MiB and 1 GiB guests, idle
- *    and with a guest process rewriting 64 MiB as fast as it can; total branch time;
+ * Branch benchmark (issues: branch, chains, lineage; live branch). With real VMs under the
+ * daemon's services, in-process:
+ *  - source pause (stop → cont) p50/p90, mode copy vs live on the same source and writer
+ *    in one run (the modes alternate branch by branch): 256 MiB and 1 GiB guests, each a
+ *    fork of a fresh snapshot, with 0, 64 and 512 MiB rewritten by a guest process as fast
+ *    as it can; for live also the fork injection and the copy made after resume;
  *  - fork latency (request → exec answered) from chains of depth 0, 1, 3 and compacted.
  * Usage: node dist/bench/branch.js [N=10]
  */
+import type { BranchRequestT } from '../src/api/schemas.js';
 import { caller, startBenchServices, type BenchServices } from './services.js';
 import { summary } from './stats.js';
 
 const N = Number(process.argv[2] ?? 10);
-const WRITER =
-  'dd if=/dev/urandom of=/dev/shm/src bs=1M count=64 2>/dev/null; while true; do cp /dev/shm/src /dev/shm/dst; done';
+const MODES = ['copy', 'live'] as const;
+
+/** Rewrites the same `mib` MiB of guest memory (a tmpfs file) in place, endlessly. */
+function writer(mib: number): string {
+  const dd = `dd if=/dev/zero of=/mnt/w/f bs=1M count=${mib} conv=notrunc 2>/dev/null`;
+  return `mkdir -p /mnt/w && mount -t tmpfs -o size=${mib + 8}m tmpfs /mnt/w && ${dd} && touch /tmp/written && while true; do ${dd}; done`;
+}
 
 async function sh(env: BenchServices, id: string, script: string): Promise<void> {
   const r = await env.sandboxes.exec(id, { argv: ['sh', '-c', script] });
   if (r.exit_code !== 0) throw new Error(`${script}: exit ${r.exit_code}`);
 }
 
-async function pauses(env: BenchServices, memoryMiB: number, writing: boolean): Promise<void> {
-  const sb = await env.sandboxes.create({ image: 'busybox', memory_mib: memoryMiB }, caller);
-  if (writing) {
-    await sh(env, sb.id, `(${WRITER}) </dev/null >/dev/null 2>&1 &`);
-    await new Promise((r) => setTimeout(r, 3000)); // let it write its 64 MiB at least once
-  }
-  const pause: number[] = [];
-  const total: number[] = [];
-  const mib: number[] = [];
+type Samples = Record<string, number[]>;
+
+function push(s: Samples, key: string, v: number | undefined): void {
+  if (v !== undefined) (s[key] ??= []).push(v);
+}
+
+/** N branches per mode of one source; returns the samples by mode and measure. */
+async function branchBoth(env: BenchServices, id: string, label: string): Promise<Samples> {
+  const s: Samples = {};
   for (let i = 0; i < N; i++) {
-    const t0 = performance.now();
-    const res = await env.snapshots.branch(
-      sb.id,
-      { tag: `p${memoryMiB}-${writing ? 'w' : 'i'}-${i}` },
-      caller,
-    );
-    total.push(performance.now() - t0);
-    pause.push(res.pause_ms);
-    mib.push(res.captured_bytes / 1048576);
+    for (const mode of MODES) {
+      const req: BranchRequestT = { tag: `${label}-${mode}-${i}`, mode };
+      const t0 = performance.now();
+      const res = await env.snapshots.branch(id, req, caller);
+      push(s, `${mode} pause`, res.pause_ms);
+      push(s, `${mode} total`, performance.now() - t0);
+      push(s, `${mode} MiB`, res.captured_bytes / 1048576);
+      push(s, `${mode} fork`, res.timings.fork_ms);
+      push(s, `${mode} copy`, res.timings.copy_ms);
+    }
   }
-  const label = `${memoryMiB} MiB guest, ${writing ? 'writing 64 MiB' : 'idle'}`;
-  console.log(`pause, ${label}: ${summary(pause)}`);
-  console.log(
-    `  total branch (capture + checksums): ${summary(total)}; captured ${summary(mib, 'MiB')}`,
-  );
-  await env.sandboxes.kill(sb.id);
-  for (let i = N - 1; i >= 0; i--) {
-    await env.snapshots.remove(`p${memoryMiB}-${writing ? 'w' : 'i'}-${i}`, {});
+  return s;
+}
+
+async function pauses(env: BenchServices, memoryMiB: number): Promise<void> {
+  const base = `base-${memoryMiB}`;
+  await env.snapshots.create({ tag: base, image: 'busybox', memory_mib: memoryMiB }, caller);
+  for (const written of [0, 64, 512]) {
+    const label = `${memoryMiB} MiB guest, ${written} MiB written`;
+    if (written >= memoryMiB) {
+      console.log(`${label}: n/a (more than the guest has)`);
+      continue;
+    }
+    const [sb] = (await env.snapshots.fork({ snapshot: base, n: 1 }, caller)).sandboxes;
+    const id = sb?.id as string;
+    if (written) {
+      await sh(env, id, `(${writer(written)}) </dev/null >/dev/null 2>&1 &`);
+      await sh(env, id, 'while [ ! -e /tmp/written ]; do sleep 0.2; done; sleep 1');
+    }
+    const s = await branchBoth(env, id, `p${memoryMiB}-${written}`);
+    for (const mode of MODES) {
+      console.log(`${label}, ${mode}: pause ${summary(s[`${mode} pause`] ?? [])}`);
+      const parts = [`captured ${summary(s[`${mode} MiB`] ?? [], 'MiB')}`];
+      if (mode === 'live') parts.push(`fork injection ${summary(s['live fork'] ?? [])}`);
+      parts.push(`page copy ${summary(s[`${mode} copy`] ?? [])}${mode === 'live' ? ' (after resume)' : ''}`);
+      parts.push(`total branch ${summary(s[`${mode} total`] ?? [])}`);
+      console.log(`  ${parts.join('; ')}`);
+    }
+    await env.sandboxes.kill(id);
+    await env.snapshots.remove(`p${memoryMiB}-${written}-copy-0`, { cascade: true });
   }
+  await env.snapshots.remove(base, { cascade: true });
 }
 
 async function forkLatency(env: BenchServices, tag: string): Promise<number[]> {
@@ -82,9 +113,7 @@ async function main(): Promise<void> {
   const env = await startBenchServices(['busybox']);
   try {
     console.log(`branch benchmark — busybox, TCG, N=${N}, ${new Date().toISOString()}`);
-    for (const memoryMiB of [256, 1024]) {
-      for (const writing of [false, true]) await pauses(env, memoryMiB, writing);
-    }
+    for (const memoryMiB of [256, 1024]) await pauses(env, memoryMiB);
     await chains(env);
   } finally {
     await env.close();

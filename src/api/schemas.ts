@@ -404,6 +404,11 @@ export const RemoveSnapshotQuery = Type.Object(
 
 // ---- branch, chains, lineage -----------------------------------------------------------
 
+export const BranchMode = Type.Union([Type.Literal('copy'), Type.Literal('live')], {
+  description:
+    'copy: the written memory is copied while the source is stopped (default); live: the source is stopped only to take a copy-on-write view of its memory, copied after it resumed (`forkd doctor` says whether this host can)',
+});
+
 export const BranchRequest = Type.Object(
   {
     tag: Type.Optional(SnapshotTag),
@@ -416,6 +421,7 @@ export const BranchRequest = Type.Object(
         description: 'answer once the source resumed; the snapshot is `writing` until checksummed',
       }),
     ),
+    mode: Type.Optional(BranchMode),
   },
   strict,
 );
@@ -423,9 +429,11 @@ export const BranchRequest = Type.Object(
 export const BranchResult = Type.Object(
   {
     snapshot: Snapshot,
+    mode: BranchMode,
     pause_ms: Type.Number({ description: 'the source was stopped this long (stop → cont)' }),
     captured_bytes: Type.Integer({
-      description: 'memory the source had written, copied in the pause',
+      description:
+        'memory the source had written (0 in a `no_wait` live branch: its copy is still running)',
     }),
     timings: Type.Record(Type.String(), Type.Number()),
     children: Type.Optional(ForkResult),

@@ -1,12 +1,12 @@
 /**
  * `forkd branch ID`: capture a running sandbox — memory, devices and disk from one instant —
  * into a new snapshot through the daemon while it keeps running; with `--fork N`, start N
- * children of the new snapshot in the same call. Prints the new tag, how long the source
- * was paused and how much memory was copied in that pause, then the children's ids, one per
- * line. A child that fails is named on stderr and forkd exits 1, as `forkd fork` does.
+ * children of the new snapshot in the same call; `--mode live` pauses the source only to
+ * take a copy-on-write view of its memory. Prints the new tag, how long the source was
+ * paused and how much written memory was captured, then the children's ids, one per line. A child that fails is named on stderr and forkd exits 1, as `forkd fork` does.
  */
 import type { Command } from 'commander';
-import { Sandbox, type BranchResult, type ForkResult } from '@forkd/sdk';
+import { Sandbox, type BranchMode, type BranchResult, type ForkResult } from '@forkd/sdk';
 import { SANDBOX, toWire } from '@forkd/sdk/wire';
 import { ForkdError } from '../errors.js';
 import { clientConfig, collect, daemonOptions, parseLabels, type DaemonFlags } from './client.js';
@@ -20,6 +20,18 @@ interface BranchFlags extends DaemonFlags {
   label: string[];
   /** False with --no-wait (commander's negated option). */
   wait: boolean;
+  mode?: string;
+}
+
+const MODES: readonly BranchMode[] = ['copy', 'live'];
+
+function parseMode(mode: string | undefined): BranchMode | undefined {
+  if (mode === undefined || (MODES as readonly string[]).includes(mode)) {
+    return mode as BranchMode | undefined;
+  }
+  throw new ForkdError('bad_request', `--mode must be copy or live, not "${mode}"`, {
+    field: 'mode',
+  });
 }
 
 export function register(program: Command): void {
@@ -35,12 +47,17 @@ export function register(program: Command): void {
         '--no-wait',
         'return once the source resumed; the snapshot is writing until checksummed',
       )
+      .option(
+        '--mode <mode>',
+        'copy: copy written memory while paused (default); live: pause only to freeze it copy-on-write',
+      )
       .option('--json', 'machine-readable output'),
   ).action(action(branch));
 }
 
 async function branch(id: string, flags: BranchFlags): Promise<number> {
   const fork = flags.fork === undefined ? undefined : parseCount(flags.fork, '--fork');
+  const mode = parseMode(flags.mode);
   if (!flags.wait && fork) {
     throw new ForkdError(
       'bad_request',
@@ -53,6 +70,7 @@ async function branch(id: string, flags: BranchFlags): Promise<number> {
     fork,
     labels: flags.label.length ? parseLabels(flags.label) : undefined,
     noWait: flags.wait ? undefined : true,
+    mode,
   });
   if (flags.json) printJson(branchJson(result));
   else report(id, result);
@@ -60,9 +78,10 @@ async function branch(id: string, flags: BranchFlags): Promise<number> {
 }
 
 /** The BranchResult in the REST API's shape. */
-function branchJson({ snapshot, pauseMs, capturedBytes, timings, children }: BranchResult) {
+function branchJson({ snapshot, mode, pauseMs, capturedBytes, timings, children }: BranchResult) {
   return {
     snapshot: snapshotJson(snapshot.info),
+    mode,
     pause_ms: pauseMs,
     captured_bytes: capturedBytes,
     timings,
@@ -80,8 +99,12 @@ function childrenJson({ sandboxes, failed }: ForkResult) {
 const MiB = 1024 * 1024;
 
 /** `branched ID into snapshot TAG: …`, then the children's ids; failures on stderr. */
-function report(id: string, { snapshot, pauseMs, capturedBytes, children }: BranchResult): void {
-  const pause = `paused ${pauseMs.toFixed(1)} ms, ${(capturedBytes / MiB).toFixed(1)} MiB captured`;
+function report(
+  id: string,
+  { snapshot, mode, pauseMs, capturedBytes, children }: BranchResult,
+): void {
+  const copied = capturedBytes ? `, ${(capturedBytes / MiB).toFixed(1)} MiB captured` : '';
+  const pause = `paused ${pauseMs.toFixed(1)} ms (${mode})${copied}`;
   const writing =
     snapshot.info.state === 'writing'
       ? `; still writing: \`forkd snapshot info ${snapshot.tag}\` says when it is ready`

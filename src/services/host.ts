@@ -9,6 +9,7 @@ import { dirname } from 'node:path';
 import type { Paths } from '../config.js';
 import { isForkdError } from '../errors.js';
 import { detectAccel } from '../drivers/qemu/accel.js';
+import { probeLive } from '../drivers/qemu/live.js';
 import { run } from '../util/exec.js';
 import { locateGuest } from './guest.js';
 import { DEFAULT_IMAGE, getImage, hostBusybox } from './images.js';
@@ -60,6 +61,7 @@ const CHECKS: Check[] = [
   { id: 'disk', run: checkDisk },
   { id: 'cgroups', run: checkCgroups },
   { id: 'userfaultfd', run: checkUserfaultfd },
+  { id: 'live-branch', run: checkLiveBranch },
   { id: 'netns', run: checkNetns },
   { id: 'root', run: checkRoot },
 ];
@@ -229,6 +231,20 @@ async function checkUserfaultfd(): Promise<Outcome> {
     return pass('userfaultfd allowed through /dev/userfaultfd');
   }
   return warn('userfaultfd is restricted to privileged processes', fix);
+}
+
+/** Live branch (`--mode live`) runs its whole sequence on a test process: ptrace + fork. */
+async function checkLiveBranch(): Promise<Outcome> {
+  const probe = await probeLive();
+  if (probe.available) {
+    return pass(
+      `live branch available (test fork by ptrace injection: ${probe.fork_ms.toFixed(2)} ms)`,
+    );
+  }
+  return warn(
+    `live branch unavailable: ${probe.reason}; branches use mode copy (the pause grows with written memory)`,
+    'allow ptrace of QEMU by forkd (root or CAP_SYS_PTRACE; kernel.yama.ptrace_scope ≤ 2; in a container, a seccomp profile that allows ptrace); x86_64 hosts only',
+  );
 }
 
 async function checkNetns(): Promise<Outcome> {

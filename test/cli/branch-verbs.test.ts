@@ -34,7 +34,10 @@ test('branch: the new tag, the pause and MiB captured, then the children', async
   const r = await forkd('branch', SEED.sandbox, '--tag', 'b1', '--fork', '2', '--label', 'k=v');
   assert.equal(r.code, 0, r.stderr);
   const [head, ...ids] = out(r).trimEnd().split('\n');
-  assert.equal(head, `branched ${SEED.sandbox} into snapshot b1: paused 42.5 ms, 3.0 MiB captured`);
+  assert.equal(
+    head,
+    `branched ${SEED.sandbox} into snapshot b1: paused 42.5 ms (copy), 3.0 MiB captured`,
+  );
   assert.equal(ids.length, 2);
   for (const id of ids) assert.match(id, /^sbx-[0-9a-f]{12}$/);
   assert.deepEqual(calls('branch')[0]!.args.slice(0, 2), [

@@ -54,3 +54,14 @@ test('human output: aligned STATUS  id  summary lines, fixes indented below', as
   const i = lines.findIndex((l) => l.startsWith('FAIL  qemu '));
   assert.match(lines[i + 1] ?? '', /^\s{8,}fix: apt-get install qemu-system-x86$/);
 });
+
+test('live-branch: PASS on this host (root, x86_64); WARN naming why where the probe cannot run', async () => {
+  const here = (await doctor(process.env)).report.checks.find((c) => c.id === 'live-branch');
+  assert.equal(here?.status, 'pass', here?.summary);
+  assert.match(here?.summary ?? '', /test fork by ptrace injection: [\d.]+ ms/);
+  const env = { ...process.env, FORKD_CAPTURE_BIN: '/nonexistent/forkd-capture' };
+  const there = (await doctor(env)).report.checks.find((c) => c.id === 'live-branch');
+  assert.equal(there?.status, 'warn');
+  assert.match(there?.summary ?? '', /live branch unavailable: .*forkd-capture.*mode copy/);
+  assert.match(there?.fix ?? '', /ptrace/);
+});

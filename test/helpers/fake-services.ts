@@ -551,6 +551,7 @@ export class FakeServices {
     );
     const result: BranchResultT = {
       snapshot: this.snapshot(tag),
+      mode: req.mode ?? 'copy',
       pause_ms: 42.5,
       captured_bytes: 3 * MiB,
       timings: { copy_base_ms: 120, pause_ms: 42.5, checksum_ms: 300 },

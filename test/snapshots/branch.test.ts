@@ -10,6 +10,12 @@ import { compareRegion } from '../../src/drivers/qemu/capture.js';
 import { isForkdError } from '../../src/errors.js';
 import { makeTestHome, type TestHome } from '../helpers/home.js';
 import {
+  assertChildrenFromOneInstant,
+  assertContiguous,
+  bootLogger,
+  logOf,
+} from '../helpers/branching.js';
+import {
   caller,
   closeAndCheck,
   sh,
@@ -22,9 +28,6 @@ let s: TestServices;
 /** Differing pages found by every compare made while a branch's source was stopped. */
 const compares: { pages: number; differing: number }[] = [];
 
-// Each line: counter value and the hostname of the VM that wrote it (forks get new names).
-const LOGGER =
-  'i=0; while true; do i=$((i+1)); echo $i > /tmp/cnt; read h < /proc/sys/kernel/hostname; echo "$i $h" >> /root/log.txt; sync; sleep 0.05; done';
 const DIRTIER =
   'dd if=/dev/urandom of=/dev/shm/dirty bs=1M count=24 2>/dev/null; while true; do cp /dev/shm/dirty /dev/shm/dirty2; done';
 
@@ -41,33 +44,8 @@ before(async () => {
 
 after(() => closeAndCheck(s, home));
 
-async function bootLogger(): Promise<string> {
-  const sb = await s.sandboxes.create({ image: 'busybox' }, caller);
-  await sh(s, sb.id, `(${LOGGER}) </dev/null >/dev/null 2>&1 &`);
-  await sh(s, sb.id, 'while [ "$(cat /tmp/cnt 2>/dev/null)" -lt 10 ]; do sleep 0.1; done');
-  return sb.id;
-}
-
-/** Lines of a log as [counter, hostname]. */
-/** The log as read back from the disk: the clean page cache is dropped first. */
-async function logOf(id: string): Promise<[number, string][]> {
-  const text = await sh(s, id, 'sync; echo 3 > /proc/sys/vm/drop_caches; cat /root/log.txt');
-  return text
-    .trim()
-    .split('\n')
-    .map((l) => {
-      const [n, h] = l.split(' ');
-      return [Number(n), h as string];
-    });
-}
-
-/** The counter runs 1, 2, 3… without a gap or repeat: memory and disk agree. */
-function assertContiguous(log: [number, string][], who: string) {
-  log.forEach(([n], i) => assert.equal(n, i + 1, `${who}: line ${i + 1} holds ${n}`));
-}
-
 test('branch: source keeps running; children start at the branch instant, memory and disk alike', async () => {
-  const src = await bootLogger();
+  const src = await bootLogger(s);
   const before = compares.length;
   const res = await s.snapshots.branch(src, { tag: 'b1', fork: 3 }, caller);
   assert.ok(res.pause_ms > 0 && res.captured_bytes > 0);
@@ -75,29 +53,7 @@ test('branch: source keeps running; children start at the branch instant, memory
   assert.equal(compares.at(-1)?.differing, 0, 'captured memory differs from the stopped RAM');
   const kids = res.children?.sandboxes.map((k) => k.id) ?? [];
   assert.equal(kids.length, 3, JSON.stringify(res.children?.failed));
-  await new Promise((r) => setTimeout(r, 500));
-  const cut: number[] = [];
-  for (const kid of kids) {
-    const log = await logOf(kid);
-    assertContiguous(log, kid);
-    const inherited = log.filter(([, h]) => h === src);
-    const own = log.filter(([, h]) => h === kid);
-    assert.ok(own.length > 0, `${kid} did not go on counting`);
-    assert.equal(
-      own[0]?.[0],
-      (inherited.at(-1)?.[0] ?? 0) + 1,
-      `${kid} diverged at the wrong line`,
-    );
-    cut.push(inherited.length);
-  }
-  // All children resume from one instant. A line written between the restore and forkd's
-  // hostname push (the guest runs from the restore on) still carries the source's name, so
-  // the splits may differ by such a line or two, never by more.
-  assert.ok(Math.max(...cut) - Math.min(...cut) <= 2, `children split at lines ${cut.join(', ')}`);
-  const srcLog = await logOf(src);
-  assertContiguous(srcLog, src);
-  assert.ok(srcLog.length > (cut[0] as number), 'the source stopped counting after the branch');
-  assert.ok(srcLog.every(([, h]) => h === src));
+  await assertChildrenFromOneInstant(s, src, res);
   await Promise.all([...kids, src].map((id) => s.sandboxes.kill(id)));
 });
 
@@ -121,7 +77,7 @@ test('the capture matches the stopped RAM page for page: booted, forked, idle an
 });
 
 test('five branches in a row, and a branch of a branch child: all fork correctly', async () => {
-  const src = await bootLogger();
+  const src = await bootLogger(s);
   for (let i = 1; i <= 5; i++) {
     await sh(s, src, `echo ${i} > /root/gen.txt`);
     await s.snapshots.branch(src, { tag: `gen${i}` }, caller);
@@ -129,7 +85,7 @@ test('five branches in a row, and a branch of a branch child: all fork correctly
   for (let i = 1; i <= 5; i++) {
     const [kid] = (await s.snapshots.fork({ snapshot: `gen${i}`, n: 1 }, caller)).sandboxes;
     assert.equal(await sh(s, kid?.id as string, 'cat /root/gen.txt'), `${i}\n`);
-    assertContiguous(await logOf(kid?.id as string), `gen${i}`);
+    assertContiguous(await logOf(s, kid?.id as string), `gen${i}`);
     await s.sandboxes.kill(kid?.id as string);
   }
   const info = await s.snapshots.get('gen5');
@@ -154,7 +110,7 @@ test('chains: rmi refuses to orphan, compact flattens, cascade removes exactly t
   assert.equal(flat.depth, 0);
   const [kid] = (await s.snapshots.fork({ snapshot: 'gen3-flat', n: 1 }, caller)).sandboxes;
   assert.equal(await sh(s, kid?.id as string, 'cat /root/gen.txt'), '3\n');
-  assertContiguous(await logOf(kid?.id as string), 'gen3-flat');
+  assertContiguous(await logOf(s, kid?.id as string), 'gen3-flat');
   await s.sandboxes.kill(kid?.id as string);
   await s.snapshots.remove('gen2', { cascade: true });
   const left = (await s.snapshots.list()).map((x) => x.tag).sort();

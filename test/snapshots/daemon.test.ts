@@ -1,21 +1,26 @@
 /**
  * Snapshots through a real `forkd daemon` (SDK and CLI), and the daemon SIGKILLed in the
- * middle of `snapshot create`: after a restart no half snapshot is listed and no stray
- * QEMU or file remains.
+ * middle of `snapshot create`, of a branch and of a live branch's copy: after a restart no
+ * half snapshot is listed and no stray QEMU, process or file remains.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { Sandbox, Snapshot, SnapshotNotFoundError } from '@forkd/sdk';
 import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../helpers/daemon-process.js';
 import { forkd } from '../helpers/cli.js';
+import { childrenOf } from '../helpers/ram.js';
 
 let home: TestHome;
 let daemon: DaemonProcess | undefined;
 
 before(async () => {
   home = await makeTestHome();
+  // Live copies crawl (0.1 s per 2 MiB) so that the daemon can be killed in the middle of
+  // one; only the live-branch test below makes any.
+  home.env.FORKD_LIVE_THROTTLE_MS = '100';
   daemon = await startDaemon(home);
 });
 
@@ -141,4 +146,36 @@ test('daemon SIGKILLed during a branch: the source runs on, no half snapshot is 
   assert.deepEqual(stale, [], 'a staging dir survived');
   await again.kill();
   if (tags.includes('cut')) await Snapshot.remove('cut', { url: daemon.url });
+});
+
+test('daemon SIGKILLed during a live copy: copier and frozen fork end, restart reaps, source runs on', async () => {
+  const d = daemon as DaemonProcess;
+  const src = await Sandbox.create({ url: d.url });
+  const qemu = src.info.pid as number;
+  const res = await src.branch({ tag: 'live-cut', mode: 'live', noWait: true });
+  assert.equal(res.mode, 'live');
+  const copiers = (await childrenOf(d.pid)).filter((p) => p.comm === 'forkd-capture');
+  assert.equal(copiers.length, 1, 'the copier should still be copying');
+  assert.equal((await childrenOf(qemu)).length, 1, 'the frozen fork should exist');
+  process.kill(d.pid, 'SIGKILL');
+  const gone = async () =>
+    !existsSync(`/proc/${copiers[0]?.pid}`) &&
+    (await childrenOf(qemu)).every((p) => p.state === 'Z');
+  for (let i = 0; i < 50 && !(await gone()); i++) await new Promise((r) => setTimeout(r, 100));
+  assert.ok(await gone(), 'the copier or the frozen fork outlived the daemon');
+  // Killed, the fork is a zombie until its parent QEMU reaps it: the restart makes it.
+  assert.deepEqual(
+    (await childrenOf(qemu)).map((p) => p.state),
+    ['Z'],
+  );
+  daemon = await startDaemon(home);
+  assert.deepEqual(await childrenOf(qemu), [], 'QEMU still has a child after the restart');
+  const again = await Sandbox.connect(src.id, { url: daemon.url });
+  assert.equal(again.info.state, 'running');
+  assert.equal((await again.commands.run('echo alive')).stdout, 'alive\n');
+  const tags = (await Snapshot.list({ url: daemon.url })).map((s) => s.tag);
+  assert.ok(!tags.includes('live-cut'), 'the half-copied snapshot is listed');
+  const stale = (await readdir(home.paths.snapshots)).filter((n) => n.startsWith('.staging'));
+  assert.deepEqual(stale, [], 'a staging dir survived');
+  await again.kill();
 });

@@ -27,11 +27,21 @@ export interface BranchOptions extends CallOptions {
    * be combined with `fork`.
    */
   noWait?: boolean;
+  /**
+   * `copy` (default): the memory the source wrote is copied while it is stopped, so the
+   * pause grows with it. `live`: the source is stopped only to take a copy-on-write view of
+   * its memory (a few ms, whatever it wrote), which is copied after it resumed. Needs a
+   * host where `forkd doctor` reports live branch available (else `SetupRequiredError`).
+   */
+  mode?: BranchMode;
 }
 
+/** How a branch takes the source's memory: see {@link BranchOptions.mode}. */
+export type BranchMode = 'copy' | 'live';
+
 /**
- * What a branch made: the new snapshot, how long the source was paused, what was copied
- * in that pause, and the children of `fork`.
+ * What a branch made: the new snapshot, how long the source was paused, how much written
+ * memory was captured, and the children of `fork`.
  *
  * @example
  * const { snapshot, pauseMs, capturedBytes } = await sbx.branch();
@@ -39,9 +49,11 @@ export interface BranchOptions extends CallOptions {
  */
 export interface BranchResult {
   snapshot: Snapshot;
+  /** How the memory was taken. */
+  mode: BranchMode;
   /** How long the source was stopped (stop → cont). */
   pauseMs: number;
-  /** Memory the source had written, copied during the pause. */
+  /** Memory the source had written (0 for a `noWait` live branch: still being copied). */
   capturedBytes: number;
   /** The daemon's timings of each step, in ms (names may change between versions). */
   timings: Record<string, number>;
@@ -65,6 +77,7 @@ export async function branchSandbox(
     fork: opts.fork,
     labels: opts.labels,
     no_wait: opts.noWait,
+    mode: opts.mode,
   });
   const wire = await client.transport.json<BranchResultWire>({
     method: 'POST',
@@ -74,6 +87,7 @@ export async function branchSandbox(
   });
   const result: BranchResult = {
     snapshot: snapshotOf(client, snapshotFromWire(wire.snapshot)),
+    mode: wire.mode,
     pauseMs: wire.pause_ms,
     capturedBytes: wire.captured_bytes,
     timings: wire.timings,

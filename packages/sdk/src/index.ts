@@ -14,7 +14,7 @@ export * from './errors.js';
 export { Forkd, type CallOptions, type LineageOptions } from './client.js';
 export { Sandbox } from './sandbox.js';
 export type { SandboxCreateOptions, SandboxListOptions, SandboxOptions } from './sandbox.js';
-export type { BranchOptions, BranchResult } from './branch.js';
+export type { BranchMode, BranchOptions, BranchResult } from './branch.js';
 export { Snapshot } from './snapshots.js';
 export type {
   ForkFailure,

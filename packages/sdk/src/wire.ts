@@ -134,6 +134,7 @@ export const FORK_FAILURE: WireNames<ForkResultWire['failed'][number]> = {
 /** `BranchResult` in schemas.ts; its `snapshot` is a `Snapshot`, its `children` a `ForkResult`. */
 export const BRANCH_RESULT: WireNames<BranchResult> = {
   snapshot: 'snapshot',
+  mode: 'mode',
   pauseMs: 'pause_ms',
   capturedBytes: 'captured_bytes',
   timings: 'timings',
@@ -249,11 +250,13 @@ export interface BranchBody {
   fork?: number;
   labels?: Record<string, string>;
   no_wait?: boolean;
+  mode?: 'copy' | 'live';
 }
 
 /** `BranchResult`: the new snapshot, the source's pause, and the children of `fork`. */
 export interface BranchResultWire {
   snapshot: unknown;
+  mode: 'copy' | 'live';
   pause_ms: number;
   captured_bytes: number;
   timings: Record<string, number>;

@@ -3,12 +3,15 @@
  * While the VM runs, sparse-copy its RAM base into the new memory file; stop; freeze the
  * disk's top layer; copy the pages the VM wrote (its private pages) over the copy; save
  * the device state without RAM; then resume or leave it stopped for the caller to end.
+ * In `live` mode the pages are not copied in the pause: QEMU is made to fork (live.ts), and
+ * they are copied from that frozen copy-on-write view after the VM resumed.
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
 import { repoRoot } from '../../services/guest.js';
+import { cleanupLive, LiveCopier } from './live.js';
 import type { Vm } from './vm.js';
 
 export const CAPTURE_BINARY =
@@ -41,13 +44,30 @@ export interface DiskFreeze {
   nextOverlay: string;
 }
 
+/**
+ * How the written pages are taken: `copy` copies them while the VM is stopped (the pause
+ * grows with what it wrote); `live` freezes them copy-on-write and copies after resume.
+ */
+export type CaptureMode = 'copy' | 'live';
+
+/** The pages the VM had written, as copied into the memory file. */
+export interface CapturedPages {
+  pages: number;
+  bytes: number;
+  /** How long copying them took (in the pause for `copy`, after it for `live`). */
+  ms: number;
+}
+
 export interface CaptureResult {
+  mode: CaptureMode;
   /** stop → cont (resume) or stop → device state saved (no resume), in ms. */
   pauseMs: number;
-  /** Pages the VM had written (copied during the pause). */
-  privatePages: number;
-  privateBytes: number;
   timings: Record<string, number>;
+  /**
+   * Settles once every written page is in the memory file: already in `copy` mode, after
+   * the copy from the frozen view in `live` mode (which rejects if that copy fails).
+   */
+  pages: Promise<CapturedPages>;
 }
 
 /** Find the mapping of the RAM base file in /proc/PID/maps (the one of the guest's size). */
@@ -103,10 +123,53 @@ function regionArgs(r: RamRegion): string[] {
   ];
 }
 
+/** Lap timer: each lap's ms under its name. */
+function laps(): { t: Record<string, number>; lap: (name: string) => void; reset: () => void } {
+  const t: Record<string, number> = {};
+  let mark = performance.now();
+  return {
+    t,
+    lap: (name) => {
+      const now = performance.now();
+      t[name] = Math.round((now - mark) * 100) / 100;
+      mark = now;
+    },
+    reset: () => (mark = performance.now()),
+  };
+}
+
+/**
+ * Open the layer the VM will write to after the freeze, while it still runs (so the pause
+ * holds only the switch). The overlay file was made beforehand with the backing path it
+ * must keep; adding it with no backing and then `blockdev-snapshot` leaves its header as
+ * written (the -sync variant would write QEMU's own, ever longer, name for the frozen node).
+ */
+async function addNextLayer(vm: Vm, disk: DiskFreeze): Promise<void> {
+  await vm.qmp.execute('blockdev-add', {
+    driver: 'qcow2',
+    'node-name': disk.nextNode,
+    file: { driver: 'file', filename: disk.nextOverlay },
+    backing: null,
+  });
+}
+
+/** The copy's end in live mode; a failed copy leaves nothing behind in QEMU either. */
+async function liveCopied(copier: LiveCopier): Promise<CapturedPages> {
+  try {
+    const done = await copier.done();
+    return { pages: done.pages, bytes: done.bytes, ms: done.copy_ms };
+  } catch (e) {
+    await cleanupLive(copier.region).catch(() => undefined);
+    throw e;
+  }
+}
+
+const RUNNING_LAPS = ['base_copy_ms', 'precopy_ms', 'prepare_ms', 'disk_add_ms'];
+
 /**
  * Capture a running VM into `files`. `resume` continues it afterwards (branch); without it
- * the VM stays stopped (snapshot create: the caller quits it). `whileStopped` runs after
- * the copy and before resume (tests verify the copy against the stopped RAM there).
+ * the VM stays stopped (snapshot create: the caller quits it). `whileStopped` runs just
+ * before resume (tests read the stopped RAM there to check the capture against it).
  */
 export async function captureVm(
   vm: Vm,
@@ -114,67 +177,83 @@ export async function captureVm(
   opts: {
     disk?: DiskFreeze;
     resume: boolean;
+    mode?: CaptureMode;
     whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
   },
 ): Promise<CaptureResult> {
+  const mode = opts.mode ?? 'copy';
   const size = vm.spec.memoryMiB * 1024 * 1024;
   const region = await ramRegion(vm.pid, vm.spec.memPath, size);
-  const t: Record<string, number> = {};
-  let mark = performance.now();
-  const lap = (name: string) => {
-    const now = performance.now();
-    t[name] = Math.round((now - mark) * 100) / 100;
-    mark = now;
-  };
+  const { t, lap, reset } = laps();
   await sparseCopy(vm.spec.memPath, files.memory, size);
   lap('base_copy_ms');
-  // Copy the written pages once while the VM still runs: the copy made in the pause then
-  // lands on page-cache pages that already exist, which is several times faster than
-  // first-touching new ones (no dirty tracking here, so the pause copies them all again).
-  await captureTool(['pages', ...regionArgs(region), files.memory]);
-  lap('precopy_ms');
-  await vm.qmp.execute('stop');
+  let copier: LiveCopier | undefined;
+  if (mode === 'live') {
+    copier = await LiveCopier.start(region, files.memory);
+    lap('prepare_ms');
+  } else {
+    // Copy the written pages once while the VM still runs: the copy made in the pause then
+    // lands on page-cache pages that already exist, which is several times faster than
+    // first-touching new ones (no dirty tracking here, so the pause copies them all again).
+    await captureTool(['pages', ...regionArgs(region), files.memory]);
+    lap('precopy_ms');
+  }
   let resumed = false;
+  let frozen = false;
   try {
-    lap('stop_ms');
     if (opts.disk) {
-      // The overlay file was made beforehand with the backing path it must keep; adding it
-      // with no backing and then `blockdev-snapshot` leaves its header as written (the
-      // -sync variant would write QEMU's own, ever longer, name for the frozen node).
-      await vm.qmp.execute('blockdev-add', {
-        driver: 'qcow2',
-        'node-name': opts.disk.nextNode,
-        file: { driver: 'file', filename: opts.disk.nextOverlay },
-        backing: null,
-      });
+      await addNextLayer(vm, opts.disk);
+      lap('disk_add_ms');
+    }
+    await vm.qmp.execute('stop');
+    lap('stop_ms');
+    let pages: Promise<CapturedPages>;
+    if (copier) {
+      await copier.fork();
+      lap('fork_ms');
+      pages = liveCopied(copier);
+      pages.catch(() => undefined); // observed by the caller; never an unhandled rejection
+    } else {
+      const got = await captureTool(['pages', ...regionArgs(region), files.memory]);
+      pages = Promise.resolve({ pages: got.pages ?? 0, bytes: got.bytes ?? 0, ms: got.ms ?? 0 });
+      lap('pages_ms');
+    }
+    if (opts.disk) {
       await vm.qmp.execute('blockdev-snapshot', {
         node: opts.disk.topNode,
         overlay: opts.disk.nextNode,
       });
+      frozen = true;
       lap('disk_ms');
     }
-    const pages = await captureTool(['pages', ...regionArgs(region), files.memory]);
-    lap('pages_ms');
     await vm.qmp.execute('xen-save-devices-state', { filename: files.deviceState, live: false });
     lap('device_state_ms');
     if (opts.whileStopped) {
       await opts.whileStopped(region, files.memory);
-      mark = performance.now();
+      reset();
     }
     if (opts.resume) {
       await vm.qmp.execute('cont');
       resumed = true;
       lap('cont_ms');
     }
-    // The pause is every lap after the copies made while running; the hook is excluded.
-    const pauseMs =
-      Object.values(t).reduce((a, b) => a + b, 0) - (t.base_copy_ms ?? 0) - (t.precopy_ms ?? 0);
-    return {
-      pauseMs: Math.round(pauseMs * 100) / 100,
-      privatePages: pages.pages ?? 0,
-      privateBytes: pages.bytes ?? 0,
-      timings: t,
-    };
+    // The pause is every lap after the work done while running; the hook is excluded.
+    const pauseMs = Object.entries(t)
+      .filter(([k]) => !RUNNING_LAPS.includes(k))
+      .reduce((a, [, v]) => a + v, 0);
+    return { mode, pauseMs: Math.round(pauseMs * 100) / 100, timings: t, pages };
+  } catch (e) {
+    if (copier) {
+      await copier.abort().catch(() => undefined);
+      await cleanupLive(region).catch(() => undefined);
+    }
+    // A layer opened but never switched to would make the next branch fail on its name.
+    if (opts.disk && !frozen) {
+      await vm.qmp
+        .execute('blockdev-del', { 'node-name': opts.disk.nextNode })
+        .catch(() => undefined);
+    }
+    throw e;
   } finally {
     if (opts.resume && !resumed) await vm.qmp.execute('cont').catch(() => undefined);
   }

@@ -12,6 +12,8 @@ import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { AgentClient } from '../../drivers/agent/client.js';
 import { detectAccel } from '../../drivers/qemu/accel.js';
+import { ramRegion } from '../../drivers/qemu/capture.js';
+import { cleanupLive } from '../../drivers/qemu/live.js';
 import { isQemuOf, readQemuPid, Vm } from '../../drivers/qemu/vm.js';
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
 import { connectGuest, memPathOf, OWNER_FILE, sandboxVmSpec } from '../sandboxes.js';
@@ -88,6 +90,7 @@ async function adopt(
   const vm = await Vm.adopt(spec, pid, { pollMs: ctx.pollMs });
   try {
     await resumeIfPaused(ctx, row, vm);
+    await reapFrozenForks(ctx, row, vm);
     const agent =
       row.state === 'starting'
         ? await connectGuest(vm, row.id, { env: row.env, bootTimeoutMs: ctx.bootTimeoutMs })
@@ -111,6 +114,17 @@ async function resumeIfPaused(ctx: ReconcileContext, row: SandboxRow, vm: Vm): P
   if (st.status !== 'paused') return;
   ctx.log.warn({ sandbox: row.id }, 'resuming a sandbox left paused by an interrupted branch');
   await vm.qmp.execute('cont');
+}
+
+/**
+ * A daemon killed during a live branch's copy takes its copier with it, and the copier's
+ * frozen fork of QEMU dies too, but stays a zombie until QEMU reaps it: make it.
+ */
+async function reapFrozenForks(ctx: ReconcileContext, row: SandboxRow, vm: Vm): Promise<void> {
+  const region = await ramRegion(vm.pid, vm.spec.memPath, vm.spec.memoryMiB * 1024 * 1024);
+  const { zombies, reaped } = await cleanupLive(region);
+  if (zombies)
+    ctx.log.warn({ sandbox: row.id, zombies, reaped }, 'reaped frozen forks of a live branch');
 }
 
 async function bury(ctx: ReconcileContext, row: SandboxRow, reason: string, pid?: number) {

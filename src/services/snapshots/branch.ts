@@ -8,7 +8,12 @@
 import { link, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
-import { captureVm, type CaptureResult, type RamRegion } from '../../drivers/qemu/capture.js';
+import {
+  captureVm,
+  type CaptureMode,
+  type CaptureResult,
+  type RamRegion,
+} from '../../drivers/qemu/capture.js';
 import type { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
@@ -64,13 +69,14 @@ export interface BranchCapture {
 
 /**
  * Capture `vm` into a staging dir for `tag` and resume it. On failure the staging dir is
- * removed and the source runs on (the capture resumes it whatever happens).
+ * removed and the source runs on (the capture resumes it whatever happens). In live mode
+ * the memory file is complete only once `capture.pages` settles.
  */
 export async function captureBranch(
   p: Paths,
   vm: Vm,
   tag: string,
-  whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>,
+  opts: { mode: CaptureMode; whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void> },
 ): Promise<BranchCapture> {
   const staging = await stagingDir(p, tag);
   try {
@@ -100,8 +106,9 @@ export async function captureBranch(
       },
       {
         resume: true,
+        mode: opts.mode,
         disk: { topNode: top.node, nextNode: next.node, nextOverlay: next.file },
-        whileStopped,
+        whileStopped: opts.whileStopped,
       },
     );
     // One inode, two names: the sandbox keeps the frozen layer open as its backing file,

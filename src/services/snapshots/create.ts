@@ -55,11 +55,10 @@ export async function createSnapshot(
       },
       { resume: false },
     );
+    const { bytes } = await cap.pages;
     await sb.vm.kill();
     await rename(join(sb.dir, 'overlay.qcow2'), join(staging, SNAPSHOT_FILES.disk));
-    ctx.onProgress(
-      `captured ${(cap.privateBytes / 1048576).toFixed(0)} MiB of written memory; checksumming`,
-    );
+    ctx.onProgress(`captured ${(bytes / 1048576).toFixed(0)} MiB of written memory; checksumming`);
     const manifest = await publishSnapshot(ctx.paths, staging, {
       tag: req.tag,
       image,

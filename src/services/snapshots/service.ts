@@ -40,6 +40,7 @@ import {
 } from './files.js';
 import { discardChild, prepareChild, prewarmChild, restoreChild } from './fork.js';
 import { Pool } from './pool.js';
+import { probeLive, type LiveProbe } from '../../drivers/qemu/live.js';
 
 export interface SnapshotServiceOptions {
   paths: Paths;
@@ -63,6 +64,7 @@ export class SnapshotManager implements SnapshotService {
   private readonly pending = new Map<string, SnapshotT>();
   private readonly failed = new Map<string, string>();
   private readonly log: ServiceLog;
+  private liveProbe: Promise<LiveProbe> | undefined;
 
   constructor(private readonly opts: SnapshotServiceOptions) {
     this.log = opts.log ?? silentLog;
@@ -192,10 +194,16 @@ export class SnapshotManager implements SnapshotService {
     const source = await this.opts.sandboxes.get(id);
     // The frozen layer is built on the snapshot the sandbox's disk layers on: its parent.
     const parent = this.opts.sandboxes.diskBaseOf(id);
+    const mode = req.mode ?? 'copy';
+    if (mode === 'live') await this.requireLive();
     this.reserve(tag, id);
     let captured: BranchCapture | undefined;
     try {
-      captured = await captureBranch(this.opts.paths, vm, tag, this.opts.whileStopped);
+      captured = await captureBranch(this.opts.paths, vm, tag, {
+        mode,
+        whileStopped: this.opts.whileStopped,
+      });
+      const { capture } = captured;
       const meta = {
         tag,
         image: source.image,
@@ -210,24 +218,32 @@ export class SnapshotManager implements SnapshotService {
         labels: req.labels ?? {},
       };
       // Once published, the source's disk layers on the new snapshot (it depends on it).
-      const published = this.publish(tag, captured.staging, meta).then((m) => {
+      const published = this.publish(tag, captured.staging, meta, capture.pages).then((m) => {
         this.opts.sandboxes.setDiskBase(id, tag);
         return m;
       });
-      const result = {
-        pause_ms: captured.capture.pauseMs,
-        captured_bytes: captured.capture.privateBytes,
-        timings: captured.capture.timings,
+      const answer = async (wait: boolean) => {
+        const pages = wait ? await capture.pages : undefined;
+        const result = {
+          mode,
+          pause_ms: capture.pauseMs,
+          captured_bytes: pages?.bytes ?? 0,
+          timings: pages ? { ...capture.timings, copy_ms: pages.ms } : capture.timings,
+        };
+        this.log.info(
+          { snapshot: tag, sandbox: id, ...result, principal: caller.principal },
+          'sandbox branched',
+        );
+        return result;
       };
-      this.log.info(
-        { snapshot: tag, sandbox: id, ...result, principal: caller.principal },
-        'sandbox branched',
-      );
       if (req.no_wait) {
         void published.catch(() => undefined);
+        // A live copy is still running at resume: its size is known once it is `ready`.
+        const result = await answer(mode === 'copy');
         return { snapshot: this.writing(meta, vm), ...result };
       }
       const snapshot = await this.toWire(await published);
+      const result = await answer(true);
       if (!req.fork) return { snapshot, ...result };
       return {
         snapshot,
@@ -240,13 +256,28 @@ export class SnapshotManager implements SnapshotService {
     }
   }
 
+  /** Live branches need ptrace into QEMU: probed once (the doctor shows the same probe). */
+  private async requireLive(): Promise<void> {
+    this.liveProbe ??= probeLive();
+    const probe = await this.liveProbe;
+    if (!probe.available) {
+      throw new ForkdError(
+        'setup_required',
+        `live branch is not available on this host: ${probe.reason}; use mode "copy" (\`forkd doctor\` explains)`,
+        { mode: 'live' },
+      );
+    }
+  }
+
   /** Checksum and publish a staged snapshot; the row says `ready`, or `failed` with why. */
   private async publish(
     tag: string,
     staging: string,
     meta: Omit<SnapshotManifest, 'files' | 'format_version'>,
+    ready?: Promise<unknown>,
   ): Promise<SnapshotManifest> {
     try {
+      await ready; // a live branch's memory file is complete once its copy is
       const manifest = await publishSnapshot(this.opts.paths, staging, meta);
       this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
       return manifest;

@@ -1,0 +1,405 @@
+/*
+ * Live capture (issue: live branch). The VMM is stopped by the caller (QMP `stop`); this
+ * makes the VMM fork by injecting clone() into one of its threads, so the kernel freezes
+ * guest RAM copy-on-write in the child, and the caller resumes the VM at once. The pages
+ * the VM had written are then copied from the frozen child, which is killed and reaped.
+ *
+ * The frozen child must never run VMM code (it shares the VMM's open disks and sockets):
+ *  - it is born traced and stopped (PTRACE_O_TRACEFORK), then gets PTRACE_O_EXITKILL, so
+ *    it is killed if this copier dies;
+ *  - its first instruction is a stub page of ours whose only code is exit_group(0), so even
+ *    a child released before EXITKILL is set ends without running anything else.
+ * QEMU marks guest RAM MADV_DONTFORK; it is set to MADV_DOFORK around the clone only.
+ * A child that died while this copier could not reap it stays a zombie of the VMM until
+ * `live-cleanup` makes the VMM reap it (the daemon runs it after any failed live copy and
+ * when it re-adopts a VM).
+ *
+ * Protocol of `live`: prints {"event":"ready"} once prepared (the VM still running), waits
+ * for a line "fork" on stdin (sent with the VM stopped), prints {"event":"forked",...} as
+ * soon as the VM may resume, then {"event":"done",...} when the copy is complete. EOF on
+ * stdin before "fork" ends it without touching the VMM.
+ */
+#include "live.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "inject.h"
+#include "pages.h"
+
+#define STUB_SIZE 4096
+/* syscall; mov eax, SYS_exit_group; xor edi, edi; syscall; ud2 — then our signature. */
+static const unsigned char STUB[32] = {0x0f, 0x05, 0xb8, 0xe7, 0x00, 0x00, 0x00, 0x31, 0xff,
+                                       0x0f, 0x05, 0x0f, 0x0b, 0x00, 0x00, 0x00, 'f',  'o',
+                                       'r',  'k',  'd',  '-',  'l',  'i',  'v',  'e',  '-',
+                                       's',  't',  'u',  'b',  '1'};
+
+struct live {
+  struct region ram;
+  uint64_t stub;  /* the stub page in the VMM, 0 until found or made */
+  int dontfork;   /* guest RAM was MADV_DONTFORK (QEMU's default) */
+  pid_t child;    /* the frozen fork, 0 when none */
+};
+
+static void fail(const char *what) {
+  fprintf(stderr, "forkd-capture: live: %s: %s\n", what, strerror(errno));
+}
+
+static int read_remote(pid_t pid, uint64_t addr, void *buf, size_t len) {
+  struct iovec l = {buf, len}, r = {(void *)(uintptr_t)addr, len};
+  return process_vm_readv(pid, &l, 1, &r, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+/* A process under a seccomp filter (QEMU's -sandbox) may be killed by an injected call. */
+static int seccomp_filtered(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  int mode = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Seccomp: %d", &mode) == 1) break;
+  fclose(f);
+  return mode == 2;
+}
+
+/* Scan PID's maps for our stub page, and whether the RAM mapping carries `dc` (DONTFORK). */
+static int scan_maps(struct live *lv) {
+  char path[64], line[1024];
+  snprintf(path, sizeof path, "/proc/%d/smaps", (int)lv->ram.pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  uint64_t start = 0, end = 0;
+  int in_ram = 0;
+  while (fgets(line, sizeof line, f)) {
+    char perms[8] = "";
+    unsigned long long ino = 1;
+    if (sscanf(line, "%lx-%lx %7s %*x %*s %llu", &start, &end, perms, &ino) == 4) {
+      in_ram = start == lv->ram.vstart;
+      unsigned char head[sizeof STUB];
+      if (!lv->stub && ino == 0 && end - start == STUB_SIZE && !strcmp(perms, "r-xp") &&
+          read_remote(lv->ram.pid, start, head, sizeof head) == 0 &&
+          !memcmp(head, STUB, sizeof STUB))
+        lv->stub = start;
+    } else if (in_ram && !strncmp(line, "VmFlags:", 8)) {
+      lv->dontfork = strstr(line, " dc") != NULL;
+    }
+  }
+  fclose(f);
+  return 0;
+}
+
+static int poke(pid_t tid, uint64_t addr, const unsigned char *bytes, size_t len) {
+  for (size_t off = 0; off < len; off += 8) {
+    long word;
+    memcpy(&word, bytes + off, 8);
+    if (ptrace(PTRACE_POKEDATA, tid, (void *)(uintptr_t)(addr + off), (void *)word) < 0) return -1;
+  }
+  return 0;
+}
+
+/* Map the stub page into the VMM (it stays there, reused by later captures: 4 KiB). */
+static int make_stub(struct live *lv) {
+  uint64_t insn = find_syscall_insn(lv->ram.pid);
+  if (!insn) {
+    errno = ENOEXEC;
+    fail("no syscall instruction in the VMM's vDSO");
+    return -1;
+  }
+  struct tracee t;
+  if (tracee_hold(&t, lv->ram.pid, insn, 0) < 0) {
+    fail("ptrace seize");
+    return -1;
+  }
+  const uint64_t args[6] = {0, STUB_SIZE, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
+                            (uint64_t)-1, 0};
+  long addr = 0;
+  int rc = tracee_syscall(&t, SYS_mmap, args, &addr, NULL);
+  if (rc == 0 && addr < 0 && addr > -4096) {
+    errno = (int)-addr;
+    rc = -1;
+  }
+  if (rc == 0 && poke(t.tid, (uint64_t)addr, STUB, sizeof STUB) < 0) rc = -1;
+  int e = errno;
+  tracee_release(&t);
+  errno = e;
+  if (rc < 0) {
+    fail("mapping the stub page");
+    return -1;
+  }
+  lv->stub = (uint64_t)addr;
+  return 0;
+}
+
+static int prepare(struct live *lv) {
+  int filtered = seccomp_filtered(lv->ram.pid);
+  if (filtered) {
+    errno = filtered < 0 ? errno : EPERM;
+    fail(filtered < 0 ? "VMM process" : "the VMM runs under a seccomp filter (-sandbox)");
+    return -1;
+  }
+  if (scan_maps(lv) < 0) {
+    fail("reading the VMM's smaps");
+    return -1;
+  }
+  return lv->stub ? 0 : make_stub(lv);
+}
+
+static long checked(struct tracee *t, long nr, const uint64_t args[6], pid_t *forked,
+                    const char *what) {
+  long ret = 0;
+  if (tracee_syscall(t, nr, args, &ret, forked) < 0) {
+    fail(what);
+    return -1;
+  }
+  if (ret < 0 && ret > -4096) {
+    errno = (int)-ret;
+    fail(what);
+    return -1;
+  }
+  return ret;
+}
+
+/* Make the held VMM fork; the child is left traced, stopped and killed if we die. */
+static int freeze(struct live *lv, struct tracee *t) {
+  const uint64_t len = lv->ram.vend - lv->ram.vstart;
+  const uint64_t dofork[6] = {lv->ram.vstart, len, MADV_DOFORK, 0, 0, 0};
+  const uint64_t dontfork[6] = {lv->ram.vstart, len, MADV_DONTFORK, 0, 0, 0};
+  const uint64_t fork_args[6] = {SIGCHLD, 0, 0, 0, 0, 0};
+  if (lv->dontfork && checked(t, SYS_madvise, dofork, NULL, "madvise(MADV_DOFORK)") < 0)
+    return -1;
+  pid_t child = 0;
+  long rc = checked(t, SYS_clone, fork_args, &child, "clone");
+  if (child > 0) {
+    lv->child = child;
+    int st;
+    if (wait_traced(child, &st) < 0 ||
+        ptrace(PTRACE_SETOPTIONS, child, 0, (void *)(long)PTRACE_O_EXITKILL) < 0) {
+      fail("holding the frozen fork");
+      rc = -1;
+    }
+  }
+  if (lv->dontfork && checked(t, SYS_madvise, dontfork, NULL, "madvise(MADV_DONTFORK)") < 0)
+    rc = -1;
+  return rc < 0 ? -1 : 0;
+}
+
+/* Make the VMM reap `child` (a zombie once we, its tracer, have waited for it). */
+static int reap_in(pid_t vmm, uint64_t insn, pid_t child) {
+  struct tracee t;
+  if (tracee_hold(&t, vmm, insn, 0) < 0) return -1;
+  const uint64_t args[6] = {(uint64_t)child, 0, WNOHANG | __WALL, 0, 0, 0};
+  long ret = 0;
+  int rc = 0;
+  for (int i = 0; i < 100 && rc == 0; i++) {
+    rc = tracee_syscall(&t, SYS_wait4, args, &ret, NULL);
+    if (ret != 0) break; /* reaped, or -ECHILD: someone else did (or the VMM ignores it) */
+    usleep(1000);
+  }
+  int e = errno;
+  tracee_release(&t);
+  errno = e;
+  return rc;
+}
+
+static void end_child(struct live *lv) {
+  if (!lv->child) return;
+  kill(lv->child, SIGKILL);
+  int st;
+  while (wait_traced(lv->child, &st) == 0 && !WIFEXITED(st) && !WIFSIGNALED(st)) {
+  }
+  if (reap_in(lv->ram.pid, lv->stub, lv->child) < 0) fail("reaping the frozen fork");
+  lv->child = 0;
+}
+
+static int fork_frozen(struct live *lv, double *ms) {
+  double t0 = now_ms();
+  struct tracee t;
+  if (tracee_hold(&t, lv->ram.pid, lv->stub, PTRACE_O_TRACEFORK) < 0) {
+    fail("ptrace seize");
+    return -1;
+  }
+  int rc = freeze(lv, &t);
+  int e = errno;
+  if (tracee_release(&t) < 0 && rc == 0) {
+    e = errno;
+    fail("releasing the VMM thread");
+    rc = -1;
+  }
+  errno = e;
+  *ms = now_ms() - t0;
+  return rc;
+}
+
+static unsigned throttle_ms(void) {
+  const char *v = getenv("FORKD_LIVE_THROTTLE_MS");
+  return v ? (unsigned)strtoul(v, NULL, 10) : 0;
+}
+
+/* Copy the frozen child's private pages (its RAM at the fork instant) into `out`. */
+static int copy_frozen(struct live *lv, int out, struct copy_stats *st, double *ms) {
+  double t0 = now_ms();
+  struct region frozen = lv->ram;
+  frozen.pid = lv->child;
+  int rc = copy_private_pages(&frozen, out, throttle_ms(), st);
+  if (rc < 0) fail("copying pages from the frozen fork");
+  else if (fdatasync(out) < 0 && errno != EINVAL) {
+    fail("fdatasync");
+    rc = -1;
+  }
+  *ms = now_ms() - t0;
+  return rc;
+}
+
+int live_capture(char **argv) {
+  struct live lv = {parse_region(argv), 0, 0, 0};
+  int out = open(argv[4], O_WRONLY | O_CLOEXEC);
+  if (out < 0) die(argv[4]);
+  /* Die with the daemon that started us: EXITKILL then ends the frozen fork too. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (prepare(&lv) < 0) return 1;
+  printf("{\"event\":\"ready\",\"stub\":%" PRIu64 ",\"dontfork\":%s}\n", lv.stub,
+         lv.dontfork ? "true" : "false");
+  char cmd[16];
+  if (!fgets(cmd, sizeof cmd, stdin) || strcmp(cmd, "fork\n") != 0) return 0;
+  double fork_ms = 0, copy_ms = 0;
+  int rc = fork_frozen(&lv, &fork_ms);
+  if (rc == 0) printf("{\"event\":\"forked\",\"child\":%d,\"fork_ms\":%.3f}\n", lv.child, fork_ms);
+  struct copy_stats st = {0, 0};
+  if (rc == 0) rc = copy_frozen(&lv, out, &st, &copy_ms);
+  double t0 = now_ms();
+  end_child(&lv);
+  if (rc == 0)
+    printf("{\"event\":\"done\",\"pages\":%" PRIu64 ",\"runs\":%" PRIu64 ",\"bytes\":%" PRIu64
+           ",\"fork_ms\":%.3f,\"copy_ms\":%.2f,\"reap_ms\":%.2f}\n",
+           st.pages, st.runs, st.pages * PAGE, fork_ms, copy_ms, now_ms() - t0);
+  close(out);
+  return rc == 0 ? 0 : 1;
+}
+
+static int read_line(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  char *got = fgets(buf, (int)len, f);
+  fclose(f);
+  return got ? 0 : -1;
+}
+
+/* Zombie children of `vmm` with the VMM's own name: frozen forks nobody reaped. */
+static int zombie_forks(pid_t vmm, pid_t *out, int max) {
+  char path[64], line[512], comm[64], vcomm[64];
+  snprintf(path, sizeof path, "/proc/%d/comm", (int)vmm);
+  if (read_line(path, vcomm, sizeof vcomm) < 0) return -1;
+  DIR *d = opendir("/proc");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *de; (de = readdir(d)) && n < max;) {
+    pid_t pid = (pid_t)atoi(de->d_name);
+    if (pid <= 0) continue;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if (read_line(path, line, sizeof line) < 0) continue;
+    char *rp = strrchr(line, ')');
+    char state;
+    int ppid;
+    if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2 || state != 'Z' || ppid != vmm)
+      continue;
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    if (read_line(path, comm, sizeof comm) == 0 && !strcmp(comm, vcomm)) out[n++] = pid;
+  }
+  closedir(d);
+  return n;
+}
+
+int live_cleanup(char **argv) {
+  struct live lv = {{(pid_t)parse_u64(argv[0]), parse_u64(argv[1]), parse_u64(argv[2]), 0}, 0, 0,
+                    0};
+  if (scan_maps(&lv) < 0) die("reading the VMM's smaps");
+  pid_t zombies[64];
+  int n = zombie_forks(lv.ram.pid, zombies, 64);
+  if (n < 0) die("listing the VMM's children");
+  int reaped = 0;
+  uint64_t insn = lv.stub ? lv.stub : find_syscall_insn(lv.ram.pid);
+  for (int i = 0; i < n && insn; i++)
+    if (reap_in(lv.ram.pid, insn, zombies[i]) == 0) reaped++;
+  int restored = 0;
+  if (!lv.dontfork && insn && lv.ram.vend > lv.ram.vstart) {
+    struct tracee t;
+    const uint64_t args[6] = {lv.ram.vstart, lv.ram.vend - lv.ram.vstart, MADV_DONTFORK, 0, 0, 0};
+    if (tracee_hold(&t, lv.ram.pid, insn, 0) == 0) {
+      restored = checked(&t, SYS_madvise, args, NULL, "madvise(MADV_DONTFORK)") == 0;
+      tracee_release(&t);
+    }
+  }
+  printf("{\"zombies\":%d,\"reaped\":%d,\"dontfork_restored\":%s}\n", n, reaped,
+         restored ? "true" : "false");
+  return reaped == n ? 0 : 1;
+}
+
+/* The probe's target: a private anonymous mapping marked DONTFORK, like QEMU's guest RAM,
+ * filled with a known pattern; it then waits in pause() to be captured. */
+#define PROBE_LEN ((uint64_t)4 << 20)
+
+static uint64_t pattern(uint64_t page) { return page * 0x9e3779b97f4a7c15ULL + 1; }
+
+static void probe_target(int fd) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  unsigned char *m = mmap(NULL, PROBE_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                          -1, 0);
+  if (m == MAP_FAILED) _exit(1);
+  madvise(m, PROBE_LEN, MADV_DONTFORK);
+  for (uint64_t p = 0; p < PROBE_LEN / PAGE; p++) {
+    uint64_t v = pattern(p);
+    memcpy(m + p * PAGE, &v, sizeof v);
+  }
+  uint64_t addr = (uintptr_t)m;
+  if (write(fd, &addr, sizeof addr) != sizeof addr) _exit(1);
+  for (;;) pause();
+}
+
+static int probe_verify(int fd) {
+  for (uint64_t p = 0; p < PROBE_LEN / PAGE; p++) {
+    uint64_t v = 0;
+    if (pread(fd, &v, sizeof v, (off_t)(p * PAGE)) != sizeof v || v != pattern(p)) return -1;
+  }
+  return 0;
+}
+
+int live_probe(void) {
+  int pipefd[2];
+  if (pipe(pipefd) < 0) die("pipe");
+  pid_t target = fork();
+  if (target < 0) die("fork");
+  if (target == 0) probe_target(pipefd[1]);
+  uint64_t addr = 0;
+  int ok = read(pipefd[0], &addr, sizeof addr) == sizeof addr;
+  struct live lv = {{target, addr, addr + PROBE_LEN, 0}, 0, 0, 0};
+  int out = memfd_create("forkd-probe", MFD_CLOEXEC);
+  double fork_ms = 0, copy_ms = 0;
+  struct copy_stats st = {0, 0};
+  const char *why = "";
+  if (!ok || out < 0) why = "the probe process did not start";
+  else if (prepare(&lv) < 0) why = "ptrace or stub injection failed";
+  else if (fork_frozen(&lv, &fork_ms) < 0) why = "the injected fork failed";
+  else if (copy_frozen(&lv, out, &st, &copy_ms) < 0) why = "reading the frozen fork failed";
+  else if (probe_verify(out) < 0) why = "the frozen fork's memory did not match";
+  if (lv.child) end_child(&lv);
+  kill(target, SIGKILL);
+  waitpid(target, NULL, 0);
+  printf("{\"available\":%s,\"reason\":\"%s\",\"fork_ms\":%.3f,\"pages\":%" PRIu64 "}\n",
+         *why ? "false" : "true", why, fork_ms, st.pages);
+  return 0; /* the answer is the JSON line, available or not */
+}

@@ -1,0 +1,128 @@
+/**
+ * Looking at a QEMU process from the host, for capture tests: its guest RAM read while it
+ * is stopped (the reference a capture must equal page for page), its memory use, and the
+ * processes a live branch must not leave behind (zombie or traced forks, copiers).
+ */
+import { open, readdir, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { RamRegion } from '../../src/drivers/qemu/capture.js';
+
+const CHUNK = 2 << 20;
+const PAGE = 4096;
+
+/** A copy of the stopped guest RAM, laid out as a memory file is (at the file offsets). */
+export interface RamReference {
+  file: string;
+  fileOffset: number;
+  length: number;
+}
+
+/** Read the whole RAM mapping through /proc/PID/mem into `file`. */
+export async function dumpRam(region: RamRegion, file: string): Promise<RamReference> {
+  const mem = await open(`/proc/${region.pid}/mem`, 'r');
+  const out = await open(file, 'w');
+  const length = Number(region.end - region.start);
+  const fileOffset = Number(region.fileOffset);
+  const buf = Buffer.alloc(CHUNK);
+  try {
+    for (let off = 0; off < length; off += CHUNK) {
+      // Addresses fit a double exactly (47 bits); a bigint position fails on /proc/PID/mem.
+      const { bytesRead } = await mem.read(buf, 0, CHUNK, Number(region.start) + off);
+      await out.write(buf, 0, bytesRead, fileOffset + off);
+    }
+  } finally {
+    await mem.close();
+    await out.close();
+  }
+  return { file, fileOffset, length };
+}
+
+/** 4 KiB pages of `file` that differ from the reference (holes read as zeros). */
+export async function differingPages(ref: RamReference, file: string): Promise<number> {
+  const [a, b] = await Promise.all([open(ref.file, 'r'), open(file, 'r')]);
+  const ba = Buffer.alloc(CHUNK);
+  const bb = Buffer.alloc(CHUNK);
+  let differing = 0;
+  try {
+    for (let off = 0; off < ref.length; off += CHUNK) {
+      ba.fill(0);
+      bb.fill(0);
+      await a.read(ba, 0, CHUNK, ref.fileOffset + off);
+      await b.read(bb, 0, CHUNK, ref.fileOffset + off);
+      for (let p = 0; p < CHUNK; p += PAGE) {
+        if (ba.compare(bb, p, p + PAGE, p, p + PAGE) !== 0) differing++;
+      }
+    }
+  } finally {
+    await a.close();
+    await b.close();
+  }
+  return differing;
+}
+
+export async function removeReference(ref: RamReference): Promise<void> {
+  await rm(ref.file, { force: true });
+}
+
+interface ProcStat {
+  pid: number;
+  comm: string;
+  state: string;
+  ppid: number;
+}
+
+async function procs(): Promise<ProcStat[]> {
+  const out: ProcStat[] = [];
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const stat = await readFile(join('/proc', name, 'stat'), 'utf8').catch(() => '');
+    const m = /^(\d+) \((.*)\) (\S) (\d+)/s.exec(stat);
+    if (m)
+      out.push({
+        pid: Number(m[1]),
+        comm: m[2] as string,
+        state: m[3] as string,
+        ppid: Number(m[4]),
+      });
+  }
+  return out;
+}
+
+/** Every child process of `pid` (a QEMU must have none: frozen forks are gone). */
+export async function childrenOf(pid: number): Promise<ProcStat[]> {
+  return (await procs()).filter((p) => p.ppid === pid);
+}
+
+/** `forkd-capture` processes this test process started that still run. */
+export async function runningCopiers(): Promise<ProcStat[]> {
+  return (await procs()).filter((p) => p.ppid === process.pid && p.comm === 'forkd-capture');
+}
+
+/** A field of /proc/PID/status in KiB (RssAnon, VmRSS…). */
+export async function statusKiB(pid: number, field: string): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status);
+  if (!m) throw new Error(`no ${field} in /proc/${pid}/status`);
+  return Number(m[1]);
+}
+
+/** Whether the guest RAM mapping is still MADV_DONTFORK (`dc`), as QEMU made it. */
+export async function ramIsDontFork(region: RamRegion): Promise<boolean> {
+  const smaps = await readFile(`/proc/${region.pid}/smaps`, 'utf8');
+  const start = region.start.toString(16);
+  const at = smaps.search(new RegExp(`^0*${start}-`, 'm'));
+  if (at < 0) throw new Error('guest RAM mapping not found in smaps');
+  const flags = /^VmFlags:(.*)$/m.exec(smaps.slice(at))?.[1] ?? '';
+  return flags.split(' ').includes('dc');
+}
+
+/**
+ * How much of `pid`'s anonymous memory is still shared with another process (Anonymous −
+ * Pss_Anon, KiB): a QEMU shares none, except with a live branch's frozen fork.
+ */
+export async function sharedAnonKiB(pid: number): Promise<number> {
+  const rollup = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8');
+  const field = (name: string) =>
+    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(rollup)?.[1]);
+  return field('Anonymous') - field('Pss_Anon');
+}
