@@ -70,7 +70,9 @@ async function pauses(env: BenchServices, memoryMiB: number): Promise<void> {
       console.log(`${label}, ${mode}: pause ${summary(s[`${mode} pause`] ?? [])}`);
       const parts = [`captured ${summary(s[`${mode} MiB`] ?? [], 'MiB')}`];
       if (mode === 'live') parts.push(`fork injection ${summary(s['live fork'] ?? [])}`);
-      parts.push(`page copy ${summary(s[`${mode} copy`] ?? [])}${mode === 'live' ? ' (after resume)' : ''}`);
+      parts.push(
+        `page copy ${summary(s[`${mode} copy`] ?? [])}${mode === 'live' ? ' (after resume)' : ''}`,
+      );
       parts.push(`total branch ${summary(s[`${mode} total`] ?? [])}`);
       console.log(`  ${parts.join('; ')}`);
     }

@@ -58,6 +58,14 @@ static void fail(const char *what) {
   fprintf(stderr, "forkd-capture: live: %s: %s\n", what, strerror(errno));
 }
 
+static int read_line(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  char *got = fgets(buf, (int)len, f);
+  fclose(f);
+  return got ? 0 : -1;
+}
+
 static int read_remote(pid_t pid, uint64_t addr, void *buf, size_t len) {
   struct iovec l = {buf, len}, r = {(void *)(uintptr_t)addr, len};
   return process_vm_readv(pid, &l, 1, &r, 1, 0) == (ssize_t)len ? 0 : -1;
@@ -144,20 +152,6 @@ static int make_stub(struct live *lv) {
   return 0;
 }
 
-static int prepare(struct live *lv) {
-  int filtered = seccomp_filtered(lv->ram.pid);
-  if (filtered) {
-    errno = filtered < 0 ? errno : EPERM;
-    fail(filtered < 0 ? "VMM process" : "the VMM runs under a seccomp filter (-sandbox)");
-    return -1;
-  }
-  if (scan_maps(lv) < 0) {
-    fail("reading the VMM's smaps");
-    return -1;
-  }
-  return lv->stub ? 0 : make_stub(lv);
-}
-
 static long checked(struct tracee *t, long nr, const uint64_t args[6], pid_t *forked,
                     const char *what) {
   long ret = 0;
@@ -173,14 +167,71 @@ static long checked(struct tracee *t, long nr, const uint64_t args[6], pid_t *fo
   return ret;
 }
 
+/* The VMM thread that makes the fork: its oldest thread but the main one (QEMU's RCU
+ * thread, idle), so that the main thread stays free to answer QMP (the disk switch and the
+ * device state save run meanwhile); the main thread of a single-threaded process. */
+static pid_t fork_thread(pid_t pid) {
+  char path[64], line[1024];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return pid;
+  pid_t best = pid;
+  unsigned long long best_start = ~0ULL;
+  for (struct dirent *de; (de = readdir(d));) {
+    pid_t tid = (pid_t)atoi(de->d_name);
+    if (tid <= 0 || tid == pid) continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    if (read_line(path, line, sizeof line) < 0) continue;
+    char *rp = strrchr(line, ')');
+    unsigned long long start = 0;
+    /* after "pid (comm)": fields 3..22, the 22nd being the start time */
+    if (!rp || sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                              "%*d %*d %llu",
+                      &start) != 1)
+      continue;
+    if (start < best_start) {
+      best_start = start;
+      best = tid;
+    }
+  }
+  closedir(d);
+  return best;
+}
+
+/* QEMU marks guest RAM MADV_DONTFORK: a fork would not see it. Lift that (before the stop,
+ * so the pause holds only the clone) and put it back once the copy is done. */
+static int set_fork_advice(struct live *lv, int advice) {
+  if (!lv->dontfork) return 0;
+  struct tracee t;
+  if (tracee_hold(&t, fork_thread(lv->ram.pid), lv->stub, 0) < 0) {
+    fail("ptrace seize");
+    return -1;
+  }
+  const uint64_t args[6] = {lv->ram.vstart, lv->ram.vend - lv->ram.vstart, (uint64_t)advice,
+                            0, 0, 0};
+  int rc = checked(&t, SYS_madvise, args, NULL, "madvise") < 0 ? -1 : 0;
+  tracee_release(&t);
+  return rc;
+}
+
+static int prepare(struct live *lv) {
+  int filtered = seccomp_filtered(lv->ram.pid);
+  if (filtered) {
+    errno = filtered < 0 ? errno : EPERM;
+    fail(filtered < 0 ? "VMM process" : "the VMM runs under a seccomp filter (-sandbox)");
+    return -1;
+  }
+  if (scan_maps(lv) < 0) {
+    fail("reading the VMM's smaps");
+    return -1;
+  }
+  if (!lv->stub && make_stub(lv) < 0) return -1;
+  return set_fork_advice(lv, MADV_DOFORK);
+}
+
 /* Make the held VMM fork; the child is left traced, stopped and killed if we die. */
 static int freeze(struct live *lv, struct tracee *t) {
-  const uint64_t len = lv->ram.vend - lv->ram.vstart;
-  const uint64_t dofork[6] = {lv->ram.vstart, len, MADV_DOFORK, 0, 0, 0};
-  const uint64_t dontfork[6] = {lv->ram.vstart, len, MADV_DONTFORK, 0, 0, 0};
   const uint64_t fork_args[6] = {SIGCHLD, 0, 0, 0, 0, 0};
-  if (lv->dontfork && checked(t, SYS_madvise, dofork, NULL, "madvise(MADV_DOFORK)") < 0)
-    return -1;
   pid_t child = 0;
   long rc = checked(t, SYS_clone, fork_args, &child, "clone");
   if (child > 0) {
@@ -192,8 +243,6 @@ static int freeze(struct live *lv, struct tracee *t) {
       rc = -1;
     }
   }
-  if (lv->dontfork && checked(t, SYS_madvise, dontfork, NULL, "madvise(MADV_DONTFORK)") < 0)
-    rc = -1;
   return rc < 0 ? -1 : 0;
 }
 
@@ -228,7 +277,7 @@ static void end_child(struct live *lv) {
 static int fork_frozen(struct live *lv, double *ms) {
   double t0 = now_ms();
   struct tracee t;
-  if (tracee_hold(&t, lv->ram.pid, lv->stub, PTRACE_O_TRACEFORK) < 0) {
+  if (tracee_hold(&t, fork_thread(lv->ram.pid), lv->stub, PTRACE_O_TRACEFORK) < 0) {
     fail("ptrace seize");
     return -1;
   }
@@ -275,28 +324,23 @@ int live_capture(char **argv) {
   printf("{\"event\":\"ready\",\"stub\":%" PRIu64 ",\"dontfork\":%s}\n", lv.stub,
          lv.dontfork ? "true" : "false");
   char cmd[16];
-  if (!fgets(cmd, sizeof cmd, stdin) || strcmp(cmd, "fork\n") != 0) return 0;
-  double fork_ms = 0, copy_ms = 0;
-  int rc = fork_frozen(&lv, &fork_ms);
-  if (rc == 0) printf("{\"event\":\"forked\",\"child\":%d,\"fork_ms\":%.3f}\n", lv.child, fork_ms);
+  int forking = fgets(cmd, sizeof cmd, stdin) && !strcmp(cmd, "fork\n");
+  double fork_ms = 0, copy_ms = 0, t0 = 0;
   struct copy_stats st = {0, 0};
-  if (rc == 0) rc = copy_frozen(&lv, out, &st, &copy_ms);
-  double t0 = now_ms();
+  int rc = forking ? fork_frozen(&lv, &fork_ms) : 0;
+  if (forking && rc == 0) {
+    printf("{\"event\":\"forked\",\"child\":%d,\"fork_ms\":%.3f}\n", lv.child, fork_ms);
+    rc = copy_frozen(&lv, out, &st, &copy_ms);
+  }
+  t0 = now_ms();
   end_child(&lv);
-  if (rc == 0)
+  if (set_fork_advice(&lv, MADV_DONTFORK) < 0) rc = -1;
+  if (forking && rc == 0)
     printf("{\"event\":\"done\",\"pages\":%" PRIu64 ",\"runs\":%" PRIu64 ",\"bytes\":%" PRIu64
            ",\"fork_ms\":%.3f,\"copy_ms\":%.2f,\"reap_ms\":%.2f}\n",
            st.pages, st.runs, st.pages * PAGE, fork_ms, copy_ms, now_ms() - t0);
   close(out);
   return rc == 0 ? 0 : 1;
-}
-
-static int read_line(const char *path, char *buf, size_t len) {
-  FILE *f = fopen(path, "re");
-  if (!f) return -1;
-  char *got = fgets(buf, (int)len, f);
-  fclose(f);
-  return got ? 0 : -1;
 }
 
 /* Zombie children of `vmm` with the VMM's own name: frozen forks nobody reaped. */
@@ -332,17 +376,13 @@ int live_cleanup(char **argv) {
   int n = zombie_forks(lv.ram.pid, zombies, 64);
   if (n < 0) die("listing the VMM's children");
   int reaped = 0;
-  uint64_t insn = lv.stub ? lv.stub : find_syscall_insn(lv.ram.pid);
-  for (int i = 0; i < n && insn; i++)
-    if (reap_in(lv.ram.pid, insn, zombies[i]) == 0) reaped++;
-  int restored = 0;
-  if (!lv.dontfork && insn && lv.ram.vend > lv.ram.vstart) {
-    struct tracee t;
-    const uint64_t args[6] = {lv.ram.vstart, lv.ram.vend - lv.ram.vstart, MADV_DONTFORK, 0, 0, 0};
-    if (tracee_hold(&t, lv.ram.pid, insn, 0) == 0) {
-      restored = checked(&t, SYS_madvise, args, NULL, "madvise(MADV_DONTFORK)") == 0;
-      tracee_release(&t);
-    }
+  if (!lv.stub) lv.stub = find_syscall_insn(lv.ram.pid);
+  for (int i = 0; i < n && lv.stub; i++)
+    if (reap_in(lv.ram.pid, lv.stub, zombies[i]) == 0) reaped++;
+  int restored = !lv.dontfork && lv.stub;
+  if (restored) {
+    lv.dontfork = 1; /* what QEMU set, and a killed copier may have left lifted */
+    restored = set_fork_advice(&lv, MADV_DONTFORK) == 0;
   }
   printf("{\"zombies\":%d,\"reaped\":%d,\"dontfork_restored\":%s}\n", n, reaped,
          restored ? "true" : "false");

@@ -165,10 +165,15 @@ test('copier killed mid-copy: the branch fails, the source runs on, nothing is l
   assert.deepEqual(staging, []);
   await assertNothingLeft(vm.pid);
   assert.equal(await sh(s, id, 'echo alive'), 'alive\n');
+  await sh(s, id, 'echo after > /root/after.txt; sync');
   const again = await s.snapshots.branch(id, { tag: 'after-cut', mode: 'live' }, caller);
   assert.equal(await differingPages(refs.at(-1)!.ref, memoryFile('after-cut')), 0);
   assert.ok(again.pause_ms > 0);
+  // The failed branch's disk layer was folded back: the chain outlives the source.
   await s.sandboxes.kill(id);
+  const [kid] = (await s.snapshots.fork({ snapshot: 'after-cut', n: 1 }, caller)).sandboxes;
+  assert.equal(await sh(s, kid?.id as string, 'cat /root/after.txt'), 'after\n');
+  await s.sandboxes.kill(kid?.id as string);
   await s.snapshots.remove('after-cut', {});
   await s.snapshots.remove('cut', { force: true }).catch(() => undefined);
 });

@@ -164,7 +164,11 @@ async function liveCopied(copier: LiveCopier): Promise<CapturedPages> {
   }
 }
 
-const RUNNING_LAPS = ['base_copy_ms', 'precopy_ms', 'prepare_ms', 'disk_add_ms'];
+/** Copy the written pages of the stopped VM (mode copy). */
+async function copyPagesNow(region: RamRegion, memory: string): Promise<CapturedPages> {
+  const got = await captureTool(['pages', ...regionArgs(region), memory]);
+  return { pages: got.pages ?? 0, bytes: got.bytes ?? 0, ms: got.ms ?? 0 };
+}
 
 /**
  * Capture a running VM into `files`. `resume` continues it afterwards (branch); without it
@@ -205,19 +209,15 @@ export async function captureVm(
       await addNextLayer(vm, opts.disk);
       lap('disk_add_ms');
     }
+    const stoppedAt = performance.now();
     await vm.qmp.execute('stop');
     lap('stop_ms');
-    let pages: Promise<CapturedPages>;
-    if (copier) {
-      await copier.fork();
-      lap('fork_ms');
-      pages = liveCopied(copier);
-      pages.catch(() => undefined); // observed by the caller; never an unhandled rejection
-    } else {
-      const got = await captureTool(['pages', ...regionArgs(region), files.memory]);
-      pages = Promise.resolve({ pages: got.pages ?? 0, bytes: got.bytes ?? 0, ms: got.ms ?? 0 });
-      lap('pages_ms');
-    }
+    // Live: QEMU forks on another of its threads while its main thread switches the disk
+    // and saves the device state (guest RAM no longer changes once `stop` returned).
+    const forking = copier?.fork();
+    forking?.catch(() => undefined); // awaited below; never an unhandled rejection
+    const copied = copier ? undefined : await copyPagesNow(region, files.memory);
+    if (copied) lap('pages_ms');
     if (opts.disk) {
       await vm.qmp.execute('blockdev-snapshot', {
         node: opts.disk.topNode,
@@ -228,8 +228,15 @@ export async function captureVm(
     }
     await vm.qmp.execute('xen-save-devices-state', { filename: files.deviceState, live: false });
     lap('device_state_ms');
+    if (forking) {
+      t.fork_ms = (await forking).fork_ms;
+      lap('fork_wait_ms');
+    }
+    let hookMs = 0;
     if (opts.whileStopped) {
+      const h0 = performance.now();
       await opts.whileStopped(region, files.memory);
+      hookMs = performance.now() - h0;
       reset();
     }
     if (opts.resume) {
@@ -237,11 +244,10 @@ export async function captureVm(
       resumed = true;
       lap('cont_ms');
     }
-    // The pause is every lap after the work done while running; the hook is excluded.
-    const pauseMs = Object.entries(t)
-      .filter(([k]) => !RUNNING_LAPS.includes(k))
-      .reduce((a, [, v]) => a + v, 0);
-    return { mode, pauseMs: Math.round(pauseMs * 100) / 100, timings: t, pages };
+    const pauseMs = Math.round((performance.now() - stoppedAt - hookMs) * 100) / 100;
+    const pages = copier ? liveCopied(copier) : Promise.resolve(copied as CapturedPages);
+    pages.catch(() => undefined); // observed by the caller; never an unhandled rejection
+    return { mode, pauseMs, timings: t, pages };
   } catch (e) {
     if (copier) {
       await copier.abort().catch(() => undefined);

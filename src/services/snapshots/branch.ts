@@ -32,8 +32,9 @@ interface BlockInfo {
   qdev?: string;
   inserted?: {
     'node-name'?: string;
+    /** What QEMU opened as the backing file (not necessarily what the header says). */
     backing_file?: string;
-    image?: { 'virtual-size'?: number };
+    image?: { 'virtual-size'?: number; 'backing-filename'?: string };
   };
 }
 
@@ -76,7 +77,12 @@ export async function captureBranch(
   p: Paths,
   vm: Vm,
   tag: string,
-  opts: { mode: CaptureMode; whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void> },
+  opts: {
+    mode: CaptureMode;
+    whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
+    /** Told when a failed branch's disk chain could not be repaired. */
+    warn: (err: unknown) => void;
+  },
 ): Promise<BranchCapture> {
   const staging = await stagingDir(p, tag);
   try {
@@ -116,15 +122,32 @@ export async function captureBranch(
     await link(top.file, join(staging, SNAPSHOT_FILES.disk));
     return { staging, capture };
   } catch (e) {
-    await rm(staging, { recursive: true, force: true });
+    await abandonBranch(p, vm, tag, staging, opts.warn);
     throw e;
   }
 }
 
 /**
- * A daemon killed between a branch's disk freeze and its publication leaves the source's
- * live overlay naming a snapshot disk that was never published. Point it back at the
- * frozen layer in the sandbox's own directory, so later branches build a valid chain.
+ * Undo a branch that failed: its staging dir goes, and if the source's disk was already
+ * switched to a new layer, its chain is repaired ({@link repairBacking}).
+ */
+export async function abandonBranch(
+  p: Paths,
+  vm: Vm,
+  tag: string,
+  staging: string,
+  warn: (err: unknown) => void,
+): Promise<void> {
+  await rm(staging, { recursive: true, force: true });
+  await repairBacking(p, vm, (t) => t !== tag).catch(warn);
+}
+
+/**
+ * A branch that failed after the source's disk was switched (or a daemon killed there)
+ * leaves the source writing to a layer whose header names the snapshot's disk, never
+ * published. Fold the frozen layer under it back into it (`block-stream`, while the
+ * sandbox runs): the live layer then sits directly on what the frozen one sat on, and its
+ * header names that, so no chain ever names a missing file or the sandbox's own directory.
  * Returns whether it had to.
  */
 export async function repairBacking(
@@ -135,16 +158,55 @@ export async function repairBacking(
   const blocks = await vm.qmp.execute<BlockInfo[]>('query-block');
   const disk = blocks.find((b) => b.qdev?.includes('vblk0'))?.inserted;
   const node = disk?.['node-name'];
-  const backing = disk?.backing_file ?? '';
-  const m = new RegExp(`^${p.snapshots}/([^/]+)/${SNAPSHOT_FILES.disk}$`).exec(backing);
+  const header = disk?.image?.['backing-filename'] ?? '';
+  const m = new RegExp(`^${p.snapshots}/([^/]+)/${SNAPSHOT_FILES.disk}$`).exec(header);
   if (!node || !m || published(m[1] as string) || node === 'disk0') return false;
-  const below = `disk${Number(/(\d+)$/.exec(node)?.[1] ?? 1) - 1}`;
-  await vm.qmp.execute('change-backing-file', {
-    device: node,
-    'image-node-name': node,
-    'backing-file': layerFile(vm.spec.dir, below),
-  });
+  const n = Number(/(\d+)$/.exec(node)?.[1]);
+  const nodes = await vm.qmp.execute<NodeInfo[]>('query-named-block-nodes', { flat: true });
+  const frozen = nodes.find((x) => x['node-name'] === `disk${n - 1}`);
+  const base =
+    n >= 2
+      ? `disk${n - 2}`
+      : nodes.find((x) => x.drv !== 'file' && x.file === frozen?.backing_file)?.['node-name'];
+  const below = frozen?.image?.['backing-filename'];
+  if (!frozen || !base || !below) {
+    throw new ForkdError('internal', `cannot find the layers under ${node} to repair its chain`);
+  }
+  await streamInto(vm, node, base, below);
   return true;
+}
+
+interface NodeInfo {
+  'node-name': string;
+  drv: string;
+  file: string;
+  backing_file?: string;
+  image?: { 'backing-filename'?: string };
+}
+
+const STREAM_POLL_MS = 50;
+
+/** Copy into `node` what the layers between it and `base` hold, then drop those layers. */
+async function streamInto(vm: Vm, node: string, base: string, header: string): Promise<void> {
+  const job = `fold-${node}`;
+  await vm.qmp.execute('block-stream', {
+    'job-id': job,
+    device: node,
+    'base-node': base,
+    'backing-file': header,
+    'auto-dismiss': false,
+  });
+  for (;;) {
+    const jobs =
+      await vm.qmp.execute<{ id: string; status: string; error?: string }[]>('query-jobs');
+    const j = jobs.find((x) => x.id === job);
+    if (!j || j.status === 'concluded') {
+      if (j) await vm.qmp.execute('job-dismiss', { id: job });
+      if (j?.error) throw new ForkdError('internal', `folding the disk layer failed: ${j.error}`);
+      return;
+    }
+    await new Promise((r) => setTimeout(r, STREAM_POLL_MS));
+  }
 }
 
 /** The guest kernel version a snapshot records. */

@@ -24,7 +24,13 @@ import type { Store } from '../../store/db.js';
 import type { Caller, ForkRequest, SnapshotService } from '../contracts.js';
 import type { SandboxManager } from '../sandboxes/service.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
-import { captureBranch, kernelVersion, repairBacking, type BranchCapture } from './branch.js';
+import {
+  abandonBranch,
+  captureBranch,
+  kernelVersion,
+  repairBacking,
+  type BranchCapture,
+} from './branch.js';
 import { flattenInto } from './compact.js';
 import { createSnapshot } from './create.js';
 import {
@@ -199,9 +205,12 @@ export class SnapshotManager implements SnapshotService {
     this.reserve(tag, id);
     let captured: BranchCapture | undefined;
     try {
+      const warn = (err: unknown) =>
+        this.log.warn({ sandbox: id, snapshot: tag, err }, 'could not repair the disk chain');
       captured = await captureBranch(this.opts.paths, vm, tag, {
         mode,
         whileStopped: this.opts.whileStopped,
+        warn,
       });
       const { capture } = captured;
       const meta = {
@@ -218,10 +227,17 @@ export class SnapshotManager implements SnapshotService {
         labels: req.labels ?? {},
       };
       // Once published, the source's disk layers on the new snapshot (it depends on it).
-      const published = this.publish(tag, captured.staging, meta, capture.pages).then((m) => {
-        this.opts.sandboxes.setDiskBase(id, tag);
-        return m;
-      });
+      const staging = captured.staging;
+      const published = this.publish(tag, staging, meta, capture.pages).then(
+        (m) => {
+          this.opts.sandboxes.setDiskBase(id, tag);
+          return m;
+        },
+        async (e: unknown) => {
+          await abandonBranch(this.opts.paths, vm, tag, staging, warn);
+          throw e;
+        },
+      );
       const answer = async (wait: boolean) => {
         const pages = wait ? await capture.pages : undefined;
         const result = {
