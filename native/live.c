@@ -16,8 +16,9 @@
  *
  * Protocol of `live`: prints {"event":"ready"} once prepared (the VM still running), waits
  * for a line "fork" on stdin (sent with the VM stopped), prints {"event":"forked",...} as
- * soon as the VM may resume, then {"event":"done",...} when the copy is complete. EOF on
- * stdin before "fork" ends it without touching the VMM.
+ * soon as the VM may resume, waits for "copy" (sent once it runs again), then prints
+ * {"event":"done",...} when the copy is complete. EOF on stdin ends it cleanly at any
+ * point: the frozen fork, if any, is killed and reaped and QEMU's fork advice restored.
  */
 #include "live.h"
 
@@ -47,11 +48,20 @@ static const unsigned char STUB[32] = {0x0f, 0x05, 0xb8, 0xe7, 0x00, 0x00, 0x00,
                                        'r',  'k',  'd',  '-',  'l',  'i',  'v',  'e',  '-',
                                        's',  't',  'u',  'b',  '1'};
 
+struct span {
+  uint64_t start, end;
+};
+
 struct live {
   struct region ram;
   uint64_t stub;  /* the stub page in the VMM, 0 until found or made */
   int dontfork;   /* guest RAM was MADV_DONTFORK (QEMU's default) */
   pid_t child;    /* the frozen fork, 0 when none */
+  /* The VMM's other mappings a fork would copy (runs of adjacent ones): made
+   * MADV_DONTFORK around the fork, so that it copies the page tables of guest RAM only
+   * and QEMU's own memory (heap, TCG buffers) is not left copy-on-write after it. */
+  struct span *others;
+  size_t n_others;
 };
 
 static void fail(const char *what) {
@@ -85,29 +95,56 @@ static int seccomp_filtered(pid_t pid) {
 }
 
 /* Scan PID's maps for our stub page, and whether the RAM mapping carries `dc` (DONTFORK). */
+/* A mapping forkable today that the fork does not need: not guest RAM, not our stub, not
+ * a kernel special mapping (vdso/vvar reject the advice), not I/O or PFN-mapped. */
+static int other_mapping(const struct live *lv, uint64_t start, const char *header,
+                         const char *flags) {
+  return start != lv->ram.vstart && start != lv->stub && !strstr(header, "[v") &&
+         !strstr(flags, " dc") && !strstr(flags, " io") && !strstr(flags, " pf");
+}
+
+static int add_other(struct live *lv, uint64_t start, uint64_t end) {
+  if (lv->n_others && lv->others[lv->n_others - 1].end == start) {
+    lv->others[lv->n_others - 1].end = end;
+    return 0;
+  }
+  struct span *grown = realloc(lv->others, (lv->n_others + 1) * sizeof *grown);
+  if (!grown) return -1;
+  lv->others = grown;
+  lv->others[lv->n_others++] = (struct span){start, end};
+  return 0;
+}
+
+/* Read PID's smaps: our stub page, whether guest RAM carries `dc` (DONTFORK), and the
+ * other forkable mappings. */
 static int scan_maps(struct live *lv) {
-  char path[64], line[1024];
+  char path[64], line[1024], header[1024] = "";
   snprintf(path, sizeof path, "/proc/%d/smaps", (int)lv->ram.pid);
   FILE *f = fopen(path, "re");
   if (!f) return -1;
   uint64_t start = 0, end = 0;
-  int in_ram = 0;
-  while (fgets(line, sizeof line, f)) {
+  int rc = 0;
+  lv->n_others = 0;
+  while (rc == 0 && fgets(line, sizeof line, f)) {
     char perms[8] = "";
     unsigned long long ino = 1;
-    if (sscanf(line, "%lx-%lx %7s %*x %*s %llu", &start, &end, perms, &ino) == 4) {
-      in_ram = start == lv->ram.vstart;
+    uint64_t s0, e0; /* field lines such as "FilePmdMapped:" would half-parse as hex */
+    if (sscanf(line, "%lx-%lx %7s %*x %*s %llu", &s0, &e0, perms, &ino) == 4) {
+      start = s0;
+      end = e0;
+      snprintf(header, sizeof header, "%s", line);
       unsigned char head[sizeof STUB];
       if (!lv->stub && ino == 0 && end - start == STUB_SIZE && !strcmp(perms, "r-xp") &&
           read_remote(lv->ram.pid, start, head, sizeof head) == 0 &&
           !memcmp(head, STUB, sizeof STUB))
         lv->stub = start;
-    } else if (in_ram && !strncmp(line, "VmFlags:", 8)) {
-      lv->dontfork = strstr(line, " dc") != NULL;
+    } else if (!strncmp(line, "VmFlags:", 8)) {
+      if (start == lv->ram.vstart) lv->dontfork = strstr(line, " dc") != NULL;
+      else if (other_mapping(lv, start, header, line)) rc = add_other(lv, start, end);
     }
   }
   fclose(f);
-  return 0;
+  return rc;
 }
 
 static int poke(pid_t tid, uint64_t addr, const unsigned char *bytes, size_t len) {
@@ -198,18 +235,26 @@ static pid_t fork_thread(pid_t pid) {
   return best;
 }
 
-/* QEMU marks guest RAM MADV_DONTFORK: a fork would not see it. Lift that (before the stop,
- * so the pause holds only the clone) and put it back once the copy is done. */
-static int set_fork_advice(struct live *lv, int advice) {
-  if (!lv->dontfork) return 0;
+/* Fork advice around the fork: `isolate` lifts QEMU's MADV_DONTFORK from guest RAM and
+ * sets it on every other mapping (before the stop, so the pause holds only the clone);
+ * the reverse puts things back once the copy is done. The other mappings are best effort
+ * (one that went away meanwhile is skipped); guest RAM must succeed. */
+static int set_fork_advice(struct live *lv, int isolate) {
   struct tracee t;
   if (tracee_hold(&t, fork_thread(lv->ram.pid), lv->stub, 0) < 0) {
     fail("ptrace seize");
     return -1;
   }
-  const uint64_t args[6] = {lv->ram.vstart, lv->ram.vend - lv->ram.vstart, (uint64_t)advice,
-                            0, 0, 0};
-  int rc = checked(&t, SYS_madvise, args, NULL, "madvise") < 0 ? -1 : 0;
+  for (size_t i = 0; i < lv->n_others; i++) {
+    const struct span *o = &lv->others[i];
+    const uint64_t args[6] = {o->start, o->end - o->start,
+                              isolate ? MADV_DONTFORK : MADV_DOFORK, 0, 0, 0};
+    long ret;
+    if (tracee_syscall(&t, SYS_madvise, args, &ret, NULL) < 0) break;
+  }
+  const uint64_t ram[6] = {lv->ram.vstart, lv->ram.vend - lv->ram.vstart,
+                           isolate ? MADV_DOFORK : MADV_DONTFORK, 0, 0, 0};
+  int rc = lv->dontfork && checked(&t, SYS_madvise, ram, NULL, "madvise") < 0 ? -1 : 0;
   tracee_release(&t);
   return rc;
 }
@@ -226,7 +271,7 @@ static int prepare(struct live *lv) {
     return -1;
   }
   if (!lv->stub && make_stub(lv) < 0) return -1;
-  return set_fork_advice(lv, MADV_DOFORK);
+  return set_fork_advice(lv, 1);
 }
 
 /* Make the held VMM fork; the child is left traced, stopped and killed if we die. */
@@ -314,7 +359,7 @@ static int copy_frozen(struct live *lv, int out, struct copy_stats *st, double *
 }
 
 int live_capture(char **argv) {
-  struct live lv = {parse_region(argv), 0, 0, 0};
+  struct live lv = {.ram = parse_region(argv)};
   int out = open(argv[4], O_WRONLY | O_CLOEXEC);
   if (out < 0) die(argv[4]);
   /* Die with the daemon that started us: EXITKILL then ends the frozen fork too. */
@@ -330,11 +375,19 @@ int live_capture(char **argv) {
   int rc = forking ? fork_frozen(&lv, &fork_ms) : 0;
   if (forking && rc == 0) {
     printf("{\"event\":\"forked\",\"child\":%d,\"fork_ms\":%.3f}\n", lv.child, fork_ms);
-    rc = copy_frozen(&lv, out, &st, &copy_ms);
+    /* Copy once told the VM runs again: on a small host the copy would otherwise compete
+     * for the CPU with what QEMU still does in the pause. */
+    if (!fgets(cmd, sizeof cmd, stdin) || strcmp(cmd, "copy\n") != 0) {
+      errno = ECANCELED;
+      fail("no \"copy\" after the fork");
+      rc = -1;
+    }
   }
+  if (forking && rc == 0) rc = copy_frozen(&lv, out, &st, &copy_ms);
   t0 = now_ms();
   end_child(&lv);
-  if (set_fork_advice(&lv, MADV_DONTFORK) < 0) rc = -1;
+  if (set_fork_advice(&lv, 0) < 0) rc = -1;
+  free(lv.others);
   if (forking && rc == 0)
     printf("{\"event\":\"done\",\"pages\":%" PRIu64 ",\"runs\":%" PRIu64 ",\"bytes\":%" PRIu64
            ",\"fork_ms\":%.3f,\"copy_ms\":%.2f,\"reap_ms\":%.2f}\n",
@@ -369,8 +422,7 @@ static int zombie_forks(pid_t vmm, pid_t *out, int max) {
 }
 
 int live_cleanup(char **argv) {
-  struct live lv = {{(pid_t)parse_u64(argv[0]), parse_u64(argv[1]), parse_u64(argv[2]), 0}, 0, 0,
-                    0};
+  struct live lv = {.ram = {(pid_t)parse_u64(argv[0]), parse_u64(argv[1]), parse_u64(argv[2]), 0}};
   if (scan_maps(&lv) < 0) die("reading the VMM's smaps");
   pid_t zombies[64];
   int n = zombie_forks(lv.ram.pid, zombies, 64);
@@ -382,8 +434,10 @@ int live_cleanup(char **argv) {
   int restored = !lv.dontfork && lv.stub;
   if (restored) {
     lv.dontfork = 1; /* what QEMU set, and a killed copier may have left lifted */
-    restored = set_fork_advice(&lv, MADV_DONTFORK) == 0;
+    lv.n_others = 0; /* unknown now: left as they are (QEMU never forks) */
+    restored = set_fork_advice(&lv, 0) == 0;
   }
+  free(lv.others);
   printf("{\"zombies\":%d,\"reaped\":%d,\"dontfork_restored\":%s}\n", n, reaped,
          restored ? "true" : "false");
   return reaped == n ? 0 : 1;
@@ -426,7 +480,7 @@ int live_probe(void) {
   if (target == 0) probe_target(pipefd[1]);
   uint64_t addr = 0;
   int ok = read(pipefd[0], &addr, sizeof addr) == sizeof addr;
-  struct live lv = {{target, addr, addr + PROBE_LEN, 0}, 0, 0, 0};
+  struct live lv = {.ram = {target, addr, addr + PROBE_LEN, 0}};
   int out = memfd_create("forkd-probe", MFD_CLOEXEC);
   double fork_ms = 0, copy_ms = 0;
   struct copy_stats st = {0, 0};
@@ -437,6 +491,7 @@ int live_probe(void) {
   else if (copy_frozen(&lv, out, &st, &copy_ms) < 0) why = "reading the frozen fork failed";
   else if (probe_verify(out) < 0) why = "the frozen fork's memory did not match";
   if (lv.child) end_child(&lv);
+  free(lv.others);
   kill(target, SIGKILL);
   waitpid(target, NULL, 0);
   printf("{\"available\":%s,\"reason\":\"%s\",\"fork_ms\":%.3f,\"pages\":%" PRIu64 "}\n",

@@ -230,6 +230,8 @@ const RANGES: Record<string, Record<string, unknown>[]> = {
     { fork: 101 },
     { fork: 1.5 },
     { labels: { 'bad key': 'v' } },
+    { mode: 'fast' },
+    { mode: 'LIVE' },
     // children need the finished snapshot: no_wait cannot fork
     { no_wait: true },
   ],

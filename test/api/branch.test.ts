@@ -38,6 +38,7 @@ interface SnapshotJson {
 }
 interface BranchJson {
   snapshot: SnapshotJson;
+  mode: string;
   pause_ms: number;
   captured_bytes: number;
   timings: Record<string, number>;
@@ -88,7 +89,7 @@ async function chain(): Promise<void> {
 
 test('branch passes id, body and principal; answers 201 BranchResult', async () => {
   fake.reset();
-  const body = { tag: 'b1', labels: { step: '3' } };
+  const body = { tag: 'b1', labels: { step: '3' }, mode: 'live' };
   const { status, body: result } = await branch(body);
   assert.equal(status, 201);
   assert.deepEqual(lastCall(), {
@@ -99,6 +100,7 @@ test('branch passes id, body and principal; answers 201 BranchResult', async () 
   assert.equal(result.snapshot.tag, 'b1');
   assert.equal(result.snapshot.source_sandbox, SEED.sandbox);
   assert.deepEqual(result.snapshot.labels, { step: '3' });
+  assert.equal(result.mode, 'live');
   assert.equal(result.pause_ms, 42.5);
   assert.equal(result.captured_bytes, 3 * 1024 * 1024);
   assert.equal(typeof result.timings.pause_ms, 'number');

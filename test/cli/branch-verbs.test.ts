@@ -77,10 +77,24 @@ test('branch: a failed child exits 1 naming it; bad usage exits 2 before the dae
   assert.equal((await forkd('branch', SEED.sandbox, '--no-wait', '--fork', '1')).code, 2);
   assert.equal((await forkd('branch', SEED.sandbox, '--fork', 'two')).code, 2);
   assert.equal((await forkd('branch', SEED.sandbox, '--label', 'novalue')).code, 2);
+  const mode = await forkd('branch', SEED.sandbox, '--mode', 'fast');
+  assert.equal(mode.code, 2);
+  assert.match(mode.stderr, /--mode must be copy or live, not "fast"/);
   assert.deepEqual(fake.serviceCalls(), []);
   const missing = await forkd('branch', 'sbx-0000000000ff');
   assert.equal(missing.code, 1);
   assert.match(missing.stderr, /\[sandbox_not_found\]/);
+});
+
+test('branch --mode live reaches the daemon and the line names the mode', async () => {
+  fake.reset();
+  const r = await forkd('branch', SEED.sandbox, '--tag', 'l1', '--mode', 'live');
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(
+    out(r),
+    /^branched \S+ into snapshot l1: paused 42\.5 ms \(live\), 3\.0 MiB captured$/m,
+  );
+  assert.deepEqual(calls('branch')[0]!.args[1], { tag: 'l1', mode: 'live' });
 });
 
 // ---- tree -----------------------------------------------------------------------------

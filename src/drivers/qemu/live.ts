@@ -83,8 +83,9 @@ export class LiveCopier {
     return { child: Number(ev.child), fork_ms: Number(ev.fork_ms) };
   }
 
-  /** Wait for the copy to complete and the frozen fork to be gone. */
+  /** Start the copy (the VM runs again), wait for it and for the frozen fork to be gone. */
   async done(): Promise<LiveCopy> {
+    this.proc.stdin.write('copy\n');
     const ev = await this.next('done');
     await this.exited();
     return ev as unknown as LiveCopy;
