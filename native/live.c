@@ -64,8 +64,12 @@ struct live {
   size_t n_others;
 };
 
+/* The last failure, for the probe's answer. */
+static char last_error[200];
+
 static void fail(const char *what) {
-  fprintf(stderr, "forkd-capture: live: %s: %s\n", what, strerror(errno));
+  snprintf(last_error, sizeof last_error, "%s: %s", what, strerror(errno));
+  fprintf(stderr, "forkd-capture: live: %s\n", last_error);
 }
 
 static int read_line(const char *path, char *buf, size_t len) {
@@ -472,6 +476,28 @@ static int probe_verify(int fd) {
   return 0;
 }
 
+/* The tracer's half of the probe: the live sequence against `target`, as the copier runs
+ * it against QEMU. Prints the probe's JSON line. */
+static void probe_trace(pid_t target, uint64_t addr) {
+  struct live lv = {.ram = {target, addr, addr + PROBE_LEN, 0}};
+  int out = memfd_create("forkd-probe", MFD_CLOEXEC);
+  double fork_ms = 0, copy_ms = 0;
+  struct copy_stats st = {0, 0};
+  const char *why = "";
+  if (out < 0) why = "memfd_create";
+  else if (prepare(&lv) < 0) why = "preparing (ptrace, stub page, fork advice)";
+  else if (fork_frozen(&lv, &fork_ms) < 0) why = "the injected fork";
+  else if (copy_frozen(&lv, out, &st, &copy_ms) < 0) why = "reading the frozen fork";
+  else if (probe_verify(out) < 0) why = "the frozen fork's memory did not match";
+  end_child(&lv);
+  free(lv.others);
+  printf("{\"available\":%s,\"reason\":\"%s%s%s\",\"fork_ms\":%.3f,\"pages\":%" PRIu64 "}\n",
+         *why ? "false" : "true", why, *why && *last_error ? " failed: " : "", *why ? last_error : "",
+         fork_ms, st.pages);
+}
+
+/* The target and the tracer are siblings, as QEMU and the copier are (both children of
+ * the daemon): a host that allows ptrace of descendants only (Yama scope 1) fails here. */
 int live_probe(void) {
   int pipefd[2];
   if (pipe(pipefd) < 0) die("pipe");
@@ -479,22 +505,21 @@ int live_probe(void) {
   if (target < 0) die("fork");
   if (target == 0) probe_target(pipefd[1]);
   uint64_t addr = 0;
-  int ok = read(pipefd[0], &addr, sizeof addr) == sizeof addr;
-  struct live lv = {.ram = {target, addr, addr + PROBE_LEN, 0}};
-  int out = memfd_create("forkd-probe", MFD_CLOEXEC);
-  double fork_ms = 0, copy_ms = 0;
-  struct copy_stats st = {0, 0};
-  const char *why = "";
-  if (!ok || out < 0) why = "the probe process did not start";
-  else if (prepare(&lv) < 0) why = "ptrace or stub injection failed";
-  else if (fork_frozen(&lv, &fork_ms) < 0) why = "the injected fork failed";
-  else if (copy_frozen(&lv, out, &st, &copy_ms) < 0) why = "reading the frozen fork failed";
-  else if (probe_verify(out) < 0) why = "the frozen fork's memory did not match";
-  if (lv.child) end_child(&lv);
-  free(lv.others);
+  if (read(pipefd[0], &addr, sizeof addr) != sizeof addr) {
+    printf("{\"available\":false,\"reason\":\"the probe process did not start\"}\n");
+  } else {
+    fflush(stdout);
+    pid_t tracer = fork();
+    if (tracer == 0) {
+      probe_trace(target, addr);
+      fflush(stdout);
+      _exit(0);
+    }
+    int st = 0;
+    if (tracer < 0 || waitpid(tracer, &st, 0) < 0 || !WIFEXITED(st))
+      printf("{\"available\":false,\"reason\":\"the probe's tracer crashed\"}\n");
+  }
   kill(target, SIGKILL);
   waitpid(target, NULL, 0);
-  printf("{\"available\":%s,\"reason\":\"%s\",\"fork_ms\":%.3f,\"pages\":%" PRIu64 "}\n",
-         *why ? "false" : "true", why, fork_ms, st.pages);
   return 0; /* the answer is the JSON line, available or not */
 }

@@ -406,7 +406,7 @@ export const RemoveSnapshotQuery = Type.Object(
 
 export const BranchMode = Type.Union([Type.Literal('copy'), Type.Literal('live')], {
   description:
-    'copy: the written memory is copied while the source is stopped (default); live: the source is stopped only to take a copy-on-write view of its memory, copied after it resumed (`forkd doctor` says whether this host can)',
+    "copy: the written memory is copied while the source is stopped; live: the source is stopped only to take a copy-on-write view of its memory, copied after it resumed (`forkd doctor` says whether this host can). Default: the daemon's --branch-mode, by default live where the host can, else copy",
 });
 
 export const BranchRequest = Type.Object(
@@ -507,6 +507,7 @@ export type SnapshotT = Static<typeof Snapshot>;
 export type CreateSnapshotT = Static<typeof CreateSnapshot>;
 export type VerifyResultT = Static<typeof VerifyResult>;
 export type PoolStateT = Static<typeof PoolState>;
+export type BranchModeT = Static<typeof BranchMode>;
 export type BranchRequestT = Static<typeof BranchRequest>;
 export type BranchResultT = Static<typeof BranchResult>;
 export type LineageT = Static<typeof Lineage>;

@@ -49,7 +49,7 @@ export function register(program: Command): void {
       )
       .option(
         '--mode <mode>',
-        'copy: copy written memory while paused (default); live: pause only to freeze it copy-on-write',
+        "copy: copy written memory while paused; live: pause only to freeze it copy-on-write (default: the daemon's, live where the host can)",
       )
       .option('--json', 'machine-readable output'),
   ).action(action(branch));

@@ -16,8 +16,11 @@ type DaemonFlags = Pick<
 > & {
   maxBooting?: string;
   maxExecs?: string;
+  branchMode: string;
   logLevel: string;
 };
+
+const BRANCH_MODES = ['auto', 'copy', 'live'] as const;
 
 const LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -34,6 +37,10 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
   if (!LEVELS.includes(flags.logLevel)) {
     throw new ForkdError('bad_request', `--log-level must be one of ${LEVELS.join(', ')}`);
   }
+  const branchMode = BRANCH_MODES.find((m) => m === flags.branchMode);
+  if (!branchMode) {
+    throw new ForkdError('bad_request', `--branch-mode must be one of ${BRANCH_MODES.join(', ')}`);
+  }
   return {
     socket: flags.socket,
     listen: flags.listen,
@@ -43,6 +50,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     auditFile: flags.auditFile,
     maxBooting: positiveInt('--max-booting', flags.maxBooting),
     maxExecs: positiveInt('--max-execs', flags.maxExecs),
+    branchMode,
     logLevel: flags.logLevel as LogLevel,
   };
 }
@@ -66,6 +74,11 @@ export function register(program: Command): void {
     .option('--audit-file <file>', 'also append audit entries here as JSON lines')
     .option('--max-booting <n>', 'sandboxes booting at once before 503 (default 4)')
     .option('--max-execs <n>', 'commands running at once before 503 (default 256)')
+    .option(
+      '--branch-mode <mode>',
+      'mode of branches that name none: auto (live where `forkd doctor` says available, else copy), copy or live',
+      'auto',
+    )
     .option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent', 'info')
     .action(
       action(async (flags: DaemonFlags) => {

@@ -17,6 +17,7 @@ import { ImageStore } from '../services/image-service.js';
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
 import { SnapshotManager } from '../services/snapshots/service.js';
 import { SandboxManager } from '../services/sandboxes/service.js';
+import type { BranchModeT } from '../api/schemas.js';
 import { Store } from '../store/db.js';
 import { createLogger, fastifyLoggerOptions, type LogLevel } from './log.js';
 import { claimRunDir, runDirOf } from './rundir.js';
@@ -37,6 +38,8 @@ export interface DaemonOptions {
   auditFile?: string;
   maxBooting?: number;
   maxExecs?: number;
+  /** Mode of branches that name none (default `auto`: live where the host can). */
+  branchMode?: BranchModeT | 'auto';
   /** How long close() waits for in-flight requests (default 10 s). */
   drainMs?: number;
   logLevel?: LogLevel;
@@ -100,6 +103,7 @@ function buildServices(p: Paths, store: Store, opts: DaemonOptions, log: Logger)
     sandboxes,
     qemuVersion: () => host.qemuVersion(),
     log: log.child({ component: 'snapshots' }),
+    branchMode: opts.branchMode,
   });
   const services: Services = {
     sandboxes,

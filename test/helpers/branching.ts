@@ -11,6 +11,10 @@ import { caller, sh, type TestServices } from './services.js';
 const LOGGER =
   'i=0; while true; do i=$((i+1)); echo $i > /tmp/cnt; read h < /proc/sys/kernel/hostname; echo "$i $h" >> /root/log.txt; sync; sleep 0.05; done';
 
+/** Rewrites 24 MiB of guest memory (tmpfs) over and over, as fast as the guest can. */
+export const MEMORY_WRITER =
+  'dd if=/dev/urandom of=/dev/shm/w bs=1M count=24 2>/dev/null; while true; do cp /dev/shm/w /dev/shm/w2; done';
+
 /** A booted sandbox running the logger, past its tenth line. */
 export async function bootLogger(s: TestServices): Promise<string> {
   const sb = await s.sandboxes.create({ image: 'busybox' }, caller);

@@ -1,5 +1,5 @@
 /**
- * Branch end to end with real VMs (TCG): memory and disk captured from one instant while
+ * Branch (mode copy) end to end with real VMs (TCG): memory and disk captured from one instant while
  * the source keeps running, a page-by-page compare of the captured memory against the
  * source's RAM while it is stopped, repeated branches, branches of branch children, and
  * chains: rmi refuses to orphan, --cascade removes exactly a subtree, compact flattens.
@@ -14,6 +14,7 @@ import {
   assertContiguous,
   bootLogger,
   logOf,
+  MEMORY_WRITER,
 } from '../helpers/branching.js';
 import {
   caller,
@@ -28,12 +29,12 @@ let s: TestServices;
 /** Differing pages found by every compare made while a branch's source was stopped. */
 const compares: { pages: number; differing: number }[] = [];
 
-const DIRTIER =
-  'dd if=/dev/urandom of=/dev/shm/dirty bs=1M count=24 2>/dev/null; while true; do cp /dev/shm/dirty /dev/shm/dirty2; done';
-
 before(async () => {
   home = await makeTestHome();
+  // Mode copy (live mode: live.test.ts): the memory file is complete while the source is
+  // stopped, so it is compared with the stopped RAM right there.
   s = await startServices(home, {
+    branchMode: 'copy',
     whileStopped: async (region, memoryFile) => {
       compares.push(
         (await compareRegion(region, memoryFile)) as { pages: number; differing: number },
@@ -60,7 +61,7 @@ test('branch: source keeps running; children start at the branch instant, memory
 test('the capture matches the stopped RAM page for page: booted, forked, idle and writing', async () => {
   const idle = (await s.sandboxes.create({ image: 'busybox' }, caller)).id;
   const busy = (await s.sandboxes.create({ image: 'busybox' }, caller)).id;
-  await sh(s, busy, `(${DIRTIER}) </dev/null >/dev/null 2>&1 &`);
+  await sh(s, busy, `(${MEMORY_WRITER}) </dev/null >/dev/null 2>&1 &`);
   await new Promise((r) => setTimeout(r, 1500));
   await s.snapshots.branch(idle, { tag: 'ref-idle' }, caller);
   await s.snapshots.branch(busy, { tag: 'ref-busy' }, caller);

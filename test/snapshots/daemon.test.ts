@@ -18,9 +18,6 @@ let daemon: DaemonProcess | undefined;
 
 before(async () => {
   home = await makeTestHome();
-  // Live copies crawl (0.1 s per 2 MiB) so that the daemon can be killed in the middle of
-  // one; only the live-branch test below makes any.
-  home.env.FORKD_LIVE_THROTTLE_MS = '100';
   daemon = await startDaemon(home);
 });
 
@@ -106,6 +103,7 @@ test('SDK: branch a running sandbox, fork its branch; tree shows the lineage', a
   const src = await Sandbox.create({ url });
   await src.commands.run('echo before > /root/b.txt');
   const res = await src.branch({ tag: 'br', fork: 2 });
+  assert.equal(res.mode, 'live', 'the default where `forkd doctor` says live-branch PASS');
   assert.ok(res.pauseMs > 0, 'pause_ms is reported');
   assert.ok(res.capturedBytes > 0);
   assert.equal(res.children?.sandboxes.length, 2);
@@ -130,7 +128,7 @@ test('SDK: branch a running sandbox, fork its branch; tree shows the lineage', a
 test('daemon SIGKILLed during a branch: the source runs on, no half snapshot is listed', async () => {
   const d = daemon as DaemonProcess;
   const src = await Sandbox.create({ url: d.url });
-  const branching = src.branch({ tag: 'cut' }).catch((e: unknown) => e);
+  const branching = src.branch({ tag: 'cut', mode: 'copy' }).catch((e: unknown) => e);
   await new Promise((r) => setTimeout(r, 150)); // somewhere inside the capture or checksums
   process.kill(d.pid, 'SIGKILL');
   await branching;
@@ -149,7 +147,11 @@ test('daemon SIGKILLed during a branch: the source runs on, no half snapshot is 
 });
 
 test('daemon SIGKILLed during a live copy: copier and frozen fork end, restart reaps, source runs on', async () => {
-  const d = daemon as DaemonProcess;
+  // Live copies crawl (0.1 s per 2 MiB) in this daemon, so that it dies in the middle of one.
+  await (daemon as DaemonProcess).stop();
+  home.env.FORKD_LIVE_THROTTLE_MS = '100';
+  const d = await startDaemon(home).finally(() => delete home.env.FORKD_LIVE_THROTTLE_MS);
+  daemon = d;
   const src = await Sandbox.create({ url: d.url });
   const qemu = src.info.pid as number;
   const res = await src.branch({ tag: 'live-cut', mode: 'live', noWait: true });

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import type { RamRegion } from '../../src/drivers/qemu/capture.js';
 import { snapshotDir, SNAPSHOT_FILES } from '../../src/services/snapshots/files.js';
 import { makeTestHome, type TestHome } from '../helpers/home.js';
-import { assertChildrenFromOneInstant, bootLogger } from '../helpers/branching.js';
+import { assertChildrenFromOneInstant, bootLogger, MEMORY_WRITER } from '../helpers/branching.js';
 import {
   childrenOf,
   differingPages,
@@ -40,9 +40,6 @@ let s: TestServices;
 /** The source's RAM as read while it was stopped, for each branch; and its mapping. */
 const refs: { ref: RamReference; region: RamRegion }[] = [];
 
-// Rewrites 24 MiB of guest memory (tmpfs) over and over, as fast as the guest can.
-const WRITER =
-  'dd if=/dev/urandom of=/dev/shm/w bs=1M count=24 2>/dev/null; while true; do cp /dev/shm/w /dev/shm/w2; done';
 const BRANCHES = 20;
 const MiB = 1024;
 
@@ -75,7 +72,7 @@ async function assertNothingLeft(qemuPid: number): Promise<void> {
 }
 
 async function startWriter(id: string): Promise<void> {
-  await sh(s, id, `(${WRITER}) </dev/null >/dev/null 2>&1 &`);
+  await sh(s, id, `(${MEMORY_WRITER}) </dev/null >/dev/null 2>&1 &`);
   await new Promise((r) => setTimeout(r, 1500));
 }
 

@@ -28,10 +28,11 @@ export interface BranchOptions extends CallOptions {
    */
   noWait?: boolean;
   /**
-   * `copy` (default): the memory the source wrote is copied while it is stopped, so the
-   * pause grows with it. `live`: the source is stopped only to take a copy-on-write view of
-   * its memory (a few ms, whatever it wrote), which is copied after it resumed. Needs a
-   * host where `forkd doctor` reports live branch available (else `SetupRequiredError`).
+   * `copy`: the memory the source wrote is copied while it is stopped, so the pause grows
+   * with it. `live`: the source is stopped only to take a copy-on-write view of its memory
+   * (a few ms, whatever it wrote), which is copied after it resumed; needs a host where
+   * `forkd doctor` reports live branch available (else `SetupRequiredError`). Default: the
+   * daemon's `--branch-mode`, by default `live` where the host can, else `copy`.
    */
   mode?: BranchMode;
 }

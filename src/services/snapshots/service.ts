@@ -7,6 +7,7 @@
 import { rm } from 'node:fs/promises';
 import { basename } from 'node:path';
 import type {
+  BranchModeT,
   BranchRequestT,
   BranchResultT,
   CreateSnapshotT,
@@ -56,6 +57,11 @@ export interface SnapshotServiceOptions {
   log?: ServiceLog;
   /** Snapshot creations and branches at once (default 2); past it `capacity`. */
   maxCreating?: number;
+  /**
+   * The mode of a branch that names none: `auto` (default) is `live` where this host can
+   * (the probe `forkd doctor` shows), `copy` elsewhere.
+   */
+  branchMode?: BranchModeT | 'auto';
   /** Runs while a branch's source is stopped, after the copy (tests compare RAM there). */
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
 }
@@ -200,7 +206,7 @@ export class SnapshotManager implements SnapshotService {
     const source = await this.opts.sandboxes.get(id);
     // The frozen layer is built on the snapshot the sandbox's disk layers on: its parent.
     const parent = this.opts.sandboxes.diskBaseOf(id);
-    const mode = req.mode ?? 'copy';
+    const mode = req.mode ?? (await this.defaultBranchMode());
     if (mode === 'live') await this.requireLive();
     this.reserve(tag, id);
     let captured: BranchCapture | undefined;
@@ -272,10 +278,20 @@ export class SnapshotManager implements SnapshotService {
     }
   }
 
+  private async defaultBranchMode(): Promise<BranchModeT> {
+    const mode = this.opts.branchMode ?? 'auto';
+    if (mode !== 'auto') return mode;
+    return (await this.probeLive()).available ? 'live' : 'copy';
+  }
+
   /** Live branches need ptrace into QEMU: probed once (the doctor shows the same probe). */
-  private async requireLive(): Promise<void> {
+  private probeLive(): Promise<LiveProbe> {
     this.liveProbe ??= probeLive();
-    const probe = await this.liveProbe;
+    return this.liveProbe;
+  }
+
+  private async requireLive(): Promise<void> {
+    const probe = await this.probeLive();
     if (!probe.available) {
       throw new ForkdError(
         'setup_required',
