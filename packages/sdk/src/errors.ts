@@ -31,6 +31,10 @@ export const ERROR_CATALOG = {
     status: 409,
     meaning: 'Sandboxes or other snapshots depend on the snapshot; remove them first or force.',
   },
+  image_in_use: {
+    status: 409,
+    meaning: 'Snapshots or sandboxes use the image; remove or kill them first.',
+  },
   guest_file_not_found: { status: 404, meaning: 'The path does not exist inside the sandbox.' },
   guest_permission_denied: { status: 403, meaning: 'The guest refused access to the path.' },
   name_taken: { status: 409, meaning: 'Something already exists under that name.' },
@@ -259,6 +263,7 @@ export const {
   SnapshotNotFoundError,
   SnapshotNotBootableError,
   SnapshotInUseError,
+  ImageInUseError,
   GuestFileNotFoundError,
   GuestPermissionDeniedError,
   NameTakenError,

@@ -8,6 +8,7 @@ import { join, resolve } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError, isForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
+import { assertImageUnused } from './users.js';
 import {
   assertNameFree,
   createStaging,
@@ -63,7 +64,9 @@ export async function buildImage(
   validateImageName(opts.name);
   if (opts.sizeMiB !== undefined) validateSize(opts.sizeMiB);
   if (typeof tree === 'string') await requireDir(tree);
+  // Checked again when the build is published: users may come meanwhile.
   if (!opts.force) await assertNameFree(p, opts.name);
+  else await assertImageUnused(p, opts.name, 'replace');
   const staging = await createStaging(p);
   const scratch = typeof tree !== 'string';
   try {

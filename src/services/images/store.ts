@@ -20,6 +20,7 @@ import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
+import { assertImageUnused } from './users.js';
 
 /** Where an image's files came from, recorded in image.json. */
 export type ImageSource =
@@ -103,9 +104,13 @@ export async function listImages(p: Paths): Promise<Image[]> {
     .sort((a, b) => (a.name < b.name ? -1 : 1));
 }
 
-/** Remove the image `name` (renamed away first, so it disappears at once). */
+/**
+ * Remove the image `name` (renamed away first, so it disappears at once); refused
+ * (`image_in_use`) while snapshots or sandboxes use it.
+ */
 export async function removeImage(p: Paths, name: string): Promise<Image> {
   const image = await getImage(p, name);
+  await assertImageUnused(p, name, 'remove');
   const trash = trashPath(p);
   await rename(imageFiles(p, name).dir, trash);
   await removeTree(trash);
@@ -141,6 +146,7 @@ export async function publishStaging(
     if (code !== 'ENOTEMPTY' && code !== 'EEXIST' && code !== 'ENOTDIR') throw e;
     if (!force) throw nameTaken(name);
   }
+  await assertImageUnused(p, name, 'replace');
   const trash = trashPath(p);
   await rename(dest, trash);
   await rename(staging, dest);
