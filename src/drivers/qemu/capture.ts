@@ -164,7 +164,7 @@ async function liveCopied(copier: LiveCopier): Promise<CapturedPages> {
   }
 }
 
-/** Copy the written pages of the stopped VM (mode copy). */
+/** Copy the pages the VM has written into the memory file (mode copy). */
 async function copyPagesNow(region: RamRegion, memory: string): Promise<CapturedPages> {
   const got = await captureTool(['pages', ...regionArgs(region), memory]);
   return { pages: got.pages ?? 0, bytes: got.bytes ?? 0, ms: got.ms ?? 0 };
@@ -193,13 +193,16 @@ export async function captureVm(
   lap('base_copy_ms');
   let copier: LiveCopier | undefined;
   if (mode === 'live') {
-    copier = await LiveCopier.start(region, files.memory);
+    copier = await LiveCopier.start(region, files.memory).catch(async (e: unknown) => {
+      await cleanupLive(region).catch(() => undefined); // a half-done preparation
+      throw e;
+    });
     lap('prepare_ms');
   } else {
     // Copy the written pages once while the VM still runs: the copy made in the pause then
     // lands on page-cache pages that already exist, which is several times faster than
     // first-touching new ones (no dirty tracking here, so the pause copies them all again).
-    await captureTool(['pages', ...regionArgs(region), files.memory]);
+    await copyPagesNow(region, files.memory);
     lap('precopy_ms');
   }
   let resumed = false;
