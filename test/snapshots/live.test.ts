@@ -3,7 +3,7 @@
  * fork (a copy-on-write view of guest RAM) and the written pages are copied from that
  * frozen fork after it resumed. Checked here: the memory file equals the RAM read while
  * the source was stopped, page for page, over 20 branches of a booted and of a forked
- * sandbox writing memory as fast as they can; children start from the branch instant;
+ * sandbox writing memory as fast as they can, and of a 2-vCPU one; children start from the branch instant;
  * memory use returns after each copy; no fork, zombie or copier is left, even when the
  * copier is killed mid-copy. (The daemon killed mid-copy: daemon.test.ts.)
  */
@@ -134,6 +134,25 @@ test(`${BRANCHES} live branches of a forked sandbox writing memory: 0 differing 
     (await s.snapshots.list()).map((x) => x.tag),
     [],
   );
+});
+
+test('2 vCPUs both writing (one QEMU thread each): live branches match the stopped RAM', async () => {
+  const id = (await s.sandboxes.create({ image: 'busybox', cpus: 2 }, caller)).id;
+  const second = MEMORY_WRITER.replaceAll('/dev/shm/w', '/dev/shm/v');
+  await sh(
+    s,
+    id,
+    `(${MEMORY_WRITER}) </dev/null >/dev/null 2>&1 & (${second}) </dev/null >/dev/null 2>&1 &`,
+  );
+  await new Promise((r) => setTimeout(r, 2000));
+  for (let i = 0; i < 3; i++) {
+    await s.snapshots.branch(id, { tag: `smp-${i}`, mode: 'live' }, caller);
+    assert.equal(await differingPages(refs.at(-1)!.ref, memoryFile(`smp-${i}`)), 0);
+    await removeReference(refs.at(-1)!.ref);
+    await assertNothingLeft(s.sandboxes.vmOf(id).pid);
+  }
+  await s.sandboxes.kill(id);
+  await s.snapshots.remove('smp-0', { cascade: true });
 });
 
 test('copier killed mid-copy: the branch fails, the source runs on, nothing is left', async () => {
