@@ -27,7 +27,8 @@ int tracee_hold(struct tracee *t, pid_t tid, uint64_t insn, int options);
  * Returns -1 with errno set when the thread cannot be driven (it died, ptrace failed). */
 int tracee_syscall(struct tracee *t, long nr, const uint64_t args[6], long *ret, pid_t *forked);
 
-/* Restore the registers and let the thread go on as if nothing happened. */
+/* Restore the registers and let the thread go on as if nothing happened. errno is left
+ * as it was unless this fails (callers keep the errno of what failed before). */
 int tracee_release(struct tracee *t);
 
 /* The address of a `syscall` instruction (0f 05) in PID's vDSO, 0 if none. */

@@ -9,7 +9,8 @@
  *    it is killed if this copier dies;
  *  - its first instruction is a stub page of ours whose only code is exit_group(0), so even
  *    a child released before EXITKILL is set ends without running anything else.
- * QEMU marks guest RAM MADV_DONTFORK; it is set to MADV_DOFORK around the clone only.
+ * QEMU marks guest RAM MADV_DONTFORK: around the copy it is MADV_DOFORK instead, and every
+ * other mapping MADV_DONTFORK, so the fork copies the page tables of guest RAM only.
  * A child that died while this copier could not reap it stays a zombie of the VMM until
  * `live-cleanup` makes the VMM reap it (the daemon runs it after any failed live copy and
  * when it re-adopts a VM).
@@ -98,7 +99,6 @@ static int seccomp_filtered(pid_t pid) {
   return mode == 2;
 }
 
-/* Scan PID's maps for our stub page, and whether the RAM mapping carries `dc` (DONTFORK). */
 /* A mapping forkable today that the fork does not need: not guest RAM, not our stub, not
  * a kernel special mapping (vdso/vvar reject the advice), not I/O or PFN-mapped. */
 static int other_mapping(const struct live *lv, uint64_t start, const char *header,
@@ -160,6 +160,21 @@ static int poke(pid_t tid, uint64_t addr, const unsigned char *bytes, size_t len
   return 0;
 }
 
+static long checked(struct tracee *t, long nr, const uint64_t args[6], pid_t *forked,
+                    const char *what) {
+  long ret = 0;
+  if (tracee_syscall(t, nr, args, &ret, forked) < 0) {
+    fail(what);
+    return -1;
+  }
+  if (ret < 0 && ret > -4096) {
+    errno = (int)-ret;
+    fail(what);
+    return -1;
+  }
+  return ret;
+}
+
 /* Map the stub page into the VMM (it stays there, reused by later captures: 4 KiB). */
 static int make_stub(struct live *lv) {
   uint64_t insn = find_syscall_insn(lv->ram.pid);
@@ -175,37 +190,13 @@ static int make_stub(struct live *lv) {
   }
   const uint64_t args[6] = {0, STUB_SIZE, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
                             (uint64_t)-1, 0};
-  long addr = 0;
-  int rc = tracee_syscall(&t, SYS_mmap, args, &addr, NULL);
-  if (rc == 0 && addr < 0 && addr > -4096) {
-    errno = (int)-addr;
-    rc = -1;
-  }
-  if (rc == 0 && poke(t.tid, (uint64_t)addr, STUB, sizeof STUB) < 0) rc = -1;
-  int e = errno;
-  tracee_release(&t);
-  errno = e;
-  if (rc < 0) {
-    fail("mapping the stub page");
-    return -1;
-  }
+  long addr = checked(&t, SYS_mmap, args, NULL, "mapping the stub page");
+  int rc = addr < 0 ? -1 : poke(t.tid, (uint64_t)addr, STUB, sizeof STUB);
+  if (addr >= 0 && rc < 0) fail("writing the stub page");
+  tracee_release(&t); /* keeps errno */
+  if (rc < 0) return -1;
   lv->stub = (uint64_t)addr;
   return 0;
-}
-
-static long checked(struct tracee *t, long nr, const uint64_t args[6], pid_t *forked,
-                    const char *what) {
-  long ret = 0;
-  if (tracee_syscall(t, nr, args, &ret, forked) < 0) {
-    fail(what);
-    return -1;
-  }
-  if (ret < 0 && ret > -4096) {
-    errno = (int)-ret;
-    fail(what);
-    return -1;
-  }
-  return ret;
 }
 
 /* The VMM thread that makes the fork: its oldest thread but the main one (QEMU's RCU
@@ -307,9 +298,7 @@ static int reap_in(pid_t vmm, uint64_t insn, pid_t child) {
     if (ret != 0) break; /* reaped, or -ECHILD: someone else did (or the VMM ignores it) */
     usleep(1000);
   }
-  int e = errno;
-  tracee_release(&t);
-  errno = e;
+  tracee_release(&t); /* keeps errno */
   return rc;
 }
 
@@ -331,13 +320,10 @@ static int fork_frozen(struct live *lv, double *ms) {
     return -1;
   }
   int rc = freeze(lv, &t);
-  int e = errno;
   if (tracee_release(&t) < 0 && rc == 0) {
-    e = errno;
     fail("releasing the VMM thread");
     rc = -1;
   }
-  errno = e;
   *ms = now_ms() - t0;
   return rc;
 }

@@ -98,12 +98,19 @@ export async function runningCopiers(): Promise<ProcStat[]> {
   return (await procs()).filter((p) => p.ppid === process.pid && p.comm === 'forkd-capture');
 }
 
+/** The `Field:  N kB` lines of /proc/PID/FILE, read once, by field, in KiB. */
+async function procKiB(pid: number, file: string): Promise<(field: string) => number> {
+  const text = await readFile(`/proc/${pid}/${file}`, 'utf8');
+  return (field) => {
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text);
+    if (!m) throw new Error(`no ${field} in /proc/${pid}/${file}`);
+    return Number(m[1]);
+  };
+}
+
 /** A field of /proc/PID/status in KiB (RssAnon, VmRSS…). */
 export async function statusKiB(pid: number, field: string): Promise<number> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8');
-  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status);
-  if (!m) throw new Error(`no ${field} in /proc/${pid}/status`);
-  return Number(m[1]);
+  return (await procKiB(pid, 'status'))(field);
 }
 
 /** Whether the guest RAM mapping is still MADV_DONTFORK (`dc`), as QEMU made it. */
@@ -121,8 +128,6 @@ export async function ramIsDontFork(region: RamRegion): Promise<boolean> {
  * Pss_Anon, KiB): a QEMU shares none, except with a live branch's frozen fork.
  */
 export async function sharedAnonKiB(pid: number): Promise<number> {
-  const rollup = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8');
-  const field = (name: string) =>
-    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(rollup)?.[1]);
-  return field('Anonymous') - field('Pss_Anon');
+  const kib = await procKiB(pid, 'smaps_rollup');
+  return kib('Anonymous') - kib('Pss_Anon');
 }

@@ -104,23 +104,17 @@ export function sparseCopy(
 
 /** Count pages of the mapping that differ from `file` (verification; reads all of RAM). */
 export function compareRegion(r: RamRegion, file: string): Promise<Record<string, number>> {
-  return captureTool([
-    'compare',
-    String(r.pid),
-    `0x${r.start.toString(16)}`,
-    `0x${r.end.toString(16)}`,
-    String(r.fileOffset),
-    file,
-  ]);
+  return captureTool(['compare', ...regionArgs(r), file]);
 }
 
-function regionArgs(r: RamRegion): string[] {
-  return [
-    String(r.pid),
-    `0x${r.start.toString(16)}`,
-    `0x${r.end.toString(16)}`,
-    String(r.fileOffset),
-  ];
+/** `PID VSTART VEND` of forkd-capture's commands. */
+export function mappingArgs(r: RamRegion): string[] {
+  return [String(r.pid), `0x${r.start.toString(16)}`, `0x${r.end.toString(16)}`];
+}
+
+/** `PID VSTART VEND FILEOFF`. */
+export function regionArgs(r: RamRegion): string[] {
+  return [...mappingArgs(r), String(r.fileOffset)];
 }
 
 /** Lap timer: each lap's ms under its name. */

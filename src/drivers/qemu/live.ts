@@ -7,7 +7,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { ForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
-import { CAPTURE_BINARY, type RamRegion } from './capture.js';
+import { CAPTURE_BINARY, mappingArgs, regionArgs, type RamRegion } from './capture.js';
 
 /** What the copier reports when its copy is complete. */
 export interface LiveCopy {
@@ -19,10 +19,6 @@ export interface LiveCopy {
 }
 
 type Event = { event: string } & Record<string, number | boolean | string>;
-
-function regionArgs(r: RamRegion): string[] {
-  return [String(r.pid), `0x${r.start.toString(16)}`, `0x${r.end.toString(16)}`];
-}
 
 /** One live copy: start() while the VM runs, fork() while it is stopped, done() after. */
 export class LiveCopier {
@@ -61,11 +57,9 @@ export class LiveCopier {
 
   /** Spawn the copier and wait until it is ready (stub page in place; the VM still runs). */
   static async start(region: RamRegion, memoryFile: string): Promise<LiveCopier> {
-    const proc = spawn(
-      CAPTURE_BINARY,
-      ['live', ...regionArgs(region), String(region.fileOffset), memoryFile],
-      { stdio: ['pipe', 'pipe', 'pipe'] },
-    );
+    const proc = spawn(CAPTURE_BINARY, ['live', ...regionArgs(region), memoryFile], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     const copier = new LiveCopier(proc, region);
     await copier.next('ready');
     return copier;
@@ -131,7 +125,7 @@ export class LiveCopier {
  * waits) and mark guest RAM MADV_DONTFORK again. Safe to run on any forkd VM.
  */
 export async function cleanupLive(region: RamRegion): Promise<{ zombies: number; reaped: number }> {
-  const { stdout } = await run(CAPTURE_BINARY, ['live-cleanup', ...regionArgs(region)]);
+  const { stdout } = await run(CAPTURE_BINARY, ['live-cleanup', ...mappingArgs(region)]);
   return JSON.parse(stdout) as { zombies: number; reaped: number };
 }
 

@@ -87,6 +87,20 @@ const EXEC_RETRY_S = 1;
 /** Ended rows are pruned at start and then this often. */
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
 
+/** What a sandbox's `starting` row is made from, for a boot or a fork. */
+interface StartingInit {
+  /** The id a pooled VM already carries (its directory is named after it). */
+  id?: string;
+  image: string | null;
+  snapshot: string | null;
+  parent: string | null;
+  memoryMiB: number;
+  cpus: number;
+  labels?: Record<string, string>;
+  env?: Record<string, string>;
+  timeoutS?: number;
+}
+
 export class SandboxManager implements SandboxService {
   private readonly live = new Map<string, Live>();
   private readonly booting = new Map<string, Booting>();
@@ -156,18 +170,7 @@ export class SandboxManager implements SandboxService {
    * `start` restores the VM. Forks skip the boot gate: a restore costs a fraction of a boot.
    */
   async createForked(
-    init: {
-      /** The id a pooled VM already carries (its directory is named after it). */
-      id?: string;
-      snapshot: string;
-      image: string | null;
-      parent: string | null;
-      memoryMiB: number;
-      cpus: number;
-      labels?: Record<string, string>;
-      env?: Record<string, string>;
-      timeoutS?: number;
-    },
+    init: StartingInit & { snapshot: string },
     start: SandboxStarter,
     caller: Caller,
   ): Promise<SandboxT> {
@@ -181,17 +184,7 @@ export class SandboxManager implements SandboxService {
   }
 
   /** The `starting` row a boot or a fork begins with (so a crash mid-way finds it). */
-  private insertStarting(init: {
-    id?: string;
-    image: string | null;
-    snapshot: string | null;
-    parent: string | null;
-    memoryMiB: number;
-    cpus: number;
-    labels?: Record<string, string>;
-    env?: Record<string, string>;
-    timeoutS?: number;
-  }): SandboxRow {
+  private insertStarting(init: StartingInit): SandboxRow {
     const id = init.id ?? newSandboxId();
     return this.rows.insert({
       id,
