@@ -8,7 +8,7 @@
  *  - fork latency (request → exec answered) from chains of depth 0, 1, 3 and compacted.
  * Usage: node dist/bench/branch.js [N=10]
  */
-import type { BranchRequestT } from '../src/api/schemas.js';
+import type { BranchRequestT } from '../src/contract/schemas.js';
 import { caller, startBenchServices, type BenchServices } from './services.js';
 import { summary } from './stats.js';
 

@@ -25,7 +25,7 @@ import { hostRoutes } from './routes/host.js';
 import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { snapshotRoutes } from './routes/snapshots.js';
-import { SHARED_SCHEMAS } from './schemas.js';
+import { SHARED_SCHEMAS } from '../contract/schemas.js';
 import type { Api } from './types.js';
 
 export { assertListenSafe, type AuthOptions } from './auth.js';

@@ -12,7 +12,7 @@ import type { FastifyRequest } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import Type from 'typebox';
 import type { HostInfo, Services, SnapshotService } from '../services/contracts.js';
-import { SandboxState, type SnapshotT } from './schemas.js';
+import { SandboxState, type SnapshotT } from '../contract/schemas.js';
 import type { Api, CountedMetric } from './types.js';
 
 const STATES = SandboxState.anyOf.map((s) => s.const);

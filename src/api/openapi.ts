@@ -11,7 +11,7 @@ import type { FastifyInstance } from 'fastify';
 import Type from 'typebox';
 import { VERSION } from '@forkd/sdk';
 import { OCTET_STREAM } from './raw-body.js';
-import { SHARED_SCHEMAS } from './schemas.js';
+import { SHARED_SCHEMAS } from '../contract/schemas.js';
 import type { Api } from './types.js';
 
 const DESCRIPTION =

@@ -17,7 +17,7 @@ import { ImageStore } from '../services/image-service.js';
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
 import { SnapshotManager } from '../services/snapshots/service.js';
 import { SandboxManager } from '../services/sandboxes/service.js';
-import type { BranchModeT } from '../api/schemas.js';
+import type { BranchModeT } from '../contract/schemas.js';
 import { Store } from '../store/db.js';
 import { createLogger, fastifyLoggerOptions, type LogLevel } from './log.js';
 import { claimRunDir, runDirOf } from './rundir.js';

@@ -1,7 +1,7 @@
 /**
  * What the route layer may ask of the services, as interfaces: the daemon wires the real
  * services in, API tests wire fakes. Routes parse and call these; services decide.
- * Field names follow the REST contract (src/api/schemas.ts) so routes pass values through.
+ * Field names follow the REST contract (src/contract/schemas.ts) so routes pass values through.
  */
 import type { Readable } from 'node:stream';
 import type {
@@ -19,7 +19,7 @@ import type {
   SandboxT,
   SnapshotT,
   VerifyResultT,
-} from '../api/schemas.js';
+} from '../contract/schemas.js';
 
 /** Who asked: `unix` for the local socket, else the token's id. For the audit log. */
 export interface Caller {

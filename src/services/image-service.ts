@@ -3,7 +3,7 @@
  * the source of truth, so this only adapts it to the REST shapes and keeps the host path
  * of a rootfs out of answers.
  */
-import type { ImageT } from '../api/schemas.js';
+import type { ImageT } from '../contract/schemas.js';
 import type { Paths } from '../config.js';
 import type { ImageService } from './contracts.js';
 import { buildImageFromDir, listImages, removeImage, type Image } from './images.js';

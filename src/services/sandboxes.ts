@@ -8,12 +8,13 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../config.js';
-import { ForkdError } from '../errors.js';
+import { DEFAULTS, LIMITS } from '../contract/rules.js';
 import { AgentClient } from '../drivers/agent/client.js';
 import { detectAccel, hostTscKhz } from '../drivers/qemu/accel.js';
 import { createOverlay, Vm } from '../drivers/qemu/vm.js';
 import type { VmSpec } from '../drivers/qemu/cmdline.js';
 import { locateGuest } from './guest.js';
+import { checkRange } from './checks.js';
 import { getImage } from './images.js';
 
 /** What a caller asks for when booting a sandbox from an image. */
@@ -32,8 +33,6 @@ export interface BootRequest {
   onStarted?(vm: Vm): void;
 }
 
-export const LIMITS = { memoryMiB: { min: 64, max: 65536 }, cpus: { min: 1, max: 64 } };
-export const DEFAULTS = { memoryMiB: 256, cpus: 1 };
 
 /** A running sandbox: its VM and a connected agent. */
 export interface Sandbox {
@@ -52,19 +51,6 @@ export const OWNER_FILE = 'owner.pid';
 /** A new sandbox id: `sbx-` and 12 hex digits. */
 export function newSandboxId(): string {
   return `sbx-${randomBytes(6).toString('hex')}`;
-}
-
-function checkRange(name: string, value: number, range: { min: number; max: number }): void {
-  if (!Number.isInteger(value) || value < range.min || value > range.max) {
-    throw new ForkdError(
-      'bad_request',
-      `${name} must be an integer from ${range.min} to ${range.max}`,
-      {
-        field: name,
-        value,
-      },
-    );
-  }
 }
 
 /** Memory and CPUs of a request with defaults applied; `bad_request` when out of range. */

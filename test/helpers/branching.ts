@@ -4,7 +4,7 @@
  * the one instant the branch was taken, memory and disk agreeing.
  */
 import assert from 'node:assert/strict';
-import type { BranchResultT } from '../../src/api/schemas.js';
+import type { BranchResultT } from '../../src/contract/schemas.js';
 import { caller, sh, type TestServices } from './services.js';
 
 // Each line: counter value and the hostname of the VM that wrote it (forks get new names).

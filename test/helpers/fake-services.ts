@@ -29,7 +29,7 @@ import type {
   LineageT,
   SandboxT,
   SnapshotT,
-} from '../../src/api/schemas.js';
+} from '../../src/contract/schemas.js';
 
 /** State every fake starts with. */
 export const SEED = {

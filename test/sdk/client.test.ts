@@ -1,7 +1,7 @@
 /**
  * The SDK against a tiny daemon speaking the REST contract (fake-daemon.ts: node:http on a
  * unix socket or TCP). The fake checks every request the SDK sends against the schemas of
- * src/api/schemas.ts, so request bodies and queries cannot drift either; it also lets the
+ * src/contract/schemas.ts, so request bodies and queries cannot drift either; it also lets the
  * tests shape what the real daemon rarely does on cue (slow streams, a UTF-8 character cut
  * between chunks, a dropped connection, 503 with Retry-After, a proxy's HTML).
  */

@@ -1,6 +1,6 @@
 /**
  * A tiny daemon speaking the REST contract (node:http on a unix socket or TCP) for the SDK
- * tests. It checks every request the SDK sends against the schemas of src/api/schemas.ts,
+ * tests. It checks every request the SDK sends against the schemas of src/contract/schemas.ts,
  * so request bodies and queries cannot drift, records them, and answers with whatever
  * handler a test set for the route.
  */
@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Value } from 'typebox/value';
 import type { TSchema } from 'typebox';
-import * as schemas from '../../src/api/schemas.js';
+import * as schemas from '../../src/contract/schemas.js';
 
 export const ID = 'sbx-0123456789ab';
 

@@ -1,6 +1,6 @@
 /**
  * The SDK's hand-written types cannot drift from the REST contract: each wire-name table
- * in @forkd/sdk/wire must name exactly the properties of its schema in src/api/schemas.ts
+ * in @forkd/sdk/wire must name exactly the properties of its schema in src/contract/schemas.ts
  * (snapshots with their chain fields, branch results, lineage nodes and their edges).
  * (Request bodies are checked against the schemas by the fake daemon in client.test.ts.)
  */
@@ -27,7 +27,7 @@ import {
   toWire,
   type WireNames,
 } from '@forkd/sdk/wire';
-import * as schemas from '../../src/api/schemas.js';
+import * as schemas from '../../src/contract/schemas.js';
 
 interface ObjectSchema {
   properties: Record<string, TSchema>;

@@ -1,6 +1,6 @@
 /**
  * The SDK's data types: plain, hand-written mirrors of the REST contract's objects
- * (src/api/schemas.ts) in camelCase. wire.ts maps each field to its wire name, and a test
+ * (src/contract/schemas.ts) in camelCase. wire.ts maps each field to its wire name, and a test
  * checks those names against the schemas, so the two cannot drift.
  */
 

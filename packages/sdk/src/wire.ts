@@ -1,7 +1,7 @@
 /**
  * The wire names behind the SDK's camelCase types: one table per contract object, used to
  * convert answers (and, for the CLI's `--json`, back). test/sdk/wire.test.ts compares these
- * tables with the properties of src/api/schemas.ts, so a renamed field fails a test instead
+ * tables with the properties of src/contract/schemas.ts, so a renamed field fails a test instead
  * of silently reading `undefined`. Exported as `@forkd/sdk/wire`; not a stable API.
  */
 import type { BranchResult } from './branch.js';

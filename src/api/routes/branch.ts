@@ -17,7 +17,7 @@ import {
   SnapshotParams,
   type BranchRequestT,
   type BranchResultT,
-} from '../schemas.js';
+} from '../../contract/schemas.js';
 import type { Api } from '../types.js';
 import { callerOf, ERROR_RESPONSES, fieldConflict } from './common.js';
 import { forkAnswer } from './sandboxes.js';

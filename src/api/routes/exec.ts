@@ -20,7 +20,7 @@ import {
   SandboxParams,
   StdinQuery,
   type ExecRequestT,
-} from '../schemas.js';
+} from '../../contract/schemas.js';
 import type { Api } from '../types.js';
 import { ERROR_RESPONSES, NO_CONTENT } from './common.js';
 

@@ -14,7 +14,7 @@ import {
   RemoveQuery,
   SandboxParams,
   WriteResult,
-} from '../schemas.js';
+} from '../../contract/schemas.js';
 import type { Api } from '../types.js';
 import { ERROR_RESPONSES, NO_CONTENT } from './common.js';
 

@@ -1,7 +1,7 @@
 /** Host routes: liveness (the one route without auth) and versions. */
 import { VERSION } from '@forkd/sdk';
 import type { Services } from '../../services/contracts.js';
-import { Health, Version } from '../schemas.js';
+import { Health, Version } from '../../contract/schemas.js';
 import type { Api } from '../types.js';
 import { ERROR_RESPONSES } from './common.js';
 

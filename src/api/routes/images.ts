@@ -1,6 +1,6 @@
 /** Image routes: list, create (from a directory on the daemon host), remove. */
 import type { Services } from '../../services/contracts.js';
-import { CreateImage, Image, ImageList, ImageParams } from '../schemas.js';
+import { CreateImage, Image, ImageList, ImageParams } from '../../contract/schemas.js';
 import type { Api } from '../types.js';
 import { ERROR_RESPONSES, NO_CONTENT } from './common.js';
 

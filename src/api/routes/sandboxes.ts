@@ -17,7 +17,7 @@ import {
   type CreateSandboxT,
   type ForkResultT,
   type SandboxT,
-} from '../schemas.js';
+} from '../../contract/schemas.js';
 import type { Api } from '../types.js';
 import { callerOf, ERROR_RESPONSES, fieldConflict, NO_CONTENT } from './common.js';
 

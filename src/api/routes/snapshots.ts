@@ -28,7 +28,7 @@ import {
   VerifyResult,
   type CreateSnapshotT,
   type SnapshotT,
-} from '../schemas.js';
+} from '../../contract/schemas.js';
 import type { Api } from '../types.js';
 import { callerOf, ERROR_RESPONSES, NO_CONTENT } from './common.js';
 import { NDJSON } from './exec.js';

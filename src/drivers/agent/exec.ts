@@ -2,6 +2,7 @@
  * Running a command in the guest: one `exec` request whose replies are `started`, output
  * chunks and a terminal `result`, plus the `stdin` and `signal` messages that target it.
  */
+import { SIGNALS } from '../../contract/rules.js';
 import { ForkdError } from '../../errors.js';
 import { deferred, quiet, type AgentConnection } from './connection.js';
 import { agentError } from './errors.js';
@@ -43,19 +44,6 @@ export interface ExecHandle {
   /** Rejects (`command_not_found`, `guest_permission_denied`, …) when it could not start. */
   readonly result: Promise<ExecResult>;
 }
-
-/** The signal names the agent accepts (PROTOCOL.md "signal"). */
-export const SIGNALS = [
-  'SIGKILL',
-  'SIGTERM',
-  'SIGINT',
-  'SIGHUP',
-  'SIGQUIT',
-  'SIGUSR1',
-  'SIGUSR2',
-  'SIGSTOP',
-  'SIGCONT',
-] as const;
 
 function badRequest(message: string, details?: Record<string, unknown>): ForkdError {
   return new ForkdError('bad_request', message, details);

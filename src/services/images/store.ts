@@ -19,6 +19,8 @@ import {
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
+import { NAME_RULE } from '../../contract/rules.js';
+import { checkName } from '../checks.js';
 import { run } from '../../util/exec.js';
 import { assertImageUnused } from './users.js';
 
@@ -53,20 +55,13 @@ export interface ImageFiles {
   manifest: string;
 }
 
-const NAME_RULE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 const STAGING_PREFIX = '.staging-';
 /** A staging dir whose builder is gone and that is older than this is debris of a crash. */
 const STALE_MS = 60 * 60 * 1000;
 
-/** Throws `bad_request` unless `name` is 1–63 chars of [a-z0-9._-] starting alphanumeric. */
+/** Image names follow the name rule (src/contract/rules.ts). */
 export function validateImageName(name: string): void {
-  if (typeof name === 'string' && NAME_RULE.test(name)) return;
-  throw new ForkdError(
-    'bad_request',
-    `invalid image name ${JSON.stringify(name)}: use 1-63 characters of a-z, 0-9, '.', '_' ` +
-      `or '-', starting with a letter or digit`,
-    { name, rule: NAME_RULE.source },
-  );
+  checkName('image name', name);
 }
 
 /** Paths of the image `name` (which must be valid: it becomes a directory name). */

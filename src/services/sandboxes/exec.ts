@@ -4,7 +4,7 @@
  * id for stdin and signals). A streamed command whose reader goes away is killed.
  */
 import { randomBytes } from 'node:crypto';
-import type { ExecRequestT, ExecResultT } from '../../api/schemas.js';
+import type { ExecRequestT, ExecResultT } from '../../contract/schemas.js';
 import type {
   AgentClient,
   ExecHandle,

@@ -5,7 +5,7 @@
  */
 import { open } from 'node:fs/promises';
 import { Readable } from 'node:stream';
-import type { FileStatT } from '../../api/schemas.js';
+import type { FileStatT } from '../../contract/schemas.js';
 import type { AgentClient, FileStat } from '../../drivers/agent/client.js';
 
 export function toWireStat(s: FileStat): FileStatT {

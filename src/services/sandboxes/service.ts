@@ -13,7 +13,8 @@ import type {
   ExecResultT,
   FileStatT,
   SandboxT,
-} from '../../api/schemas.js';
+} from '../../contract/schemas.js';
+import { LIMITS } from '../../contract/rules.js';
 import type { Paths } from '../../config.js';
 import type { AgentClient, ExecHandle } from '../../drivers/agent/client.js';
 import { vmFiles } from '../../drivers/qemu/cmdline.js';
@@ -21,6 +22,7 @@ import type { Vm, VmExit } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import type { SandboxRow, SandboxState } from '../../store/sandboxes.js';
 import type { Store } from '../../store/db.js';
+import { checkRange } from '../checks.js';
 import type { Caller, ExecStream, SandboxService } from '../contracts.js';
 import { DEFAULT_IMAGE, getImage } from '../images.js';
 import {
@@ -80,7 +82,6 @@ interface Booting {
 }
 
 const CONSOLE_TAIL_BYTES = 1024 * 1024;
-const MAX_TIMEOUT_S = 7 * 24 * 3600;
 /** Retry-After hints: a boot under TCG takes ~3 s; an exec slot frees quickly. */
 const BOOT_RETRY_S = 3;
 const EXEC_RETRY_S = 1;
@@ -325,16 +326,7 @@ export class SandboxManager implements SandboxService {
   }
 
   async extend(id: string, timeoutS: number): Promise<SandboxT> {
-    if (!Number.isInteger(timeoutS) || timeoutS < 1 || timeoutS > MAX_TIMEOUT_S) {
-      throw new ForkdError(
-        'bad_request',
-        `timeout_s must be an integer from 1 to ${MAX_TIMEOUT_S}`,
-        {
-          field: 'timeout_s',
-          value: timeoutS,
-        },
-      );
-    }
+    checkRange('timeout_s', timeoutS, LIMITS.timeoutS);
     const row = this.row(id);
     if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
     const updated = this.rows.update(id, { expires_at: expiry(timeoutS) }) as SandboxRow;

@@ -6,7 +6,7 @@
  */
 import { rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { CreateSnapshotT } from '../../api/schemas.js';
+import type { CreateSnapshotT } from '../../contract/schemas.js';
 import type { Paths } from '../../config.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
 import { captureVm } from '../../drivers/qemu/capture.js';

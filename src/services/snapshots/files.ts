@@ -11,6 +11,7 @@ import { readFile, rename, rm, stat, writeFile, mkdir, readdir } from 'node:fs/p
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
+import { checkName } from '../checks.js';
 
 /** Bumped only when an older forkd could not restore the new layout. */
 export const SNAPSHOT_FORMAT_VERSION = 1;
@@ -45,15 +46,9 @@ export interface SnapshotManifest {
   files: Record<SnapshotFileRole, FileEntry>;
 }
 
-/** Tags follow the image-name rule: no `/`, `..`, NUL; at most 63 characters. */
+/** Tags follow the name rule (src/contract/rules.ts). */
 export function validateTag(tag: string): void {
-  if (!/^[a-z0-9][a-z0-9._-]{0,62}$/.test(tag)) {
-    throw new ForkdError(
-      'bad_request',
-      `snapshot tag "${tag.slice(0, 80)}" must be 1–63 characters of a-z, 0-9, ".", "_" or "-", starting with a letter or digit`,
-      { field: 'tag' },
-    );
-  }
+  checkName('snapshot tag', tag);
 }
 
 export function snapshotDir(p: Paths, tag: string): string {

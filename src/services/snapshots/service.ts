@@ -16,12 +16,14 @@ import type {
   PoolStateT,
   SnapshotT,
   VerifyResultT,
-} from '../../api/schemas.js';
+} from '../../contract/schemas.js';
+import { FORK_MAX, POOL_MAX } from '../../contract/rules.js';
 import type { Paths } from '../../config.js';
 import type { RamRegion } from '../../drivers/qemu/capture.js';
 import type { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import type { Store } from '../../store/db.js';
+import { checkRange } from '../checks.js';
 import type { Caller, ForkRequest, SnapshotService } from '../contracts.js';
 import type { SandboxManager } from '../sandboxes/service.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
@@ -65,8 +67,6 @@ export interface SnapshotServiceOptions {
   /** Runs while a branch's source is stopped, after the copy (tests compare RAM there). */
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
 }
-
-const MAX_FORK = 100;
 
 export class SnapshotManager implements SnapshotService {
   readonly pool: Pool;
@@ -194,14 +194,7 @@ export class SnapshotManager implements SnapshotService {
   async branch(id: string, req: BranchRequestT, caller: Caller): Promise<BranchResultT> {
     const tag = req.tag ?? `${id}.${Date.now().toString(36)}`;
     validateTag(tag);
-    if (
-      req.fork !== undefined &&
-      (!Number.isInteger(req.fork) || req.fork < 0 || req.fork > MAX_FORK)
-    ) {
-      throw new ForkdError('bad_request', `fork must be an integer from 0 to ${MAX_FORK}`, {
-        field: 'fork',
-      });
-    }
+    if (req.fork !== undefined) checkRange('fork', req.fork, { min: 0, max: FORK_MAX });
     const vm = this.opts.sandboxes.vmOf(id);
     const source = await this.opts.sandboxes.get(id);
     // The frozen layer is built on the snapshot the sandbox's disk layers on: its parent.
@@ -389,11 +382,7 @@ export class SnapshotManager implements SnapshotService {
   }
 
   async setPool(tag: string, size: number, opts: { prewarm?: boolean } = {}): Promise<PoolStateT> {
-    if (!Number.isInteger(size) || size < 0 || size > 64) {
-      throw new ForkdError('bad_request', 'pool size must be an integer from 0 to 64', {
-        field: 'size',
-      });
-    }
+    checkRange('size', size, { min: 0, max: POOL_MAX });
     await this.bootable(tag);
     const prewarm = Boolean(opts.prewarm);
     this.rows.update(tag, { pool_size: size, pool_prewarm: prewarm ? 1 : 0 });
@@ -402,11 +391,7 @@ export class SnapshotManager implements SnapshotService {
   }
 
   async fork(req: ForkRequest, caller: Caller): Promise<ForkResultT> {
-    if (!Number.isInteger(req.n) || req.n < 1 || req.n > MAX_FORK) {
-      throw new ForkdError('bad_request', `n must be an integer from 1 to ${MAX_FORK}`, {
-        field: 'n',
-      });
-    }
+    checkRange('n', req.n, { min: 1, max: FORK_MAX });
     const m = await this.bootable(req.snapshot);
     const settled = await Promise.allSettled(
       Array.from({ length: req.n }, () => this.forkOne(m, req, caller)),

@@ -4,24 +4,40 @@
  * Requests reject unknown fields; clients ignore unknown response fields.
  */
 import Type, { type Static, type TSchema } from 'typebox';
-import { SIGNALS } from '../drivers/agent/exec.js';
+import {
+  ENV_NAME_PATTERN,
+  EXEC_ID_PATTERN,
+  FORK_MAX,
+  LABEL_KEY_PATTERN,
+  LIMITS,
+  NAME_PATTERN,
+  POOL_MAX,
+  SANDBOX_ID_PATTERN,
+  SIGNALS,
+  USER_PATTERN,
+} from './rules.js';
 
 const strict = { additionalProperties: false } as const;
 
+/** A rules.ts range as JSON-schema bounds. */
+function between(range: { min: number; max: number }): { minimum: number; maximum: number } {
+  return { minimum: range.min, maximum: range.max };
+}
+
 /** Ids and names: no `/`, `..`, NUL or whitespace; bounded length. */
-export const SandboxId = Type.String({ pattern: '^sbx-[0-9a-f]{12}$', description: 'sandbox id' });
+export const SandboxId = Type.String({ pattern: SANDBOX_ID_PATTERN, description: 'sandbox id' });
 export const ImageName = Type.String({
-  pattern: '^[a-z0-9][a-z0-9._-]{0,62}$',
+  pattern: NAME_PATTERN,
   description: 'image name',
 });
 export const ExecId = Type.String({
-  pattern: '^ex-[0-9a-f]{12}$',
+  pattern: EXEC_ID_PATTERN,
   description: 'exec id (streaming exec)',
 });
 /** An absolute guest path, at most 4096 bytes, no NUL. */
 export const GuestPath = Type.String({ pattern: '^/[^\\u0000]*$', maxLength: 4096 });
 
-const LabelKey = '^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$';
+const LabelKey = LABEL_KEY_PATTERN;
 export const Labels = Type.Record(
   Type.String({ pattern: LabelKey }),
   Type.String({ maxLength: 256 }),
@@ -31,7 +47,7 @@ export const Labels = Type.Record(
     description: 'free-form key → value labels',
   },
 );
-const EnvName = '^[A-Za-z_][A-Za-z0-9_]{0,127}$';
+const EnvName = ENV_NAME_PATTERN;
 export const Env = Type.Record(
   Type.String({ pattern: EnvName }),
   Type.String({ maxLength: 32768 }),
@@ -89,14 +105,14 @@ export const Sandbox = Type.Object(
 export const CreateSandbox = Type.Object(
   {
     image: Type.Optional(ImageName),
-    memory_mib: Type.Optional(Type.Integer({ minimum: 64, maximum: 65536 })),
-    cpus: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
+    memory_mib: Type.Optional(Type.Integer(between(LIMITS.memoryMiB))),
+    cpus: Type.Optional(Type.Integer(between(LIMITS.cpus))),
     env: Type.Optional(Env),
-    timeout_s: Type.Optional(Type.Integer({ minimum: 1, maximum: 7 * 24 * 3600 })),
+    timeout_s: Type.Optional(Type.Integer(between(LIMITS.timeoutS))),
     labels: Type.Optional(Labels),
     snapshot: Type.Optional(
       Type.String({
-        pattern: '^[a-z0-9][a-z0-9._-]{0,62}$',
+        pattern: NAME_PATTERN,
         description:
           'fork from this snapshot instead of booting an image (no image/memory_mib/cpus then)',
       }),
@@ -104,7 +120,7 @@ export const CreateSandbox = Type.Object(
     n: Type.Optional(
       Type.Integer({
         minimum: 1,
-        maximum: 100,
+        maximum: FORK_MAX,
         description: 'with snapshot: fork this many; the answer is then a ForkResult',
       }),
     ),
@@ -127,8 +143,7 @@ export const ForkResult = Type.Object(
 export const PatchSandbox = Type.Object(
   {
     timeout_s: Type.Integer({
-      minimum: 1,
-      maximum: 7 * 24 * 3600,
+      ...between(LIMITS.timeoutS),
       description: 'the sandbox now expires this many seconds from now',
     }),
   },
@@ -159,8 +174,8 @@ export const ExecRequest = Type.Object(
     argv: Type.Array(Type.String({ maxLength: 131072 }), { minItems: 1, maxItems: 4096 }),
     env: Type.Optional(Env),
     cwd: Type.Optional(GuestPath),
-    user: Type.Optional(Type.String({ pattern: '^[a-z_][a-z0-9_-]{0,31}$|^[0-9]{1,10}$' })),
-    timeout_ms: Type.Optional(Type.Integer({ minimum: 1, maximum: 24 * 3600 * 1000 })),
+    user: Type.Optional(Type.String({ pattern: USER_PATTERN })),
+    timeout_ms: Type.Optional(Type.Integer(between(LIMITS.execTimeoutMs))),
     stdin: Type.Optional(
       Type.String({
         pattern: '^[A-Za-z0-9+/]*={0,2}$',
@@ -286,7 +301,7 @@ export const CreateImage = Type.Object(
       maxLength: 4096,
       description: 'a directory on the daemon host',
     }),
-    size_mib: Type.Optional(Type.Integer({ minimum: 16, maximum: 1048576 })),
+    size_mib: Type.Optional(Type.Integer(between(LIMITS.imageSizeMiB))),
     force: Type.Optional(Type.Boolean()),
   },
   strict,
@@ -296,7 +311,7 @@ export const ImageParams = Type.Object({ name: ImageName }, strict);
 // ---- snapshots -------------------------------------------------------------------------
 
 export const SnapshotTag = Type.String({
-  pattern: '^[a-z0-9][a-z0-9._-]{0,62}$',
+  pattern: NAME_PATTERN,
   description: 'snapshot tag',
 });
 
@@ -345,8 +360,8 @@ export const CreateSnapshot = Type.Object(
   {
     tag: SnapshotTag,
     image: Type.Optional(ImageName),
-    memory_mib: Type.Optional(Type.Integer({ minimum: 64, maximum: 65536 })),
-    cpus: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
+    memory_mib: Type.Optional(Type.Integer(between(LIMITS.memoryMiB))),
+    cpus: Type.Optional(Type.Integer(between(LIMITS.cpus))),
     env: Type.Optional(Env),
     warm: Type.Optional(
       Type.Array(GuestCommand, {
@@ -370,7 +385,7 @@ export const CreateSnapshot = Type.Object(
         description: 'wait until a guest TCP port listens',
       }),
     ),
-    wait_timeout_s: Type.Optional(Type.Integer({ minimum: 1, maximum: 3600 })),
+    wait_timeout_s: Type.Optional(Type.Integer(between(LIMITS.waitTimeoutS))),
     labels: Type.Optional(Labels),
     stream: Type.Optional(
       Type.Boolean({ description: 'answer with NDJSON progress events, then the snapshot' }),
@@ -413,7 +428,7 @@ export const BranchRequest = Type.Object(
   {
     tag: Type.Optional(SnapshotTag),
     fork: Type.Optional(
-      Type.Integer({ minimum: 0, maximum: 100, description: 'also fork this many children of it' }),
+      Type.Integer({ minimum: 0, maximum: FORK_MAX, description: 'also fork this many children of it' }),
     ),
     labels: Type.Optional(Labels),
     no_wait: Type.Optional(
@@ -469,7 +484,7 @@ export const VerifyResult = Type.Object({
 
 export const SetPool = Type.Object(
   {
-    size: Type.Integer({ minimum: 0, maximum: 64 }),
+    size: Type.Integer({ minimum: 0, maximum: POOL_MAX }),
     prewarm: Type.Optional(
       Type.Boolean({
         description:

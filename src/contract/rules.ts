@@ -1,0 +1,69 @@
+/**
+ * The rules of the contract, written once: name and id patterns, resource limits, fork and
+ * pool maxima, signal names. The TypeBox schemas (schemas.ts) are built from them, and the
+ * services and drivers check the same values for callers that do not come through HTTP
+ * (`forkd run`, the CLI's local verbs, in-process tests); nothing restates them.
+ * This module imports nothing: every layer may depend on it.
+ */
+
+/** A range of integers, both ends included. */
+export interface IntRange {
+  min: number;
+  max: number;
+}
+
+/** Image names and snapshot tags: no `/`, `..`, NUL or whitespace; 1–63 characters. */
+export const NAME_PATTERN = '^[a-z0-9][a-z0-9._-]{0,62}$';
+export const NAME_RULE = new RegExp(NAME_PATTERN);
+/** How the name rule reads in an error message. */
+export const NAME_RULE_TEXT =
+  '1–63 characters of a-z, 0-9, ".", "_" or "-", starting with a letter or digit';
+
+/** `sbx-` and 12 hex digits. */
+export const SANDBOX_ID_PATTERN = '^sbx-[0-9a-f]{12}$';
+/** `ex-` and 12 hex digits (a streaming exec). */
+export const EXEC_ID_PATTERN = '^ex-[0-9a-f]{12}$';
+export const LABEL_KEY_PATTERN = '^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$';
+export const ENV_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,127}$';
+/** A user name or a numeric uid for `exec --user`. */
+export const USER_PATTERN = '^[a-z_][a-z0-9_-]{0,31}$|^[0-9]{1,10}$';
+
+/** A sandbox's resources, and what it gets when the request names none. */
+export const LIMITS = {
+  memoryMiB: { min: 64, max: 65536 },
+  cpus: { min: 1, max: 64 },
+  /** A sandbox's timeout, from 1 s to a week. */
+  timeoutS: { min: 1, max: 7 * 24 * 3600 },
+  /** One command's timeout, up to a day. */
+  execTimeoutMs: { min: 1, max: 24 * 3600 * 1000 },
+  /** An image's filesystem size when built from a directory. */
+  imageSizeMiB: { min: 16, max: 1048576 },
+  /** How long `snapshot create` waits for its readiness check. */
+  waitTimeoutS: { min: 1, max: 3600 },
+} as const satisfies Record<string, IntRange>;
+
+export const DEFAULTS = { memoryMiB: 256, cpus: 1 } as const;
+
+/** Children of one fork request (and of `branch --fork`, where 0 means none). */
+export const FORK_MAX = 100;
+/** Pre-started VMMs kept per snapshot. */
+export const POOL_MAX = 64;
+
+/** Signals a command may be sent (the agent knows these by name). */
+export const SIGNALS = [
+  'SIGKILL',
+  'SIGTERM',
+  'SIGINT',
+  'SIGHUP',
+  'SIGQUIT',
+  'SIGUSR1',
+  'SIGUSR2',
+  'SIGSTOP',
+  'SIGCONT',
+] as const;
+export type SignalName = (typeof SIGNALS)[number];
+
+/** True when `value` is an integer in `range`. */
+export function inRange(value: number, range: IntRange): boolean {
+  return Number.isInteger(value) && value >= range.min && value <= range.max;
+}
