@@ -1,10 +1,44 @@
-// Lint config: typescript-eslint's recommended type-aware rules over host code.
+// Lint config: typescript-eslint's recommended rules over host code, and the layer
+// boundaries of docs/architecture.md as import rules, so they hold without a reviewer:
+// contract ← drivers ← services ← api (routes see only the service interfaces).
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import globals from 'globals';
 
+/** What each folder of src/ may not import, as no-restricted-imports patterns. */
+const FORBIDDEN = {
+  contract: [{ group: ['../*'], message: 'src/contract/ imports nothing of the layers above it' }],
+  api: [
+    {
+      group: ['**/services/**', '!**/services/contracts.js'],
+      message: 'routes call the service interfaces (services/contracts.ts), never a service',
+    },
+    { group: ['**/drivers/**', '**/store/**'], message: 'routes reach drivers and the store only through services' },
+  ],
+  services: [
+    { group: ['**/api/**', '**/daemon/**', '**/cli/**'], message: 'services never see HTTP or the CLI' },
+  ],
+  drivers: [
+    {
+      group: ['**/services/**', '**/store/**', '**/api/**', '**/daemon/**', '**/cli/**'],
+      message: 'drivers talk to QEMU, the agent and the host; they know nothing above them',
+    },
+  ],
+};
+
+/** QMP is spoken inside drivers/qemu only: everyone else uses Vm's methods. */
+const QMP_OUTSIDE_QEMU = {
+  group: ['**/drivers/qemu/vm.js', './vm.js'],
+  importNames: ['monitor'],
+  message: 'QMP belongs to drivers/qemu: use a Vm method or a drivers/qemu function',
+};
+
+const restrict = (patterns) => ({
+  rules: { 'no-restricted-imports': ['error', { patterns }] },
+});
+
 export default tseslint.config(
-  { ignores: ['dist/', '**/dist/', 'node_modules/', 'agent/'] },
+  { ignores: ['dist/', '**/dist/', 'node_modules/', 'agent/', 'packages/python/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   { languageOptions: { globals: { ...globals.node } } },
@@ -13,4 +47,10 @@ export default tseslint.config(
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
     },
   },
+  { files: ['src/**/*.ts', 'test/**/*.ts', 'bench/**/*.ts'], ...restrict([QMP_OUTSIDE_QEMU]) },
+  { files: ['src/contract/**/*.ts'], ...restrict([...FORBIDDEN.contract, QMP_OUTSIDE_QEMU]) },
+  { files: ['src/api/**/*.ts'], ...restrict([...FORBIDDEN.api, QMP_OUTSIDE_QEMU]) },
+  { files: ['src/services/**/*.ts'], ...restrict([...FORBIDDEN.services, QMP_OUTSIDE_QEMU]) },
+  { files: ['src/drivers/**/*.ts'], ...restrict([...FORBIDDEN.drivers, QMP_OUTSIDE_QEMU]) },
+  { files: ['src/drivers/qemu/**/*.ts'], ...restrict(FORBIDDEN.drivers) },
 );

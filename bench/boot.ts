@@ -7,7 +7,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Paths } from '../src/config.js';
 import { detectAccel } from '../src/drivers/qemu/accel.js';
-import { bootSandbox, destroySandbox } from '../src/services/sandboxes.js';
+import { bootSandbox, destroySandbox } from '../src/services/sandboxes/sandbox.js';
 import { makeBenchHome } from './home.js';
 import { summary } from './stats.js';
 

@@ -39,7 +39,7 @@ async function branchBoth(env: BenchServices, id: string, label: string): Promis
     for (const mode of MODES) {
       const req: BranchRequestT = { tag: `${label}-${mode}-${i}`, mode };
       const t0 = performance.now();
-      const res = await env.snapshots.branch(id, req, caller);
+      const res = await env.branch.branch(id, req, caller);
       push(s, `${mode} pause`, res.pause_ms);
       push(s, `${mode} total`, performance.now() - t0);
       push(s, `${mode} MiB`, res.captured_bytes / 1048576);
@@ -99,7 +99,7 @@ async function chains(env: BenchServices): Promise<void> {
   const sb = await env.sandboxes.create({ image: 'busybox' }, caller);
   for (let d = 0; d <= 3; d++) {
     await sh(env, sb.id, `echo ${d} > /root/depth`);
-    await env.snapshots.branch(sb.id, { tag: `depth${d}` }, caller);
+    await env.branch.branch(sb.id, { tag: `depth${d}` }, caller);
   }
   await env.sandboxes.kill(sb.id);
   await env.snapshots.compact('depth3', 'depth3-flat', caller);

@@ -3,38 +3,34 @@
  * and branch benchmarks measure without HTTP in the way.
  */
 import { Store } from '../src/store/db.js';
-import { SandboxManager } from '../src/services/sandboxes/service.js';
-import { SnapshotManager } from '../src/services/snapshots/service.js';
+import { buildServices } from '../src/services/index.js';
 import { makeBenchHome } from './home.js';
 
 export const caller = { principal: 'bench' };
 
-/** Start store, sandbox and snapshot services on a temp home linking `images`. */
+/** Start the store and the services on a temp home linking `images`. */
 export async function startBenchServices(images: string[]) {
   const home = await makeBenchHome(images);
   const p = home.paths;
   try {
     const store = Store.open(p.db);
-    const sandboxes = new SandboxManager({ paths: p, store, maxBooting: 8 });
-    await sandboxes.start();
-    const snapshots = new SnapshotManager({
+    const set = buildServices({
       paths: p,
       store,
-      sandboxes,
-      qemuVersion: async () => 'bench',
+      maxBooting: 8,
       maxCreating: 4,
+      qemuVersion: async () => 'bench',
     });
-    await snapshots.start();
+    await set.start();
     const close = async () => {
       try {
-        await snapshots.pool.close();
-        await sandboxes.killAll();
+        await set.close();
         store.close();
       } finally {
         await home.cleanup();
       }
     };
-    return { p, store, sandboxes, snapshots, close };
+    return { ...set, p, store, close };
   } catch (e) {
     await home.cleanup();
     throw e;

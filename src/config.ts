@@ -3,7 +3,8 @@
  * read from the environment so tests can point a run at their own FORKD_HOME.
  */
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 /** Resolved paths under FORKD_HOME. */
 export interface Paths {
@@ -41,4 +42,9 @@ export function paths(home: string = forkdHome()): Paths {
 export function accelSetting(env: NodeJS.ProcessEnv = process.env): 'kvm' | 'tcg' | 'auto' {
   const v = env.FORKD_ACCEL ?? 'auto';
   return v === 'kvm' || v === 'tcg' ? v : 'auto';
+}
+
+/** The repository root (the agent and the native helpers are built there by `npm run build`). */
+export function repoRoot(): string {
+  return join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 }

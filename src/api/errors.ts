@@ -66,19 +66,6 @@ export function toForkdError(err: unknown): ForkdError {
   return new ForkdError('internal', 'forkd failed unexpectedly; the daemon log has the details');
 }
 
-/**
- * An error a service reports as data (a fork child's failure in a ForkResult) → its catalog
- * error; a code outside the catalog becomes the generic `internal`.
- */
-export function fromErrorObject(e: {
-  code: string;
-  message: string;
-  details?: Record<string, unknown>;
-}): ForkdError {
-  if (!Object.hasOwn(ERROR_CATALOG, e.code)) return toForkdError(new Error(e.message));
-  return new ForkdError(e.code as ErrorCode, e.message, e.details);
-}
-
 /** Absolute paths after a boundary: `/var/lib/forkd/…` becomes `<path>`. */
 const HOST_PATH = /(^|[\s'"`(=:,[])\/[^\s'"`),\]]*/g;
 

@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import { paths } from '../config.js';
-import { runDoctor, type CheckResult } from '../services/host.js';
+import { runDoctor, type CheckResult } from '../services/doctor.js';
 import { action, printJson } from './output.js';
 
 export function register(program: Command): void {

@@ -13,7 +13,7 @@ import {
   type BuildOptions,
   type Image,
   type Progress,
-} from '../services/images.js';
+} from '../services/images/index.js';
 import { describeImage, showImages } from './images.js';
 import { action, printJson } from './output.js';
 import { parseMemory } from './parse.js';

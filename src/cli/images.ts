@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import { paths } from '../config.js';
-import { listImages, type Image, type ImageSource } from '../services/images.js';
+import { listImages, type Image, type ImageSource } from '../services/images/index.js';
 import { daemonImages } from './client.js';
 import { action, printJson, printTable } from './output.js';
 

@@ -7,8 +7,8 @@ import type { Command } from 'commander';
 import { Sandbox as DaemonSandbox } from '@forkd/sdk';
 import { paths } from '../config.js';
 import { ForkdError } from '../errors.js';
-import { DEFAULT_IMAGE } from '../services/images.js';
-import { bootSandbox, destroySandbox, type Sandbox } from '../services/sandboxes.js';
+import { DEFAULT_IMAGE } from '../services/images/index.js';
+import { bootSandbox, destroySandbox, type Sandbox } from '../services/sandboxes/sandbox.js';
 import {
   collect,
   commandFailed,

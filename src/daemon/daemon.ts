@@ -9,14 +9,11 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { buildApp } from '../api/app.js';
-import { paths as pathsOf, type Paths } from '../config.js';
+import { paths as pathsOf } from '../config.js';
 import { ForkdError } from '../errors.js';
 import type { Services } from '../services/contracts.js';
-import { Host } from '../services/host-info.js';
-import { ImageStore } from '../services/image-service.js';
+import { buildServices, type ServiceSet } from '../services/index.js';
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
-import { SnapshotManager } from '../services/snapshots/service.js';
-import { SandboxManager } from '../services/sandboxes/service.js';
 import type { BranchModeT } from '../contract/schemas.js';
 import { Store } from '../store/db.js';
 import { createLogger, fastifyLoggerOptions, type LogLevel } from './log.js';
@@ -88,48 +85,27 @@ async function loadTransport(opts: DaemonOptions) {
   return { tokens, tcp };
 }
 
-function buildServices(p: Paths, store: Store, opts: DaemonOptions, log: Logger) {
-  const sandboxes = new SandboxManager({
-    paths: p,
-    store,
-    log: log.child({ component: 'sandboxes' }),
-    maxBooting: opts.maxBooting,
-    maxExecs: opts.maxExecs,
-  });
-  const host = new Host(() => sandboxes.counts());
-  const snapshots = new SnapshotManager({
-    paths: p,
-    store,
-    sandboxes,
-    qemuVersion: () => host.qemuVersion(),
-    log: log.child({ component: 'snapshots' }),
-    branchMode: opts.branchMode,
-  });
-  const services: Services = {
-    sandboxes,
-    snapshots,
-    images: new ImageStore(p),
-    audit: store.audit,
-    host,
-  };
-  return { sandboxes, snapshots, services };
-}
-
 export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandle> {
   const p = pathsOf(opts.home);
   const log = opts.logger ?? createLogger(opts.logLevel);
   const { tokens, tcp } = await loadTransport(opts);
   const run = await claimRunDir(p.home, opts.socket ?? defaultSocket(p.home));
   let store: Store | undefined;
-  let sandboxes: SandboxManager | undefined;
+  let built: ServiceSet | undefined;
   try {
     store = Store.open(p.db, { auditFile: opts.auditFile });
-    const built = buildServices(p, store, opts, log);
-    sandboxes = built.sandboxes;
-    const recovered = await sandboxes.start();
-    await built.snapshots.start();
+    built = buildServices({
+      paths: p,
+      store,
+      log,
+      maxBooting: opts.maxBooting,
+      maxExecs: opts.maxExecs,
+      branchMode: opts.branchMode,
+    });
+    const services = built;
+    const recovered = await services.start();
     const listeners = new Listeners();
-    const app = await buildApp(built.services, {
+    const app = await buildApp(services.services, {
       tokens,
       requireAuth: tcp !== undefined,
       logger: fastifyLoggerOptions(opts.logLevel),
@@ -141,8 +117,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
     const close = async () => {
       log.info('shutting down: draining requests, leaving sandboxes running');
       await listeners.close(app, opts.drainMs ?? 10_000);
-      await built.snapshots.pool.close(); // pool VMs are not sandboxes: they are not kept
-      built.sandboxes.detach();
+      await services.detach();
       store?.close();
       await run.release();
       log.info('forkd daemon stopped');
@@ -150,12 +125,12 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
     return {
       socket: run.socket,
       tcp: tcpAddress,
-      services: built.services,
+      services: services.services,
       recovered,
       close: () => (closing ??= close()),
     };
   } catch (e) {
-    sandboxes?.detach();
+    await built?.detach();
     store?.close();
     await run.release();
     throw e;

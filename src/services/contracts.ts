@@ -2,6 +2,7 @@
  * What the route layer may ask of the services, as interfaces: the daemon wires the real
  * services in, API tests wire fakes. Routes parse and call these; services decide.
  * Field names follow the REST contract (src/contract/schemas.ts) so routes pass values through.
+ * Services return domain results and throw catalog errors; only routes make wire bodies.
  */
 import type { Readable } from 'node:stream';
 import type {
@@ -13,7 +14,6 @@ import type {
   ExecResultT,
   CreateSnapshotT,
   FileStatT,
-  ForkResultT,
   ImageT,
   PoolStateT,
   SandboxT,
@@ -81,6 +81,18 @@ export interface ForkRequest {
   all_or_nothing?: boolean;
 }
 
+/**
+ * The answer to a fork of n children: who came up, and each failed child's error itself
+ * (the route turns it into the catalog body, scrubbed like any other error).
+ */
+export interface ForkOutcome {
+  sandboxes: SandboxT[];
+  failed: { index: number; error: unknown }[];
+}
+
+/** A branch's answer, its children (with `fork`) as a ForkOutcome. */
+export type BranchOutcome = Omit<BranchResultT, 'children'> & { children?: ForkOutcome };
+
 export interface SnapshotService {
   /**
    * Boot, warm, capture, publish; `onProgress` gets human-readable steps; aborting `signal`
@@ -100,14 +112,20 @@ export interface SnapshotService {
    * while snapshots are built on it unless `cascade` removes that whole subtree.
    */
   remove(tag: string, opts: { force?: boolean; cascade?: boolean }): Promise<void>;
-  /** Capture a running sandbox into a new snapshot; the sandbox keeps running. */
-  branch(id: string, req: BranchRequestT, caller: Caller): Promise<BranchResultT>;
   /** Flatten a chained snapshot into a standalone one under a new tag. */
   compact(tag: string, to: string, caller: Caller): Promise<SnapshotT>;
   /** Every image, snapshot and live sandbox with its parent edge (only `tag`'s subtree if given). */
   lineage(tag?: string): Promise<LineageT>;
   setPool(tag: string, size: number, opts?: { prewarm?: boolean }): Promise<PoolStateT>;
-  fork(req: ForkRequest, caller: Caller): Promise<ForkResultT>;
+  fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome>;
+}
+
+export interface BranchService {
+  /**
+   * Capture a running sandbox into a new snapshot; the sandbox keeps running. With
+   * `no_wait` the answer comes once the source resumed (the snapshot is `writing` then).
+   */
+  branch(id: string, req: BranchRequestT, caller: Caller): Promise<BranchOutcome>;
 }
 
 export interface ImageService {
@@ -147,6 +165,7 @@ export interface HostInfo {
 export interface Services {
   sandboxes: SandboxService;
   snapshots: SnapshotService;
+  branch: BranchService;
   images: ImageService;
   audit: AuditLog;
   host: HostInfo;

@@ -17,10 +17,9 @@ import {
   readlink,
 } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import type { Paths } from '../config.js';
+import { repoRoot, type Paths } from '../config.js';
 import { ForkdError } from '../errors.js';
 import { run } from '../util/exec.js';
 
@@ -46,11 +45,6 @@ export const GUEST_MODULES = [
 ];
 
 const KERNEL_PACKAGE = 'linux-image-cloud-amd64';
-
-/** The repository root (the agent binary is built there by `npm run build`). */
-export function repoRoot(): string {
-  return join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-}
 
 /** The agent binary built from agent/ in this checkout. */
 export function builtAgentPath(): string {

@@ -93,7 +93,7 @@ test('branch passes id, body and principal; answers 201 BranchResult', async () 
   const { status, body: result } = await branch(body);
   assert.equal(status, 201);
   assert.deepEqual(lastCall(), {
-    service: 'snapshots',
+    service: 'branch',
     method: 'branch',
     args: [SEED.sandbox, body, CALLER],
   });
@@ -138,14 +138,14 @@ test('branch errors: unknown sandbox 404, taken tag 409, capacity 503 with Retry
   const taken = await branch({ tag: SEED.snapshot });
   assert.deepEqual([taken.status, taken.body.error.code], [409, 'name_taken']);
   fake.failWith(
-    'snapshots',
+    'branch',
     'branch',
     new ForkdError('capacity', 'too many branches in flight', { retry_after_s: 2 }),
   );
   const busy = await branch({ tag: 'b9' });
   assert.deepEqual([busy.status, busy.body.error.code], [503, 'capacity']);
   assert.equal(busy.res.headers['retry-after'], '2');
-  fake.failWith('snapshots', 'branch', new Error('qmp /var/lib/forkd/sandboxes/x/qmp.sock gone'));
+  fake.failWith('branch', 'branch', new Error('qmp /var/lib/forkd/sandboxes/x/qmp.sock gone'));
   const crash = await branch({ tag: 'b9' });
   assert.deepEqual([crash.status, crash.body.error.code], [500, 'internal']);
   assert.doesNotMatch(crash.res.body, /\/var|qmp/);

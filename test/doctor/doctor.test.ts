@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { forkd } from '../helpers/cli.js';
 import { forkdHome } from '../../src/config.js';
-import { CHECK_IDS, type CheckResult } from '../../src/services/host.js';
+import { CHECK_IDS, type CheckResult } from '../../src/services/doctor.js';
 
 interface Report {
   ok: boolean;

@@ -4,7 +4,7 @@
  * the one instant the branch was taken, memory and disk agreeing.
  */
 import assert from 'node:assert/strict';
-import type { BranchResultT } from '../../src/contract/schemas.js';
+import type { BranchOutcome } from '../../src/services/contracts.js';
 import { caller, sh, type TestServices } from './services.js';
 
 // Each line: counter value and the hostname of the VM that wrote it (forks get new names).
@@ -48,7 +48,7 @@ export function assertContiguous(log: [number, string][], who: string): void {
 export async function assertChildrenFromOneInstant(
   s: TestServices,
   src: string,
-  res: BranchResultT,
+  res: BranchOutcome,
 ): Promise<void> {
   const kids = res.children?.sandboxes.map((k) => k.id) ?? [];
   assert.ok(kids.length > 0, JSON.stringify(res.children?.failed));

@@ -12,7 +12,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError } from '../../src/errors.js';
 import type {
   AuditEntry,
+  BranchOutcome,
+  BranchService,
   ExecStream,
+  ForkOutcome,
   ImageService,
   SandboxService,
   Services,
@@ -20,11 +23,9 @@ import type {
 } from '../../src/services/contracts.js';
 import type {
   BranchRequestT,
-  BranchResultT,
   CreateSnapshotT,
   ExecRequestT,
   FileStatT,
-  ForkResultT,
   ImageT,
   LineageT,
   SandboxT,
@@ -43,8 +44,13 @@ export const SEED = {
   brokenSnapshot: 'broken',
 };
 
-type ServiceName = 'sandboxes' | 'images' | 'snapshots';
-const SERVICES: ReadonlySet<string> = new Set<ServiceName>(['sandboxes', 'images', 'snapshots']);
+type ServiceName = 'sandboxes' | 'images' | 'snapshots' | 'branch';
+const SERVICES: ReadonlySet<string> = new Set<ServiceName>([
+  'sandboxes',
+  'images',
+  'snapshots',
+  'branch',
+]);
 
 export interface Call {
   service: string;
@@ -186,6 +192,7 @@ export class FakeServices {
       sandboxes: this.recorded('sandboxes', this.sandboxService()),
       images: this.recorded('images', this.imageService()),
       snapshots: this.recorded('snapshots', this.snapshotService()),
+      branch: this.recorded('branch', { branch: (id, req) => this.branch(id, req) } as BranchService),
       audit: { record: (entry) => void this.audit.push(entry) },
       host: {
         qemuVersion: async () => '8.2.2',
@@ -478,11 +485,11 @@ export class FakeServices {
         file: 'memory',
       });
     }
-    const result: ForkResultT = { sandboxes: [], failed: [] };
+    const result: ForkOutcome = { sandboxes: [], failed: [] };
     for (let index = 0; index < n; index++) {
       if (this.failingChildren.has(index)) {
         const message = `child ${index} did not come up: see /var/lib/forkd/sandboxes/x/console.log`;
-        result.failed.push({ index, error: { code: 'boot_failed', message } });
+        result.failed.push({ index, error: new ForkdError('boot_failed', message) });
         continue;
       }
       const id = `sbx-${hex12(this.counter++)}`;
@@ -529,7 +536,7 @@ export class FakeServices {
    * A branch of a running sandbox: a snapshot chained on the one the sandbox was forked
    * from (standalone for a booted one), `writing` with no_wait, and `fork` children of it.
    */
-  private async branch(id: string, req: BranchRequestT): Promise<BranchResultT> {
+  private async branch(id: string, req: BranchRequestT): Promise<BranchOutcome> {
     const source = this.sandbox(id);
     if (source.state !== 'running') {
       throw new ForkdError('sandbox_not_running', `sandbox ${id} is ${source.state}`);
@@ -549,7 +556,7 @@ export class FakeServices {
         labels: req.labels ?? {},
       }),
     );
-    const result: BranchResultT = {
+    const result: BranchOutcome = {
       snapshot: this.snapshot(tag),
       mode: req.mode ?? 'copy',
       pause_ms: 42.5,
@@ -600,7 +607,6 @@ export class FakeServices {
         return { ok: false, problems: [{ file: 'memory', problem: 'missing' }] };
       },
       remove: async (tag, opts) => this.removeSnapshot(tag, opts),
-      branch: (id, req) => this.branch(id, req),
       compact: async (tag, to) => this.compact(tag, to),
       lineage: async (tag) => this.lineage(tag),
       setPool: async (tag, size, opts) => {

@@ -1,47 +1,35 @@
 /**
- * The daemon's real services, in-process, over a test home: store, sandbox and snapshot
- * services as `forkd daemon` wires them, for end-to-end tests with real VMs that need no
+ * The daemon's real services, in-process, over a test home: store and services as
+ * `forkd daemon` wires them (src/services/index.ts), for end-to-end tests with real VMs that need no
  * HTTP. `close` kills every sandbox and pool VM and closes the store.
  */
 import { Store } from '../../src/store/db.js';
-import { SandboxManager } from '../../src/services/sandboxes/service.js';
-import {
-  SnapshotManager,
-  type SnapshotServiceOptions,
-} from '../../src/services/snapshots/service.js';
+import { buildServices, type ServiceOptions, type ServiceSet } from '../../src/services/index.js';
 import { assertNoLeftovers, type TestHome } from './home.js';
 
-export interface TestServices {
+export interface TestServices extends ServiceSet {
   store: Store;
-  sandboxes: SandboxManager;
-  snapshots: SnapshotManager;
-  close(): Promise<void>;
 }
 
 export const caller = { principal: 'test' };
 
 export async function startServices(
   home: TestHome,
-  extra: Partial<SnapshotServiceOptions> = {},
+  extra: Partial<ServiceOptions> = {},
 ): Promise<TestServices> {
   const store = Store.open(home.paths.db);
-  const sandboxes = new SandboxManager({ paths: home.paths, store });
-  await sandboxes.start();
-  const snapshots = new SnapshotManager({
+  const set = buildServices({
     paths: home.paths,
     store,
-    sandboxes,
     qemuVersion: async () => 'test',
     ...extra,
   });
-  await snapshots.start();
+  await set.start();
   return {
+    ...set,
     store,
-    sandboxes,
-    snapshots,
     close: async () => {
-      await snapshots.pool.close();
-      await sandboxes.killAll();
+      await set.close();
       store.close();
     },
   };

@@ -5,7 +5,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
-import { findAptMirror } from '../../src/services/images.js';
+import { findAptMirror } from '../../src/services/images/index.js';
 
 async function aptDir(t: TestContext, files: Record<string, string>): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'forkd-apt-'));

@@ -26,7 +26,7 @@ import {
   listImages,
   removeImage,
   validateImageName,
-} from '../../src/services/images.js';
+} from '../../src/services/images/index.js';
 import { removeTree } from '../../src/services/images/store.js';
 import { run } from '../../src/util/exec.js';
 import { ext4Check, ext4Read, ext4Stat, imagesDirEntries, tempHome } from './fixtures.js';

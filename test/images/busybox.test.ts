@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CLI } from '../helpers/cli.js';
 import { run } from '../../src/util/exec.js';
-import { getImage, HOST_BUSYBOX, isStaticElf } from '../../src/services/images.js';
+import { getImage, HOST_BUSYBOX, isStaticElf } from '../../src/services/images/index.js';
 import { ext4Check, ext4Read, ext4Stat, tempHome } from './fixtures.js';
 
 const asRoot = process.getuid?.() === 0;

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { buildDebianImage } from '../../src/services/images.js';
+import { buildDebianImage } from '../../src/services/images/index.js';
 import { ext4Check, ext4Read, ext4Stat, imagesDirEntries, tempHome } from './fixtures.js';
 
 test(

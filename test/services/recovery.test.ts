@@ -10,7 +10,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { bootSandbox } from '../../src/services/sandboxes.js';
+import { bootSandbox } from '../../src/services/sandboxes/sandbox.js';
 import { SandboxManager } from '../../src/services/sandboxes/service.js';
 import { Store } from '../../src/store/db.js';
 import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../helpers/home.js';

@@ -10,7 +10,7 @@ import { Gate } from '../../src/services/sandboxes/gate.js';
 import { ExpiryTimers } from '../../src/services/sandboxes/expiry.js';
 import { EventQueue } from '../../src/services/sandboxes/queue.js';
 import { decodeBase64, newExecId } from '../../src/services/sandboxes/exec.js';
-import { parseQemuVersion } from '../../src/services/host-info.js';
+import { parseQemuVersion } from '../../src/services/host.js';
 
 test('a gate refuses past its limit with capacity and retry_after_s, and frees on release', () => {
   const gate = new Gate('things', 2, 3);

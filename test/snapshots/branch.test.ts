@@ -6,7 +6,7 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { compareRegion } from '../../src/drivers/qemu/capture.js';
+import { compareRegion } from '../../src/drivers/qemu/helper.js';
 import { isForkdError } from '../../src/errors.js';
 import { makeTestHome, type TestHome } from '../helpers/home.js';
 import {
@@ -48,7 +48,7 @@ after(() => closeAndCheck(s, home));
 test('branch: source keeps running; children start at the branch instant, memory and disk alike', async () => {
   const src = await bootLogger(s);
   const before = compares.length;
-  const res = await s.snapshots.branch(src, { tag: 'b1', fork: 3 }, caller);
+  const res = await s.branch.branch(src, { tag: 'b1', fork: 3 }, caller);
   assert.ok(res.pause_ms > 0 && res.captured_bytes > 0);
   assert.equal(compares.length, before + 1);
   assert.equal(compares.at(-1)?.differing, 0, 'captured memory differs from the stopped RAM');
@@ -63,10 +63,10 @@ test('the capture matches the stopped RAM page for page: booted, forked, idle an
   const busy = (await s.sandboxes.create({ image: 'busybox' }, caller)).id;
   await sh(s, busy, `(${MEMORY_WRITER}) </dev/null >/dev/null 2>&1 &`);
   await new Promise((r) => setTimeout(r, 1500));
-  await s.snapshots.branch(idle, { tag: 'ref-idle' }, caller);
-  await s.snapshots.branch(busy, { tag: 'ref-busy' }, caller);
+  await s.branch.branch(idle, { tag: 'ref-idle' }, caller);
+  await s.branch.branch(busy, { tag: 'ref-busy' }, caller);
   const [forked] = (await s.snapshots.fork({ snapshot: 'ref-busy', n: 1 }, caller)).sandboxes;
-  await s.snapshots.branch(forked?.id as string, { tag: 'ref-forked' }, caller);
+  await s.branch.branch(forked?.id as string, { tag: 'ref-forked' }, caller);
   const last = compares.slice(-3);
   assert.deepEqual(
     last.map((c) => c.differing),
@@ -81,7 +81,7 @@ test('five branches in a row, and a branch of a branch child: all fork correctly
   const src = await bootLogger(s);
   for (let i = 1; i <= 5; i++) {
     await sh(s, src, `echo ${i} > /root/gen.txt`);
-    await s.snapshots.branch(src, { tag: `gen${i}` }, caller);
+    await s.branch.branch(src, { tag: `gen${i}` }, caller);
   }
   for (let i = 1; i <= 5; i++) {
     const [kid] = (await s.snapshots.fork({ snapshot: `gen${i}`, n: 1 }, caller)).sandboxes;
@@ -94,7 +94,7 @@ test('five branches in a row, and a branch of a branch child: all fork correctly
   assert.equal(info.depth, 4);
   const [child] = (await s.snapshots.fork({ snapshot: 'gen2', n: 1 }, caller)).sandboxes;
   await sh(s, child?.id as string, 'echo grandchild > /root/gc.txt');
-  await s.snapshots.branch(child?.id as string, { tag: 'gen2-child' }, caller);
+  await s.branch.branch(child?.id as string, { tag: 'gen2-child' }, caller);
   const [gc] = (await s.snapshots.fork({ snapshot: 'gen2-child', n: 1 }, caller)).sandboxes;
   assert.equal(await sh(s, gc?.id as string, 'cat /root/gen.txt /root/gc.txt'), '2\ngrandchild\n');
   assert.deepEqual((await s.snapshots.get('gen2-child')).ancestors, ['gen2', 'gen1']);

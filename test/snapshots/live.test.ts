@@ -78,7 +78,7 @@ async function startWriter(id: string): Promise<void> {
 
 test('live branch: children start at the branch instant, memory and disk alike', async () => {
   const src = await bootLogger(s);
-  const res = await s.snapshots.branch(src, { tag: 'live-log', fork: 3, mode: 'live' }, caller);
+  const res = await s.branch.branch(src, { tag: 'live-log', fork: 3, mode: 'live' }, caller);
   assert.equal(res.mode, 'live');
   assert.ok(res.pause_ms > 0 && res.captured_bytes > 0);
   assert.equal(await differingPages(refs.at(-1)!.ref, memoryFile('live-log')), 0);
@@ -90,13 +90,13 @@ test('live branch: children start at the branch instant, memory and disk alike',
 
 /** BRANCHES live branches of a writing sandbox: each compared, cleaned up, memory noted. */
 async function branchRepeatedly(id: string, kind: string): Promise<void> {
-  const qemu = s.sandboxes.vmOf(id).pid;
+  const qemu = (await s.sandboxes.lease(id)).vm.pid;
   const growth: number[] = [];
   const differing: number[] = [];
   for (let i = 0; i < BRANCHES; i++) {
     const before = await statusKiB(qemu, 'RssAnon');
     const tag = `${kind}-${i}`;
-    const res = await s.snapshots.branch(id, { tag, mode: 'live' }, caller);
+    const res = await s.branch.branch(id, { tag, mode: 'live' }, caller);
     growth.push((await statusKiB(qemu, 'RssAnon')) - before);
     const { ref, region } = refs.at(-1)!;
     assert.equal(region.pid, qemu);
@@ -146,10 +146,10 @@ test('2 vCPUs both writing (one QEMU thread each): live branches match the stopp
   );
   await new Promise((r) => setTimeout(r, 2000));
   for (let i = 0; i < 3; i++) {
-    await s.snapshots.branch(id, { tag: `smp-${i}`, mode: 'live' }, caller);
+    await s.branch.branch(id, { tag: `smp-${i}`, mode: 'live' }, caller);
     assert.equal(await differingPages(refs.at(-1)!.ref, memoryFile(`smp-${i}`)), 0);
     await removeReference(refs.at(-1)!.ref);
-    await assertNothingLeft(s.sandboxes.vmOf(id).pid);
+    await assertNothingLeft((await s.sandboxes.lease(id)).vm.pid);
   }
   await s.sandboxes.kill(id);
   await s.snapshots.remove('smp-0', { cascade: true });
@@ -157,10 +157,10 @@ test('2 vCPUs both writing (one QEMU thread each): live branches match the stopp
 
 test('copier killed mid-copy: the branch fails, the source runs on, nothing is left', async () => {
   const id = (await s.sandboxes.create({ image: 'busybox' }, caller)).id;
-  const vm = s.sandboxes.vmOf(id);
+  const vm = (await s.sandboxes.lease(id)).vm;
   process.env.FORKD_LIVE_THROTTLE_MS = '100'; // 0.1 s per 2 MiB: the copy takes seconds
   try {
-    const res = await s.snapshots.branch(id, { tag: 'cut', mode: 'live', no_wait: true }, caller);
+    const res = await s.branch.branch(id, { tag: 'cut', mode: 'live', no_wait: true }, caller);
     assert.equal(res.snapshot.state, 'writing');
     const [copier] = await runningCopiers();
     assert.ok(copier, 'no copier running after the answer');
@@ -182,7 +182,7 @@ test('copier killed mid-copy: the branch fails, the source runs on, nothing is l
   await assertNothingLeft(vm.pid);
   assert.equal(await sh(s, id, 'echo alive'), 'alive\n');
   await sh(s, id, 'echo after > /root/after.txt; sync');
-  const again = await s.snapshots.branch(id, { tag: 'after-cut', mode: 'live' }, caller);
+  const again = await s.branch.branch(id, { tag: 'after-cut', mode: 'live' }, caller);
   assert.equal(await differingPages(refs.at(-1)!.ref, memoryFile('after-cut')), 0);
   assert.ok(again.pause_ms > 0);
   // The failed branch's disk layer was folded back: the chain outlives the source.

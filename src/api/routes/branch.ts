@@ -5,7 +5,8 @@
  * request and calls the snapshot service. Removing a chain (`cascade`) is DELETE
  * /v1/snapshots/:tag (routes/snapshots.ts).
  */
-import type { Services } from '../../services/contracts.js';
+import type { FastifyBaseLogger } from 'fastify';
+import type { BranchOutcome, Services } from '../../services/contracts.js';
 import {
   BranchRequest,
   BranchResult,
@@ -35,13 +36,13 @@ function checkBranch(body: BranchRequestT): void {
 }
 
 /** The answer as sent: the children's errors in catalog form, 5xx ones scrubbed. */
-function branchAnswer(result: BranchResultT): BranchResultT {
-  if (!result.children) return result;
-  return { ...result, children: forkAnswer(result.children) };
+function branchAnswer(result: BranchOutcome, log: FastifyBaseLogger): BranchResultT {
+  const { children, ...rest } = result;
+  return children ? { ...rest, children: forkAnswer(children, log) } : rest;
 }
 
 export async function branchRoutes(app: Api, { services }: { services: Services }) {
-  const snapshots = services.snapshots;
+  const { snapshots, branch } = services;
 
   app.post(
     '/v1/sandboxes/:id/branch',
@@ -57,10 +58,10 @@ export async function branchRoutes(app: Api, { services }: { services: Services 
     },
     async (request, reply) => {
       checkBranch(request.body);
-      const result = await snapshots.branch(request.params.id, request.body, callerOf(request));
+      const result = await branch.branch(request.params.id, request.body, callerOf(request));
       request.counted = { branches: 1, forks: result.children?.sandboxes.length ?? 0 };
       request.pauseMs = result.pause_ms;
-      return reply.code(201).send(branchAnswer(result));
+      return reply.code(201).send(branchAnswer(result, request.log));
     },
   );
 

@@ -3,10 +3,11 @@
  * (PATCH), kill, and the console log. Each parses the request and calls the sandbox service
  * (or, for a fork, the snapshot service); the services decide everything else.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
+import { isForkdError } from '../../errors.js';
 import Type from 'typebox';
-import type { ForkRequest, Services } from '../../services/contracts.js';
-import { errorBody, fromErrorObject } from '../errors.js';
+import type { ForkOutcome, ForkRequest, Services } from '../../services/contracts.js';
+import { errorBody, toForkdError } from '../errors.js';
 import {
   CreateSandbox,
   ListSandboxesQuery,
@@ -63,20 +64,19 @@ function forkRequest(body: ForkBody): ForkRequest {
 }
 
 /** A ForkResult as sent: the children's errors in catalog form, 5xx ones scrubbed. */
-export function forkAnswer(result: ForkResultT): ForkResultT {
-  const failed = result.failed.map(({ index, error }) => ({
-    index,
-    error: errorBody(fromErrorObject(error)).error,
-  }));
+export function forkAnswer(result: ForkOutcome, log: FastifyBaseLogger): ForkResultT {
+  const failed = result.failed.map(({ index, error }) => {
+    if (!isForkdError(error)) log.error({ err: error, index }, 'a fork child failed');
+    return { index, error: errorBody(toForkdError(error)).error };
+  });
   return { sandboxes: result.sandboxes, failed };
 }
 
 /** A fork without `n` answers like a boot: the one child, or its failure as the error. */
-function onlyChild(result: ForkResultT): SandboxT {
+function onlyChild(result: ForkOutcome): SandboxT {
   const [child] = result.sandboxes;
   if (child) return child;
-  const failure = result.failed[0]?.error;
-  throw failure ? fromErrorObject(failure) : new Error('a fork of one reported no child');
+  throw result.failed[0]?.error ?? new Error('a fork of one reported no child');
 }
 
 export async function sandboxRoutes(app: Api, { services }: { services: Services }) {
@@ -86,7 +86,7 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
   async function fork(body: ForkBody, request: FastifyRequest, reply: FastifyReply) {
     const result = await services.snapshots.fork(forkRequest(body), callerOf(request));
     request.counted = { forks: result.sandboxes.length };
-    return reply.code(201).send(body.n === undefined ? onlyChild(result) : forkAnswer(result));
+    return reply.code(201).send(body.n === undefined ? onlyChild(result) : forkAnswer(result, request.log));
   }
 
   app.post(

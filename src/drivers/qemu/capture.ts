@@ -6,25 +6,12 @@
  * In `live` mode the pages are not copied in the pause: QEMU is made to fork (live.ts), and
  * they are copied from that frozen copy-on-write view after the VM resumed.
  */
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { ForkdError } from '../../errors.js';
-import { run } from '../../util/exec.js';
-import { repoRoot } from '../../services/guest.js';
+import { closeLayer, openLayer, switchLayer, type Layer } from './disk.js';
+import { copyPages, ramRegion, sparseCopy, type CopiedPages, type RamRegion } from './helper.js';
 import { cleanupLive, LiveCopier } from './live.js';
 import type { Vm } from './vm.js';
 
-export const CAPTURE_BINARY =
-  process.env.FORKD_CAPTURE_BIN ?? join(repoRoot(), 'native', 'build', 'forkd-capture');
-
-/** The guest-RAM mapping inside the QEMU process. */
-export interface RamRegion {
-  pid: number;
-  start: bigint;
-  end: bigint;
-  /** Offset of `start` in the base file (the mapping's file offset). */
-  fileOffset: bigint;
-}
+export type { RamRegion } from './helper.js';
 
 export interface CaptureFiles {
   /** New memory file to write (must not exist yet or be disposable). */
@@ -34,14 +21,13 @@ export interface CaptureFiles {
 }
 
 /**
- * Freeze the disk's top layer at the capture instant: the VM goes on writing to a new
- * overlay (an existing qcow2 file whose header already names its backing file). A VM that
- * is ended after its capture needs none: `stop` already flushed its disk.
+ * Freeze the disk's top layer at the capture instant: the VM goes on writing to `next`
+ * (an existing qcow2 file whose header already names its backing file: disk.ts). A VM
+ * that is ended after its capture needs none: `stop` already flushed its disk.
  */
 export interface DiskFreeze {
-  topNode: string;
-  nextNode: string;
-  nextOverlay: string;
+  top: Layer;
+  next: Layer;
 }
 
 /**
@@ -51,12 +37,8 @@ export interface DiskFreeze {
 export type CaptureMode = 'copy' | 'live';
 
 /** The pages the VM had written, as copied into the memory file. */
-export interface CapturedPages {
-  pages: number;
-  bytes: number;
-  /** How long copying them took (in the pause for `copy`, after it for `live`). */
-  ms: number;
-}
+/** Its `ms`: in the pause for `copy`, after it for `live`. */
+export type CapturedPages = CopiedPages;
 
 export interface CaptureResult {
   mode: CaptureMode;
@@ -68,53 +50,6 @@ export interface CaptureResult {
    * the copy from the frozen view in `live` mode (which rejects if that copy fails).
    */
   pages: Promise<CapturedPages>;
-}
-
-/** Find the mapping of the RAM base file in /proc/PID/maps (the one of the guest's size). */
-export async function ramRegion(
-  pid: number,
-  basePath: string,
-  sizeBytes: number,
-): Promise<RamRegion> {
-  const maps = await readFile(`/proc/${pid}/maps`, 'utf8');
-  for (const line of maps.split('\n')) {
-    const m = /^([0-9a-f]+)-([0-9a-f]+) \S+ ([0-9a-f]+) \S+ \d+\s+(.*)$/.exec(line);
-    if (!m || m[4] !== basePath) continue;
-    const start = BigInt(`0x${m[1]}`);
-    const end = BigInt(`0x${m[2]}`);
-    if (end - start !== BigInt(sizeBytes)) continue;
-    return { pid, start, end, fileOffset: BigInt(`0x${m[3]}`) };
-  }
-  throw new ForkdError('internal', `guest RAM mapping of ${basePath} not found in QEMU ${pid}`);
-}
-
-async function captureTool(args: string[]): Promise<Record<string, number>> {
-  const { stdout } = await run(CAPTURE_BINARY, args);
-  return JSON.parse(stdout) as Record<string, number>;
-}
-
-/** Sparse copy of a base file (or an empty file of `size` for /dev/zero). */
-export function sparseCopy(
-  src: string,
-  dst: string,
-  size: number,
-): Promise<Record<string, number>> {
-  return captureTool(['sparse-copy', src, dst, String(size)]);
-}
-
-/** Count pages of the mapping that differ from `file` (verification; reads all of RAM). */
-export function compareRegion(r: RamRegion, file: string): Promise<Record<string, number>> {
-  return captureTool(['compare', ...regionArgs(r), file]);
-}
-
-/** `PID VSTART VEND` of forkd-capture's commands. */
-export function mappingArgs(r: RamRegion): string[] {
-  return [String(r.pid), `0x${r.start.toString(16)}`, `0x${r.end.toString(16)}`];
-}
-
-/** `PID VSTART VEND FILEOFF`. */
-export function regionArgs(r: RamRegion): string[] {
-  return [...mappingArgs(r), String(r.fileOffset)];
 }
 
 /** Lap timer: each lap's ms under its name. */
@@ -132,21 +67,6 @@ function laps(): { t: Record<string, number>; lap: (name: string) => void; reset
   };
 }
 
-/**
- * Open the layer the VM will write to after the freeze, while it still runs (so the pause
- * holds only the switch). The overlay file was made beforehand with the backing path it
- * must keep; adding it with no backing and then `blockdev-snapshot` leaves its header as
- * written (the -sync variant would write QEMU's own, ever longer, name for the frozen node).
- */
-async function addNextLayer(vm: Vm, disk: DiskFreeze): Promise<void> {
-  await vm.qmp.execute('blockdev-add', {
-    driver: 'qcow2',
-    'node-name': disk.nextNode,
-    file: { driver: 'file', filename: disk.nextOverlay },
-    backing: null,
-  });
-}
-
 /** The copy's end in live mode; a failed copy leaves nothing behind in QEMU either. */
 async function liveCopied(copier: LiveCopier): Promise<CapturedPages> {
   try {
@@ -156,12 +76,6 @@ async function liveCopied(copier: LiveCopier): Promise<CapturedPages> {
     await cleanupLive(copier.region).catch(() => undefined);
     throw e;
   }
-}
-
-/** Copy the pages the VM has written into the memory file (mode copy). */
-async function copyPagesNow(region: RamRegion, memory: string): Promise<CapturedPages> {
-  const got = await captureTool(['pages', ...regionArgs(region), memory]);
-  return { pages: got.pages ?? 0, bytes: got.bytes ?? 0, ms: got.ms ?? 0 };
 }
 
 /**
@@ -196,34 +110,31 @@ export async function captureVm(
     // Copy the written pages once while the VM still runs: the copy made in the pause then
     // lands on page-cache pages that already exist, which is several times faster than
     // first-touching new ones (no dirty tracking here, so the pause copies them all again).
-    await copyPagesNow(region, files.memory);
+    await copyPages(region, files.memory);
     lap('precopy_ms');
   }
   let resumed = false;
   let frozen = false;
   try {
     if (opts.disk) {
-      await addNextLayer(vm, opts.disk);
+      await openLayer(vm, opts.disk.next);
       lap('disk_add_ms');
     }
     const stoppedAt = performance.now();
-    await vm.qmp.execute('stop');
+    await vm.pause();
     lap('stop_ms');
     // Live: QEMU forks on another of its threads while its main thread switches the disk
     // and saves the device state (guest RAM no longer changes once `stop` returned).
     const forking = copier?.fork();
     forking?.catch(() => undefined); // awaited below; never an unhandled rejection
-    const copied = copier ? undefined : await copyPagesNow(region, files.memory);
+    const copied = copier ? undefined : await copyPages(region, files.memory);
     if (copied) lap('pages_ms');
     if (opts.disk) {
-      await vm.qmp.execute('blockdev-snapshot', {
-        node: opts.disk.topNode,
-        overlay: opts.disk.nextNode,
-      });
+      await switchLayer(vm, opts.disk.top, opts.disk.next);
       frozen = true;
       lap('disk_ms');
     }
-    await vm.qmp.execute('xen-save-devices-state', { filename: files.deviceState, live: false });
+    await vm.saveDeviceState(files.deviceState);
     lap('device_state_ms');
     if (forking) {
       t.fork_ms = (await forking).fork_ms;
@@ -237,7 +148,7 @@ export async function captureVm(
       reset();
     }
     if (opts.resume) {
-      await vm.qmp.execute('cont');
+      await vm.resume();
       resumed = true;
       lap('cont_ms');
     }
@@ -252,12 +163,10 @@ export async function captureVm(
     }
     // A layer opened but never switched to would make the next branch fail on its name.
     if (opts.disk && !frozen) {
-      await vm.qmp
-        .execute('blockdev-del', { 'node-name': opts.disk.nextNode })
-        .catch(() => undefined);
+      await closeLayer(vm, opts.disk.next).catch(() => undefined);
     }
     throw e;
   } finally {
-    if (opts.resume && !resumed) await vm.qmp.execute('cont').catch(() => undefined);
+    if (opts.resume && !resumed) await vm.resume().catch(() => undefined);
   }
 }

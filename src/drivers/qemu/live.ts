@@ -7,7 +7,8 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { ForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
-import { CAPTURE_BINARY, mappingArgs, regionArgs, type RamRegion } from './capture.js';
+import { CAPTURE_BINARY, mappingArgs, ramRegion, regionArgs, type RamRegion } from './helper.js';
+import type { Vm } from './vm.js';
 
 /** What the copier reports when its copy is complete. */
 export interface LiveCopy {
@@ -127,6 +128,11 @@ export class LiveCopier {
 export async function cleanupLive(region: RamRegion): Promise<{ zombies: number; reaped: number }> {
   const { stdout } = await run(CAPTURE_BINARY, ['live-cleanup', ...mappingArgs(region)]);
   return JSON.parse(stdout) as { zombies: number; reaped: number };
+}
+
+/** {@link cleanupLive} on a VM's guest RAM. */
+export async function reapLiveForks(vm: Vm): Promise<{ zombies: number; reaped: number }> {
+  return cleanupLive(await ramRegion(vm.pid, vm.spec.memPath, vm.spec.memoryMiB * 1024 * 1024));
 }
 
 export interface LiveProbe {

@@ -12,11 +12,10 @@ import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { AgentClient } from '../../drivers/agent/client.js';
 import { detectAccel } from '../../drivers/qemu/accel.js';
-import { ramRegion } from '../../drivers/qemu/capture.js';
-import { cleanupLive } from '../../drivers/qemu/live.js';
+import { reapLiveForks } from '../../drivers/qemu/live.js';
 import { isQemuOf, readQemuPid, Vm } from '../../drivers/qemu/vm.js';
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
-import { connectGuest, memPathOf, OWNER_FILE, sandboxVmSpec } from '../sandboxes.js';
+import { connectGuest, memPathOf, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
 import { removeLeftovers } from './leftovers.js';
 import type { ServiceLog } from './log.js';
 
@@ -110,10 +109,9 @@ async function adopt(
  * `cont`): resume it, the half-made snapshot is discarded by the snapshot service.
  */
 async function resumeIfPaused(ctx: ReconcileContext, row: SandboxRow, vm: Vm): Promise<void> {
-  const st = await vm.qmp.execute<{ status: string }>('query-status');
-  if (st.status !== 'paused') return;
+  if ((await vm.status()) !== 'paused') return;
   ctx.log.warn({ sandbox: row.id }, 'resuming a sandbox left paused by an interrupted branch');
-  await vm.qmp.execute('cont');
+  await vm.resume();
 }
 
 /**
@@ -121,8 +119,7 @@ async function resumeIfPaused(ctx: ReconcileContext, row: SandboxRow, vm: Vm): P
  * frozen fork of QEMU dies too, but stays a zombie until QEMU reaps it: make it.
  */
 async function reapFrozenForks(ctx: ReconcileContext, row: SandboxRow, vm: Vm): Promise<void> {
-  const region = await ramRegion(vm.pid, vm.spec.memPath, vm.spec.memoryMiB * 1024 * 1024);
-  const { zombies, reaped } = await cleanupLive(region);
+  const { zombies, reaped } = await reapLiveForks(vm);
   if (zombies)
     ctx.log.warn({ sandbox: row.id, zombies, reaped }, 'reaped frozen forks of a live branch');
 }

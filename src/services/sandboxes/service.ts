@@ -24,7 +24,7 @@ import type { SandboxRow, SandboxState } from '../../store/sandboxes.js';
 import type { Store } from '../../store/db.js';
 import { checkRange } from '../checks.js';
 import type { Caller, ExecStream, SandboxService } from '../contracts.js';
-import { DEFAULT_IMAGE, getImage } from '../images.js';
+import { DEFAULT_IMAGE, getImage } from '../images/index.js';
 import {
   bootSandbox,
   destroySandbox,
@@ -32,8 +32,9 @@ import {
   resolveResources,
   sandboxDir,
   type Sandbox,
-} from '../sandboxes.js';
+} from './sandbox.js';
 import { runBuffered, startStreaming } from './exec.js';
+import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
 import { openDownload, readTail, toWireStat } from './files.js';
 import { Gate } from './gate.js';
@@ -67,14 +68,6 @@ interface Live {
   execs: Map<string, ExecHandle>;
 }
 
-/** Brings up the VM of a new sandbox row other than by booting an image (a fork). */
-export type SandboxStarter = (req: {
-  id: string;
-  env: Record<string, string>;
-  signal: AbortSignal;
-  onStarted(vm: Vm): void;
-}) => Promise<Sandbox>;
-
 /** A boot in progress, so a kill can abort it. */
 interface Booting {
   abort: AbortController;
@@ -89,20 +82,9 @@ const EXEC_RETRY_S = 1;
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
 
 /** What a sandbox's `starting` row is made from, for a boot or a fork. */
-interface StartingInit {
-  /** The id a pooled VM already carries (its directory is named after it). */
-  id?: string;
-  image: string | null;
-  snapshot: string | null;
-  parent: string | null;
-  memoryMiB: number;
-  cpus: number;
-  labels?: Record<string, string>;
-  env?: Record<string, string>;
-  timeoutS?: number;
-}
+type StartingInit = Omit<ForkInit, 'snapshot'> & { snapshot: string | null };
 
-export class SandboxManager implements SandboxService {
+export class SandboxManager implements SandboxService, SandboxHost {
   private readonly live = new Map<string, Live>();
   private readonly booting = new Map<string, Booting>();
   private readonly ending = new Map<string, Promise<void>>();
@@ -171,7 +153,7 @@ export class SandboxManager implements SandboxService {
    * `start` restores the VM. Forks skip the boot gate: a restore costs a fraction of a boot.
    */
   async createForked(
-    init: StartingInit & { snapshot: string },
+    init: ForkInit,
     start: SandboxStarter,
     caller: Caller,
   ): Promise<SandboxT> {
@@ -213,19 +195,16 @@ export class SandboxManager implements SandboxService {
       .map((r) => r.id);
   }
 
-  /** The snapshot the sandbox's disk layers on now (null: straight on its image). */
-  diskBaseOf(id: string): string | null {
-    return this.row(id).disk_base;
-  }
-
-  /** After a branch the sandbox's disk layers on the new snapshot. */
-  setDiskBase(id: string, tag: string): void {
-    this.rows.update(id, { disk_base: tag });
-  }
-
-  /** The live VM of a running sandbox (capture needs the QEMU itself). */
-  vmOf(id: string): Vm {
-    return this.running(id).vm;
+  async lease(id: string): Promise<Lease> {
+    const { vm } = this.running(id);
+    const row = this.row(id);
+    return {
+      id,
+      vm,
+      info: toWire(row),
+      diskBase: row.disk_base,
+      setDiskBase: (tag) => void this.rows.update(id, { disk_base: tag }),
+    };
   }
 
   /** Boot a `starting` row's VM; on failure the row goes (or, when killed meanwhile, says so). */

@@ -7,9 +7,9 @@
 import { copyFile, link } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
+import { rebaseOnto } from '../../drivers/qemu/disk.js';
 import { ForkdError } from '../../errors.js';
-import { run } from '../../util/exec.js';
-import { imageFiles } from '../images.js';
+import { imageFiles } from '../images/index.js';
 import { snapshotDir, SNAPSHOT_FILES, type SnapshotManifest } from './files.js';
 
 /** Write a standalone copy of snapshot `m` into `staging`. */
@@ -24,5 +24,5 @@ export async function flattenInto(p: Paths, m: SnapshotManifest, staging: string
   // (parent layers included) differs from the image: the result needs no parent snapshot.
   const disk = join(staging, SNAPSHOT_FILES.disk);
   await copyFile(join(src, SNAPSHOT_FILES.disk), disk);
-  await run('qemu-img', ['rebase', '-q', '-f', 'qcow2', '-b', base, '-F', 'raw', disk]);
+  await rebaseOnto(disk, base);
 }

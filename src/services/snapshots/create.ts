@@ -12,8 +12,8 @@ import type { AgentClient } from '../../drivers/agent/client.js';
 import { captureVm } from '../../drivers/qemu/capture.js';
 import { ForkdError } from '../../errors.js';
 import { locateGuest } from '../guest.js';
-import { DEFAULT_IMAGE } from '../images.js';
-import { bootSandbox, destroySandbox, type Sandbox } from '../sandboxes.js';
+import { DEFAULT_IMAGE } from '../images/index.js';
+import { bootSandbox, destroySandbox, type Sandbox } from '../sandboxes/sandbox.js';
 import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
 
 export interface CreateContext {

@@ -1,5 +1,8 @@
 /**
- * Forking one child of a snapshot, in two halves so a pool can do the first ahead of time:
+ * Fork: N sandboxes restored from one snapshot, each its own QEMU mapping the snapshot's
+ * memory copy-on-write; each child is handed to the sandbox service through SandboxHost,
+ * which owns it from then on. One child is forked in two halves so a pool can do the first
+ * ahead of time:
  * `prepareChild` makes its directory and disk overlay and starts a QEMU waiting in
  * `-incoming defer` with the snapshot's device state on fd 3 and its RAM mapped
  * copy-on-write over the snapshot's memory file; `restoreChild` loads the state and
@@ -11,8 +14,11 @@ import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
 import { detectAccel } from '../../drivers/qemu/accel.js';
-import { createOverlay, Vm } from '../../drivers/qemu/vm.js';
+import { createOverlay } from '../../drivers/qemu/disk.js';
+import { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
+import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
+import type { SandboxHost } from '../sandboxes/host.js';
 import {
   connectGuest,
   memPathOf,
@@ -21,8 +27,9 @@ import {
   sandboxDir,
   sandboxVmSpec,
   type Sandbox,
-} from '../sandboxes.js';
+} from '../sandboxes/sandbox.js';
 import { snapshotDir, SNAPSHOT_FILES, type SnapshotManifest } from './files.js';
+import type { Pool } from './pool.js';
 
 /** A QEMU ready to become a child of a snapshot. */
 export interface PreparedChild {
@@ -80,7 +87,7 @@ export async function prewarmChild(child: PreparedChild): Promise<PreparedChild>
     await child.vm.restore();
     const agent = await connectGuest(child.vm, child.id, { bootTimeoutMs: 30_000 });
     await agent.run({ argv: ['true'] });
-    await child.vm.qmp.execute('stop');
+    await child.vm.pause();
     return { ...child, agent };
   } catch (e) {
     await discardChild(child);
@@ -93,7 +100,7 @@ async function resumeChild(
   child: PreparedChild & { agent: AgentClient },
   env?: Record<string, string>,
 ): Promise<Sandbox> {
-  await child.vm.qmp.execute('cont');
+  await child.vm.resume();
   await child.agent.configure({ timeMs: Date.now(), entropy: randomBytes(64), env: env ?? {} });
   return { id: child.id, dir: child.dir, vm: child.vm, agent: child.agent };
 }
@@ -124,4 +131,59 @@ export async function discardChild(child: PreparedChild): Promise<void> {
   child.agent?.close();
   await child.vm.kill();
   await rm(child.dir, { recursive: true, force: true });
+}
+
+/** What a fork needs besides the snapshot. */
+export interface ForkContext {
+  paths: Paths;
+  pool: Pool;
+  sandboxes: SandboxHost;
+}
+
+/**
+ * Fork `req.n` children of the snapshot `m` at once. Each child that fails is reported
+ * with its error; with `all_or_nothing` one failure kills the healthy ones too.
+ */
+export async function forkChildren(
+  ctx: ForkContext,
+  m: SnapshotManifest,
+  req: ForkRequest,
+  caller: Caller,
+): Promise<ForkOutcome> {
+  const settled = await Promise.allSettled(
+    Array.from({ length: req.n }, () => forkOne(ctx, m, req, caller)),
+  );
+  const result: ForkOutcome = { sandboxes: [], failed: [] };
+  settled.forEach((s, index) => {
+    if (s.status === 'fulfilled') result.sandboxes.push(s.value);
+    else result.failed.push({ index, error: s.reason });
+  });
+  if (result.failed.length > 0 && req.all_or_nothing) {
+    await Promise.all(result.sandboxes.map((sb) => ctx.sandboxes.kill(sb.id)));
+    result.sandboxes = [];
+  }
+  return result;
+}
+
+function forkOne(ctx: ForkContext, m: SnapshotManifest, req: ForkRequest, caller: Caller) {
+  const pooled = ctx.pool.take(m.tag);
+  return ctx.sandboxes.createForked(
+    {
+      id: pooled?.id,
+      snapshot: m.tag,
+      image: m.image,
+      parent: m.source_sandbox,
+      memoryMiB: m.memory_mib,
+      cpus: m.cpus,
+      labels: req.labels,
+      env: req.env,
+      timeoutS: req.timeout_s,
+    },
+    async ({ id, env, signal, onStarted }) => {
+      const child = pooled ?? (await prepareChild(ctx.paths, m, id));
+      onStarted(child.vm);
+      return restoreChild(child, { env, signal });
+    },
+    caller,
+  );
 }

@@ -7,15 +7,16 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Paths } from '../config.js';
-import { DEFAULTS, LIMITS } from '../contract/rules.js';
-import { AgentClient } from '../drivers/agent/client.js';
-import { detectAccel, hostTscKhz } from '../drivers/qemu/accel.js';
-import { createOverlay, Vm } from '../drivers/qemu/vm.js';
-import type { VmSpec } from '../drivers/qemu/cmdline.js';
-import { locateGuest } from './guest.js';
-import { checkRange } from './checks.js';
-import { getImage } from './images.js';
+import type { Paths } from '../../config.js';
+import { DEFAULTS, LIMITS } from '../../contract/rules.js';
+import { AgentClient } from '../../drivers/agent/client.js';
+import { detectAccel, hostTscKhz } from '../../drivers/qemu/accel.js';
+import { createOverlay } from '../../drivers/qemu/disk.js';
+import { Vm } from '../../drivers/qemu/vm.js';
+import type { VmSpec } from '../../drivers/qemu/cmdline.js';
+import { locateGuest } from '../guest.js';
+import { checkRange } from '../checks.js';
+import { getImage } from '../images/index.js';
 
 /** What a caller asks for when booting a sandbox from an image. */
 export interface BootRequest {

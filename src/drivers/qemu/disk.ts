@@ -1,0 +1,192 @@
+/**
+ * Disk layers (DESIGN.md "Disk: qcow2 layers"): every file and every QMP command that
+ * makes, names, freezes, switches, rebases or folds back a sandbox's qcow2 layers. A
+ * sandbox's disk is a chain: its image (raw), frozen layers of the snapshots it came from,
+ * and the overlay it writes to now. Services decide when; this module knows how.
+ */
+import { join } from 'node:path';
+import { ForkdError } from '../../errors.js';
+import { run } from '../../util/exec.js';
+import { monitor, type Vm } from './vm.js';
+
+/** The qemu-img binary (FORKD_QEMU_IMG overrides, as FORKD_QEMU does for QEMU). */
+export const QEMU_IMG = process.env.FORKD_QEMU_IMG ?? 'qemu-img';
+
+/** Create a qcow2 overlay over a backing file (raw image or frozen qcow2 layer). */
+export async function createOverlay(
+  overlay: string,
+  backing: string,
+  backingFormat: 'raw' | 'qcow2',
+): Promise<void> {
+  await run(QEMU_IMG, ['create', '-q', '-f', 'qcow2', '-F', backingFormat, '-b', backing, overlay]);
+}
+
+/**
+ * Create a qcow2 layer whose header names `backing` although that file does not exist yet
+ * (`-u`): the layer a sandbox writes to after a branch names the branch's disk from the
+ * start, so the chain on disk never mentions the sandbox's own directory.
+ */
+export async function createLayerOver(
+  file: string,
+  backing: string,
+  sizeBytes: number,
+): Promise<void> {
+  await run(QEMU_IMG, [
+    'create',
+    '-q',
+    '-f',
+    'qcow2',
+    '-u',
+    '-F',
+    'qcow2',
+    '-b',
+    backing,
+    file,
+    String(sizeBytes),
+  ]);
+}
+
+/**
+ * Rebase a qcow2 file onto a raw base, safely: every cluster where its old chain differs
+ * from the base is written into it, so it no longer needs any layer in between.
+ */
+export async function rebaseOnto(disk: string, base: string): Promise<void> {
+  await run(QEMU_IMG, ['rebase', '-q', '-f', 'qcow2', '-b', base, '-F', 'raw', disk]);
+}
+
+/** A disk layer of a running VM: its QMP node, its file, the disk's virtual size. */
+export interface Layer {
+  node: string;
+  file: string;
+  size: number;
+}
+
+interface BlockInfo {
+  qdev?: string;
+  inserted?: {
+    'node-name'?: string;
+    image?: { 'virtual-size'?: number; 'backing-filename'?: string };
+  };
+}
+
+interface NodeInfo {
+  'node-name': string;
+  drv: string;
+  file: string;
+  backing_file?: string;
+  image?: { 'backing-filename'?: string };
+}
+
+/** The file of a layer by its node name (disk0 → overlay.qcow2, diskN → overlay-N.qcow2). */
+function layerFile(dir: string, node: string): string {
+  const n = layerNumber(node);
+  return join(dir, n === 0 ? 'overlay.qcow2' : `overlay-${n}.qcow2`);
+}
+
+function layerNumber(node: string): number {
+  return Number(/(\d+)$/.exec(node)?.[1] ?? 0);
+}
+
+async function topBlock(vm: Vm): Promise<NonNullable<BlockInfo['inserted']>> {
+  const blocks = await monitor(vm).execute<BlockInfo[]>('query-block');
+  const disk = blocks.find((b) => b.qdev?.includes('vblk0'))?.inserted;
+  if (!disk?.['node-name']) throw new ForkdError('internal', 'QEMU reports no disk on the VM');
+  return disk;
+}
+
+/**
+ * The layer the VM's disk writes to now (it changes with every branch). Its file follows
+ * from the node name: QEMU reports a `json:` pseudo-name once a backing string changed.
+ */
+export async function topLayer(vm: Vm): Promise<Layer> {
+  const disk = await topBlock(vm);
+  const node = disk['node-name'] as string;
+  const size = disk.image?.['virtual-size'];
+  if (!size) throw new ForkdError('internal', 'QEMU reports no disk size on the VM');
+  return { node, file: layerFile(vm.spec.dir, node), size };
+}
+
+/** The layer a VM writes to after its next freeze. */
+export function nextLayer(vm: Vm, top: Layer): Layer {
+  const node = `disk${layerNumber(top.node) + 1}`;
+  return { node, file: layerFile(vm.spec.dir, node), size: top.size };
+}
+
+/**
+ * Open a layer made by {@link createLayerOver} in the VM, while it still runs, so the
+ * pause holds only the switch. Added with no backing and then switched to with
+ * `blockdev-snapshot`, its header stays as written (the -sync variant would write QEMU's
+ * own, ever longer, name for the frozen node).
+ */
+export async function openLayer(vm: Vm, layer: Layer): Promise<void> {
+  await monitor(vm).execute('blockdev-add', {
+    driver: 'qcow2',
+    'node-name': layer.node,
+    file: { driver: 'file', filename: layer.file },
+    backing: null,
+  });
+}
+
+/** Freeze `top` (the VM must be stopped): from now on the VM writes to `next`. */
+export async function switchLayer(vm: Vm, top: Layer, next: Layer): Promise<void> {
+  await monitor(vm).execute('blockdev-snapshot', { node: top.node, overlay: next.node });
+}
+
+/** Close a layer opened but never switched to (its name would block the next branch). */
+export async function closeLayer(vm: Vm, layer: Layer): Promise<void> {
+  await monitor(vm).execute('blockdev-del', { 'node-name': layer.node });
+}
+
+/** The backing file the VM's top layer's header names ('' when none). */
+export async function topBackingName(vm: Vm): Promise<string> {
+  return (await topBlock(vm)).image?.['backing-filename'] ?? '';
+}
+
+/**
+ * Fold the frozen layer under the VM's top layer back into the top one (`block-stream`,
+ * while the VM runs): the top layer then sits directly on what the frozen one sat on, and
+ * its header names that. For a branch that failed after the switch: its top layer names a
+ * disk that was never published. Returns false when the top layer is the first one.
+ */
+export async function foldBack(vm: Vm): Promise<boolean> {
+  const node = (await topBlock(vm))['node-name'] as string;
+  const n = layerNumber(node);
+  if (n === 0) return false;
+  const nodes = await monitor(vm).execute<NodeInfo[]>('query-named-block-nodes', { flat: true });
+  const frozen = nodes.find((x) => x['node-name'] === `disk${n - 1}`);
+  const base =
+    n >= 2
+      ? `disk${n - 2}`
+      : nodes.find((x) => x.drv !== 'file' && x.file === frozen?.backing_file)?.['node-name'];
+  const below = frozen?.image?.['backing-filename'];
+  if (!frozen || !base || !below) {
+    throw new ForkdError('internal', `cannot find the layers under ${node} to repair its chain`);
+  }
+  await streamInto(vm, node, base, below);
+  return true;
+}
+
+const STREAM_POLL_MS = 50;
+
+/** Copy into `node` what the layers between it and `base` hold, then drop those layers. */
+async function streamInto(vm: Vm, node: string, base: string, header: string): Promise<void> {
+  const qmp = monitor(vm);
+  const job = `fold-${node}`;
+  await qmp.execute('block-stream', {
+    'job-id': job,
+    device: node,
+    'base-node': base,
+    'backing-file': header,
+    'auto-dismiss': false,
+  });
+  for (;;) {
+    const jobs = await qmp.execute<{ id: string; status: string; error?: string }[]>('query-jobs');
+    const j = jobs.find((x) => x.id === job);
+    if (!j || j.status === 'concluded') {
+      if (j) await qmp.execute('job-dismiss', { id: job });
+      if (j?.error) throw new ForkdError('internal', `folding the disk layer failed: ${j.error}`);
+      return;
+    }
+    await new Promise((r) => setTimeout(r, STREAM_POLL_MS));
+  }
+}

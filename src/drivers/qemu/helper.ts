@@ -1,0 +1,84 @@
+/**
+ * forkd-capture, the native capture helper (native/): the command lines it takes and the
+ * JSON it answers, for capture.ts and live.ts. Sparse copies of RAM base files, the copy of
+ * a QEMU's private guest pages (pagemap + process_vm_readv), and page compares.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { repoRoot } from '../../config.js';
+import { ForkdError } from '../../errors.js';
+import { run } from '../../util/exec.js';
+
+export const CAPTURE_BINARY =
+  process.env.FORKD_CAPTURE_BIN ?? join(repoRoot(), 'native', 'build', 'forkd-capture');
+
+/** The guest-RAM mapping inside the QEMU process. */
+export interface RamRegion {
+  pid: number;
+  start: bigint;
+  end: bigint;
+  /** Offset of `start` in the base file (the mapping's file offset). */
+  fileOffset: bigint;
+}
+
+/** Find the mapping of the RAM base file in /proc/PID/maps (the one of the guest's size). */
+export async function ramRegion(
+  pid: number,
+  basePath: string,
+  sizeBytes: number,
+): Promise<RamRegion> {
+  const maps = await readFile(`/proc/${pid}/maps`, 'utf8');
+  for (const line of maps.split('\n')) {
+    const m = /^([0-9a-f]+)-([0-9a-f]+) \S+ ([0-9a-f]+) \S+ \d+\s+(.*)$/.exec(line);
+    if (!m || m[4] !== basePath) continue;
+    const start = BigInt(`0x${m[1]}`);
+    const end = BigInt(`0x${m[2]}`);
+    if (end - start !== BigInt(sizeBytes)) continue;
+    return { pid, start, end, fileOffset: BigInt(`0x${m[3]}`) };
+  }
+  throw new ForkdError('internal', `guest RAM mapping of ${basePath} not found in QEMU ${pid}`);
+}
+
+async function captureTool(args: string[]): Promise<Record<string, number>> {
+  const { stdout } = await run(CAPTURE_BINARY, args);
+  return JSON.parse(stdout) as Record<string, number>;
+}
+
+/** Sparse copy of a base file (or an empty file of `size` for /dev/zero). */
+export function sparseCopy(
+  src: string,
+  dst: string,
+  size: number,
+): Promise<Record<string, number>> {
+  return captureTool(['sparse-copy', src, dst, String(size)]);
+}
+
+/** Count pages of the mapping that differ from `file` (verification; reads all of RAM). */
+export function compareRegion(r: RamRegion, file: string): Promise<Record<string, number>> {
+  return captureTool(['compare', ...regionArgs(r), file]);
+}
+
+/** `PID VSTART VEND` of forkd-capture's commands. */
+export function mappingArgs(r: RamRegion): string[] {
+  return [String(r.pid), `0x${r.start.toString(16)}`, `0x${r.end.toString(16)}`];
+}
+
+/** `PID VSTART VEND FILEOFF`. */
+export function regionArgs(r: RamRegion): string[] {
+  return [...mappingArgs(r), String(r.fileOffset)];
+}
+
+/** Copy the pages the VM has written (its private pages) into the memory file at their offsets. */
+export async function copyPages(region: RamRegion, memory: string): Promise<CopiedPages> {
+  const got = await captureTool(['pages', ...regionArgs(region), memory]);
+  return { pages: got.pages ?? 0, bytes: got.bytes ?? 0, ms: got.ms ?? 0 };
+}
+
+
+/** What a page copy wrote. */
+export interface CopiedPages {
+  pages: number;
+  bytes: number;
+  /** How long the copy took. */
+  ms: number;
+}

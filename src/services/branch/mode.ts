@@ -1,0 +1,44 @@
+/**
+ * Which capture mode a branch uses: `live` (QEMU forked by ptrace injection, the pause does
+ * not grow with memory) where this host can, `copy` elsewhere, unless the daemon or the
+ * request names one. The host's ability is probed once, as `forkd doctor` shows it.
+ */
+import type { BranchModeT } from '../../contract/schemas.js';
+import { probeLive, type LiveProbe } from '../../drivers/qemu/live.js';
+import { ForkdError } from '../../errors.js';
+
+export class BranchModes {
+  private probe: Promise<LiveProbe> | undefined;
+
+  /** `auto` (default) is `live` where the probe passes, `copy` elsewhere. */
+  constructor(private readonly setting: BranchModeT | 'auto' = 'auto') {}
+
+  /** The mode of a request: its own, checked, or the daemon's default. */
+  async choose(asked: BranchModeT | undefined): Promise<BranchModeT> {
+    const mode = asked ?? (await this.default());
+    if (mode === 'live') await this.requireLive();
+    return mode;
+  }
+
+  private async default(): Promise<BranchModeT> {
+    if (this.setting !== 'auto') return this.setting;
+    return (await this.probeLive()).available ? 'live' : 'copy';
+  }
+
+  /** Live branches need ptrace into QEMU. */
+  private probeLive(): Promise<LiveProbe> {
+    this.probe ??= probeLive();
+    return this.probe;
+  }
+
+  private async requireLive(): Promise<void> {
+    const probe = await this.probeLive();
+    if (!probe.available) {
+      throw new ForkdError(
+        'setup_required',
+        `live branch is not available on this host: ${probe.reason}; use mode "copy" (\`forkd doctor\` explains)`,
+        { mode: 'live' },
+      );
+    }
+  }
+}

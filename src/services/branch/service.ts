@@ -1,0 +1,152 @@
+/**
+ * The branch service: a running sandbox becomes a new snapshot while it keeps running
+ * (capture.ts), published through the snapshot registry; with `fork` its children are
+ * forked by the snapshot service. The source is leased once from the sandbox service
+ * (SandboxHost), and after publishing its disk layers on the new snapshot. At start it
+ * repairs the disk chains of sources whose branch a crash cut short.
+ */
+import { FORK_MAX } from '../../contract/rules.js';
+import type { BranchModeT, BranchRequestT } from '../../contract/schemas.js';
+import type { Paths } from '../../config.js';
+import type { RamRegion } from '../../drivers/qemu/capture.js';
+import { checkRange } from '../checks.js';
+import type { BranchOutcome, BranchService, Caller } from '../contracts.js';
+import { locateGuest } from '../guest.js';
+import type { Lease, SandboxHost } from '../sandboxes/host.js';
+import { silentLog, type ServiceLog } from '../sandboxes/log.js';
+import { validateTag } from '../snapshots/files.js';
+import type { SnapshotMeta } from '../snapshots/registry.js';
+import type { SnapshotManager } from '../snapshots/service.js';
+import { abandonBranch, captureBranch, repairBacking, type BranchCapture } from './capture.js';
+import { BranchModes } from './mode.js';
+
+export interface BranchServiceOptions {
+  paths: Paths;
+  sandboxes: SandboxHost;
+  snapshots: SnapshotManager;
+  qemuVersion: () => Promise<string>;
+  log?: ServiceLog;
+  /** The mode of a branch that names none (default `auto`: live where the host can). */
+  branchMode?: BranchModeT | 'auto';
+  /** Runs while a branch's source is stopped, after the copy (tests compare RAM there). */
+  whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
+}
+
+export class BranchManager implements BranchService {
+  private readonly log: ServiceLog;
+  private readonly modes: BranchModes;
+
+  constructor(private readonly opts: BranchServiceOptions) {
+    this.log = opts.log ?? silentLog;
+    this.modes = new BranchModes(opts.branchMode);
+  }
+
+  private get registry() {
+    return this.opts.snapshots.registry;
+  }
+
+  /** Repair the sources of branches a crash cut short. Call once before serving. */
+  async start(): Promise<void> {
+    const published = (tag: string) => this.registry.isPublished(tag);
+    for (const sb of await this.opts.sandboxes.list({ state: 'running' })) {
+      try {
+        const { vm } = await this.opts.sandboxes.lease(sb.id);
+        if (await repairBacking(this.opts.paths, vm, published)) {
+          this.log.warn({ sandbox: sb.id }, 'repaired the disk chain of an interrupted branch');
+        }
+      } catch (e) {
+        this.log.warn({ sandbox: sb.id, err: e }, 'could not check the disk chain');
+      }
+    }
+  }
+
+  async branch(id: string, req: BranchRequestT, caller: Caller): Promise<BranchOutcome> {
+    const tag = req.tag ?? `${id}.${Date.now().toString(36)}`;
+    validateTag(tag);
+    if (req.fork !== undefined) checkRange('fork', req.fork, { min: 0, max: FORK_MAX });
+    const source = await this.opts.sandboxes.lease(id);
+    const mode = await this.modes.choose(req.mode);
+    this.registry.reserve(tag, id);
+    let captured: BranchCapture | undefined;
+    try {
+      const warn = (err: unknown) =>
+        this.log.warn({ sandbox: id, snapshot: tag, err }, 'could not repair the disk chain');
+      captured = await captureBranch(this.opts.paths, source.vm, tag, {
+        mode,
+        whileStopped: this.opts.whileStopped,
+        warn,
+      });
+      const meta = await this.meta(tag, source, req);
+      const published = this.publish(source, captured, meta, warn);
+      const { capture } = captured;
+      const answer = async (wait: boolean) => {
+        const pages = wait ? await capture.pages : undefined;
+        const result = {
+          mode,
+          pause_ms: capture.pauseMs,
+          captured_bytes: pages?.bytes ?? 0,
+          timings: pages ? { ...capture.timings, copy_ms: pages.ms } : capture.timings,
+        };
+        this.log.info(
+          { snapshot: tag, sandbox: id, ...result, principal: caller.principal },
+          'sandbox branched',
+        );
+        return result;
+      };
+      if (req.no_wait) {
+        void published.catch(() => undefined);
+        // A live copy is still running at resume: its size is known once it is `ready`.
+        const result = await answer(mode === 'copy');
+        return { snapshot: this.registry.writing(meta, source.vm.spec.dir), ...result };
+      }
+      const snapshot = await this.registry.toWire(await published);
+      const result = await answer(true);
+      if (!req.fork) return { snapshot, ...result };
+      const children = await this.opts.snapshots.fork(
+        { snapshot: tag, n: req.fork, labels: req.labels },
+        caller,
+      );
+      return { snapshot, ...result, children };
+    } catch (e) {
+      if (!captured) this.registry.release(tag);
+      throw e;
+    }
+  }
+
+  /** What the manifest says of a branch: built on the snapshot its source's disk layers on. */
+  private async meta(tag: string, source: Lease, req: BranchRequestT): Promise<SnapshotMeta> {
+    return {
+      tag,
+      image: source.info.image,
+      parent: source.diskBase,
+      source_sandbox: source.id,
+      kernel: (await locateGuest(this.opts.paths)).kernelVersion,
+      qemu: await this.opts.qemuVersion(),
+      accel: source.vm.spec.accel,
+      memory_mib: source.info.memory_mib,
+      cpus: source.info.cpus,
+      created_at: new Date().toISOString(),
+      labels: req.labels ?? {},
+    };
+  }
+
+  /** Once published, the source's disk layers on the new snapshot (it depends on it). */
+  private publish(
+    source: Lease,
+    captured: BranchCapture,
+    meta: SnapshotMeta,
+    warn: (err: unknown) => void,
+  ) {
+    const { staging, capture } = captured;
+    return this.registry.publish(meta.tag, staging, meta, capture.pages).then(
+      (m) => {
+        source.setDiskBase(meta.tag);
+        return m;
+      },
+      async (e: unknown) => {
+        await abandonBranch(this.opts.paths, source.vm, meta.tag, staging, warn);
+        throw e;
+      },
+    );
+  }
+}

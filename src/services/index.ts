@@ -1,0 +1,105 @@
+/**
+ * The services wired together, as the daemon runs them (tests and benchmarks wire them the
+ * same way, in-process): sandboxes first, since every other service reaches running
+ * sandboxes through it (SandboxHost), then snapshots, then branch. `start` reconciles each
+ * with the host in that order; `close` ends pool VMs and every sandbox (tests) while
+ * `detach` leaves sandboxes running for the next daemon.
+ */
+import type { BranchModeT } from '../contract/schemas.js';
+import type { Paths } from '../config.js';
+import type { RamRegion } from '../drivers/qemu/capture.js';
+import type { Store } from '../store/db.js';
+import { BranchManager } from './branch/service.js';
+import type { Services } from './contracts.js';
+import { Host } from './host.js';
+import { ImageStore } from './images/index.js';
+import type { ServiceLog } from './sandboxes/log.js';
+import type { ReconcileReport } from './sandboxes/reconcile.js';
+import { SandboxManager } from './sandboxes/service.js';
+import { SnapshotManager } from './snapshots/service.js';
+
+export interface ServiceOptions {
+  paths: Paths;
+  store: Store;
+  /** A child logger per service is made from it (`component`). */
+  log?: ServiceLog & { child?(bindings: object): ServiceLog };
+  maxBooting?: number;
+  maxExecs?: number;
+  maxCreating?: number;
+  bootTimeoutMs?: number;
+  pollMs?: number;
+  retainEndedMs?: number;
+  branchMode?: BranchModeT | 'auto';
+  /** QEMU's version as manifests record it (default: asked of the binary, once). */
+  qemuVersion?: () => Promise<string>;
+  whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
+}
+
+export interface ServiceSet {
+  sandboxes: SandboxManager;
+  snapshots: SnapshotManager;
+  branch: BranchManager;
+  host: Host;
+  /** What the routes are given. */
+  services: Services;
+  /** Reconcile with the host: re-adopt sandboxes, clean up, repair, refill pools. */
+  start(): Promise<ReconcileReport>;
+  /** Daemon shutdown: pool VMs end, sandboxes keep running for the next daemon. */
+  detach(): Promise<void>;
+  /** Tests and benchmarks: pool VMs and every sandbox end. */
+  close(): Promise<void>;
+}
+
+export function buildServices(opts: ServiceOptions): ServiceSet {
+  const logOf = (component: string) => opts.log?.child?.({ component }) ?? opts.log;
+  const { paths, store } = opts;
+  const sandboxes = new SandboxManager({ ...opts, log: logOf('sandboxes') });
+  const host = new Host(() => sandboxes.counts());
+  const qemuVersion = opts.qemuVersion ?? (() => host.qemuVersion());
+  const snapshots = new SnapshotManager({
+    paths,
+    store,
+    sandboxes,
+    qemuVersion,
+    log: logOf('snapshots'),
+    maxCreating: opts.maxCreating,
+  });
+  const branch = new BranchManager({
+    paths,
+    sandboxes,
+    snapshots,
+    qemuVersion,
+    log: logOf('branch'),
+    branchMode: opts.branchMode,
+    whileStopped: opts.whileStopped,
+  });
+  const services: Services = {
+    sandboxes,
+    snapshots,
+    branch,
+    images: new ImageStore(paths),
+    audit: store.audit,
+    host,
+  };
+  return {
+    sandboxes,
+    snapshots,
+    branch,
+    host,
+    services,
+    start: async () => {
+      const recovered = await sandboxes.start();
+      await snapshots.start();
+      await branch.start();
+      return recovered;
+    },
+    detach: async () => {
+      await snapshots.pool.close(); // pool VMs are not sandboxes: they are not kept
+      sandboxes.detach();
+    },
+    close: async () => {
+      await snapshots.pool.close();
+      await sandboxes.killAll();
+    },
+  };
+}

@@ -1,0 +1,56 @@
+/**
+ * The one seam between the sandbox service and the services that make snapshots of
+ * sandboxes or sandboxes of snapshots (branch, fork, registry, lineage): `SandboxHost`.
+ * They reach running sandboxes only through it, never through the manager's internals:
+ * a branch leases its source once (its VM, its answer, the snapshot its disk layers on),
+ * a fork hands each child's start to `createForked`.
+ */
+import type { SandboxT } from '../../contract/schemas.js';
+import type { Vm } from '../../drivers/qemu/vm.js';
+import type { Caller } from '../contracts.js';
+import type { Sandbox } from './sandbox.js';
+
+/** A running sandbox lent to another service for one operation. */
+export interface Lease {
+  readonly id: string;
+  readonly vm: Vm;
+  /** The sandbox as the API shows it, at the time of the lease. */
+  readonly info: SandboxT;
+  /** The snapshot its disk layers on now (null: straight on its image). */
+  readonly diskBase: string | null;
+  /** After a branch is published the sandbox's disk layers on that snapshot. */
+  setDiskBase(tag: string): void;
+}
+
+/** What a forked sandbox's `starting` row is made from. */
+export interface ForkInit {
+  /** The id a pooled VM already carries (its directory is named after it). */
+  id?: string;
+  snapshot: string;
+  image: string | null;
+  parent: string | null;
+  memoryMiB: number;
+  cpus: number;
+  labels?: Record<string, string>;
+  env?: Record<string, string>;
+  timeoutS?: number;
+}
+
+/** Brings up the VM of a new sandbox row other than by booting an image (a fork). */
+export type SandboxStarter = (req: {
+  id: string;
+  env: Record<string, string>;
+  signal: AbortSignal;
+  onStarted(vm: Vm): void;
+}) => Promise<Sandbox>;
+
+export interface SandboxHost {
+  /** A running sandbox (`sandbox_not_found` / `sandbox_not_running` otherwise). */
+  lease(id: string): Promise<Lease>;
+  /** Record a sandbox forked from a snapshot, start it with `start`, and own it from then on. */
+  createForked(init: ForkInit, start: SandboxStarter, caller: Caller): Promise<SandboxT>;
+  /** Running sandboxes that depend on a snapshot: forked from it, or branched into it. */
+  childrenOf(tag: string): string[];
+  kill(id: string): Promise<void>;
+  list(filter: { state?: SandboxT['state'] }): Promise<SandboxT[]>;
+}

@@ -1,0 +1,254 @@
+/**
+ * The snapshot registry: which tags exist, in which state, and what the API shows of them.
+ * A tag is reserved (`writing` row) before anything is written, published (checksummed
+ * manifest, renamed into place, `ready` row) or released; the manifests on disk are the
+ * truth for everything else. Shared by create, compact and branch, which all write
+ * snapshots, and by fork, which restores them.
+ */
+import { basename } from 'node:path';
+import { rm } from 'node:fs/promises';
+import type { PoolStateT, SnapshotT, VerifyResultT } from '../../contract/schemas.js';
+import type { Paths } from '../../config.js';
+import { ForkdError } from '../../errors.js';
+import type { Store } from '../../store/db.js';
+import type { ServiceLog } from '../sandboxes/log.js';
+import {
+  publishSnapshot,
+  readManifest,
+  snapshotDir,
+  sweepStaging,
+  unbootableReason,
+  validateTag,
+  verifySnapshot,
+  type SnapshotManifest,
+} from './files.js';
+import { ancestors, descendants } from './lineage.js';
+
+/** A manifest before publishing: what the writer knows (the files are checksummed then). */
+export type SnapshotMeta = Omit<SnapshotManifest, 'files' | 'format_version'>;
+
+export interface RegistryOptions {
+  paths: Paths;
+  store: Store;
+  log: ServiceLog;
+  /** Snapshot writes at once (create, branch, compact; default 2); past it `capacity`. */
+  maxCreating?: number;
+  /** Running sandboxes that depend on a snapshot (SandboxHost.childrenOf). */
+  childrenOf(tag: string): string[];
+  /** The VMM pool of a snapshot. */
+  poolState(tag: string): PoolStateT;
+}
+
+export class SnapshotRegistry {
+  /** Tags being written: a second one of them is name_taken. */
+  private readonly creating = new Set<string>();
+  /** What a `no_wait` branch answered, shown by get() until it is ready or failed. */
+  private readonly pending = new Map<string, SnapshotT>();
+  private readonly failed = new Map<string, string>();
+
+  constructor(private readonly opts: RegistryOptions) {}
+
+  private get rows() {
+    return this.opts.store.snapshots;
+  }
+
+  /** Remove what a crash mid-write left (rows still `writing`, staging dirs). */
+  async start(): Promise<void> {
+    for (const row of this.rows.list('writing')) {
+      this.opts.log.warn({ snapshot: row.tag }, 'removing a snapshot whose creation was interrupted');
+      this.rows.delete(row.tag);
+    }
+    await sweepStaging(this.opts.paths);
+  }
+
+  /** Tags whose rows say `ready` with their pool settings, to refill pools at start. */
+  pools(): { tag: string; size: number; prewarm: boolean }[] {
+    return this.rows
+      .list('ready')
+      .filter((r) => r.pool_size > 0)
+      .map((r) => ({ tag: r.tag, size: r.pool_size, prewarm: r.pool_prewarm === 1 }));
+  }
+
+  setPool(tag: string, size: number, prewarm: boolean): void {
+    this.rows.update(tag, { pool_size: size, pool_prewarm: prewarm ? 1 : 0 });
+  }
+
+  isPublished(tag: string): boolean {
+    return this.rows.get(tag)?.state === 'ready';
+  }
+
+  /** Claim a tag for a snapshot being written: its row says `writing` until published. */
+  reserve(tag: string, source: string | null): void {
+    validateTag(tag);
+    if (this.rows.get(tag) || this.creating.has(tag)) {
+      throw new ForkdError('name_taken', `snapshot "${tag}" already exists or is being written`, {
+        tag,
+      });
+    }
+    if (this.creating.size >= (this.opts.maxCreating ?? 2)) {
+      throw new ForkdError('capacity', 'too many snapshots are being written; retry shortly', {
+        retry_after_s: 5,
+      });
+    }
+    this.creating.add(tag);
+    this.rows.insert({
+      tag,
+      state: 'writing',
+      parent: null,
+      source,
+      dir: snapshotDir(this.opts.paths, tag),
+    });
+  }
+
+  /** Give up a reserved tag that nothing was published under. */
+  release(tag: string): void {
+    this.creating.delete(tag);
+    this.rows.delete(tag);
+  }
+
+  /** A reserved tag whose files were put in place by its writer (snapshot create). */
+  markReady(tag: string, manifest: SnapshotManifest): void {
+    this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
+    this.creating.delete(tag);
+  }
+
+  /** Checksum and publish a staged snapshot; the row says `ready`, or `failed` with why. */
+  async publish(
+    tag: string,
+    staging: string,
+    meta: SnapshotMeta,
+    ready?: Promise<unknown>,
+  ): Promise<SnapshotManifest> {
+    try {
+      await ready; // a live branch's memory file is complete once its copy is
+      const manifest = await publishSnapshot(this.opts.paths, staging, meta);
+      this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
+      return manifest;
+    } catch (e) {
+      this.failed.set(tag, e instanceof Error ? e.message : String(e));
+      this.rows.update(tag, { state: 'failed' });
+      await rm(staging, { recursive: true, force: true });
+      throw e;
+    } finally {
+      this.creating.delete(tag);
+    }
+  }
+
+  /** Forget a published snapshot: its row and its files. */
+  async delete(tag: string): Promise<void> {
+    this.rows.delete(tag);
+    await rm(snapshotDir(this.opts.paths, tag), { recursive: true, force: true });
+  }
+
+  /** The answer for a snapshot still being checksummed (`no_wait`). */
+  writing(meta: SnapshotMeta, sourceDir: string): SnapshotT {
+    const wire: SnapshotT = {
+      ...meta,
+      state: 'writing',
+      bootable: false,
+      files: [],
+      logical_bytes: 0,
+      physical_bytes: 0,
+      children_alive: 0,
+      pool: { size: 0, ready: 0, prewarm: false },
+      depth: 0,
+      ancestors: [],
+      dependents: [],
+      reason: `being written from sandbox ${basename(sourceDir)}`,
+    };
+    this.pending.set(meta.tag, wire);
+    return wire;
+  }
+
+  async list(): Promise<SnapshotT[]> {
+    const all = await this.manifests(); // read once: every snapshot's chain is drawn from it
+    const out: SnapshotT[] = [];
+    for (const m of all.values()) out.push(await this.toWire(m, all));
+    return out;
+  }
+
+  async get(tag: string): Promise<SnapshotT> {
+    const pending = this.pending.get(tag);
+    const state = this.rows.get(tag)?.state;
+    if (pending && (state === 'writing' || state === 'failed')) {
+      const reason = this.failed.get(tag);
+      return { ...pending, state, ...(reason ? { reason } : {}) };
+    }
+    return this.toWire(await this.manifest(tag));
+  }
+
+  async verify(tag: string): Promise<VerifyResultT> {
+    const problems = await verifySnapshot(this.opts.paths, await this.manifest(tag));
+    return { ok: problems.length === 0, problems };
+  }
+
+  /** Every published manifest by tag. */
+  async manifests(): Promise<Map<string, SnapshotManifest>> {
+    const out = new Map<string, SnapshotManifest>();
+    for (const row of this.rows.list('ready')) {
+      const m = await readManifest(this.opts.paths, row.tag).catch(() => undefined);
+      if (m) out.set(m.tag, m);
+    }
+    return out;
+  }
+
+  /** The manifest of a published snapshot (snapshot_not_found otherwise). */
+  async manifest(tag: string): Promise<SnapshotManifest> {
+    validateTag(tag);
+    if (!this.isPublished(tag)) {
+      throw new ForkdError('snapshot_not_found', `no snapshot "${tag}": see \`forkd snapshots\``, {
+        tag,
+      });
+    }
+    return readManifest(this.opts.paths, tag);
+  }
+
+  /** The manifest of a snapshot that can be restored (snapshot_not_bootable naming why). */
+  async bootable(tag: string): Promise<SnapshotManifest> {
+    const m = await this.manifest(tag);
+    const reason = await unbootableReason(this.opts.paths, m);
+    if (reason) {
+      throw new ForkdError('snapshot_not_bootable', `snapshot "${tag}" is not bootable: ${reason}`, {
+        tag,
+        reason,
+      });
+    }
+    return m;
+  }
+
+  /** The REST shape; `all` (every published manifest) is read here when not given. */
+  async toWire(m: SnapshotManifest, all?: Map<string, SnapshotManifest>): Promise<SnapshotT> {
+    const manifests = all ?? (await this.manifests());
+    const reason = await unbootableReason(this.opts.paths, m);
+    const files = Object.values(m.files);
+    const wire: SnapshotT = {
+      tag: m.tag,
+      state: 'ready',
+      bootable: reason === null,
+      image: m.image,
+      parent: m.parent,
+      source_sandbox: m.source_sandbox,
+      memory_mib: m.memory_mib,
+      cpus: m.cpus,
+      labels: m.labels,
+      created_at: m.created_at,
+      kernel: m.kernel,
+      qemu: m.qemu,
+      files,
+      logical_bytes: files.reduce((a, f) => a + f.size, 0),
+      physical_bytes: physicalBytes(m),
+      children_alive: this.opts.childrenOf(m.tag).length,
+      pool: this.opts.poolState(m.tag),
+      ancestors: ancestors(m, manifests),
+      dependents: descendants(m.tag, manifests).reverse(),
+      depth: 0,
+    };
+    wire.depth = wire.ancestors.length;
+    if (reason) wire.reason = reason;
+    return wire;
+  }
+}
+
+function physicalBytes(m: SnapshotManifest): number {
+  return Object.values(m.files).reduce((a, f) => a + f.allocated, 0);
+}

@@ -1,0 +1,83 @@
+/**
+ * The layer boundaries hold without a reviewer: eslint.config.js forbids the imports that
+ * run back up a floor or around a seam. Each case lints one wrong import as if it were a
+ * file of that folder and expects the rule to fire; the last case is the tree itself.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ESLint } from 'eslint';
+import { repoRoot } from '../../src/config.js';
+
+const eslint = new ESLint({ cwd: repoRoot() });
+
+async function violations(filePath: string, code: string): Promise<string[]> {
+  const [result] = await eslint.lintText(code, { filePath });
+  return (result?.messages ?? [])
+    .filter((m) => m.ruleId === 'no-restricted-imports')
+    .map((m) => m.message);
+}
+
+const WRONG: [string, string, string][] = [
+  [
+    'a route importing a service class',
+    'src/api/routes/x.ts',
+    "import { SnapshotManager } from '../../services/snapshots/service.js';\nvoid SnapshotManager;\n",
+  ],
+  [
+    'a route importing a driver',
+    'src/api/routes/x.ts',
+    "import { Vm } from '../../drivers/qemu/vm.js';\nvoid Vm;\n",
+  ],
+  [
+    'a service importing the API',
+    'src/services/snapshots/x.ts',
+    "import { errorBody } from '../../api/errors.js';\nvoid errorBody;\n",
+  ],
+  [
+    'a driver importing a service',
+    'src/drivers/qemu/x.ts',
+    "import { locateGuest } from '../../services/guest.js';\nvoid locateGuest;\n",
+  ],
+  [
+    'a driver importing the store',
+    'src/drivers/agent/x.ts',
+    "import { Store } from '../../store/db.js';\nvoid Store;\n",
+  ],
+  [
+    'a service speaking QMP',
+    'src/services/branch/x.ts',
+    "import { monitor } from '../../drivers/qemu/vm.js';\nvoid monitor;\n",
+  ],
+  [
+    'the contract importing a layer above it',
+    'src/contract/x.ts',
+    "import { ForkdError } from '../errors.js';\nvoid ForkdError;\n",
+  ],
+];
+
+for (const [what, file, code] of WRONG) {
+  test(`lint refuses ${what}`, async () => {
+    const found = await violations(file, code);
+    assert.equal(found.length, 1, `expected one boundary error for ${file}, got ${found.length}`);
+  });
+}
+
+test('lint allows what the layers may do', async () => {
+  const ok: [string, string][] = [
+    ['src/api/routes/x.ts', "import type { Services } from '../../services/contracts.js';\n"],
+    ['src/services/x.ts', "import { Vm } from '../drivers/qemu/vm.js';\nvoid Vm;\n"],
+    ['src/drivers/qemu/x.ts', "import { monitor } from './vm.js';\nvoid monitor;\n"],
+    ['src/drivers/agent/x.ts', "import { SIGNALS } from '../../contract/rules.js';\nvoid SIGNALS;\n"],
+  ];
+  for (const [file, code] of ok) assert.deepEqual(await violations(file, code), [], file);
+});
+
+test('the tree itself keeps every boundary', async () => {
+  const results = await eslint.lintFiles(['src']);
+  const broken = results.flatMap((r) =>
+    r.messages
+      .filter((m) => m.ruleId === 'no-restricted-imports')
+      .map((m) => `${r.filePath}:${m.line}: ${m.message}`),
+  );
+  assert.deepEqual(broken, []);
+});
