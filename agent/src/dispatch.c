@@ -189,5 +189,10 @@ void handle_sync(const struct request *rq)
 	msg_int(&m, "nonce", nonce);
 	msg_int(&m, "protocol", PROTOCOL_VERSION);
 	msg_str(&m, "agent", AGENT_VERSION);
+	/* The request types this agent knows: a newer host checks before it sends one. */
+	msg_open(&m, "types", '[');
+	for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
+		msg_str(&m, NULL, handlers[i].type);
+	msg_close(&m, ']');
 	msg_send(&m);
 }

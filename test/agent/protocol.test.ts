@@ -10,7 +10,9 @@ import { join } from 'node:path';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { AgentClient } from '../../src/drivers/agent/client.js';
-import { PROTOCOL_VERSION } from '../../src/drivers/agent/wire.js';
+import { PROTOCOL_V1_TYPES, PROTOCOL_VERSION } from '../../src/drivers/agent/wire.js';
+import { isForkdError } from '../../src/errors.js';
+import { OldAgent } from '../helpers/old-agent.js';
 import { REPO_ROOT, RawAgentSocket, startAgent, type AgentProcess } from '../helpers/agent-process.js';
 
 /** The request headings of PROTOCOL.md "Requests", in order. */
@@ -129,6 +131,39 @@ test('sync echoes a 53-bit nonce, protocol 1 and the agent version', async (t) =
   assert.equal(reply.nonce, nonce);
   assert.equal(reply.protocol, PROTOCOL_VERSION);
   assert.match(String(reply.agent), /^\d+\.\d+\.\d+/);
+  assert.deepEqual(
+    [...(reply.types as string[])].sort(),
+    ['sync', 'data', 'eof', ...REQUEST_TYPES].sort(),
+    'the sync reply lists every request type the agent knows',
+  );
+});
+
+test("the host keeps protocol 1's first inventory for agents that list no types", () => {
+  assert.deepEqual([...PROTOCOL_V1_TYPES].sort(), ['sync', 'data', 'eof', ...REQUEST_TYPES].sort());
+});
+
+test('a request the agent did not list is refused on the host as unsupported', async (t) => {
+  // An agent frozen in an old snapshot that knows fewer request types than this host.
+  const old = await OldAgent.start(['sync', 'ping']);
+  t.after(() => old.close());
+  const client = await AgentClient.connect(old.socketPath, { timeoutMs: 5000 });
+  t.after(() => client.close());
+  await client.ping();
+  await assert.rejects(client.info(), (e: unknown) => {
+    assert.ok(isForkdError(e) && e.code === 'unsupported', String(e));
+    assert.match(e.message, /does not know "info" requests; recreate/);
+    return true;
+  });
+  assert.deepEqual(old.received, ['ping'], 'the unknown request was never sent');
+});
+
+test('an agent that lists no types is taken to know the protocol 1 inventory', async (t) => {
+  const old = await OldAgent.start(undefined);
+  t.after(() => old.close());
+  const client = await AgentClient.connect(old.socketPath, { timeoutMs: 5000 });
+  t.after(() => client.close());
+  await client.info();
+  assert.deepEqual(old.received, ['info']);
 });
 
 test('every request type is known to the agent and answered as specified', async (t) => {

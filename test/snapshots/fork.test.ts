@@ -5,7 +5,7 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { unlink } from 'node:fs/promises';
+import { readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isForkdError } from '../../src/errors.js';
 import { makeTestHome, type TestHome } from '../helpers/home.js';
@@ -179,6 +179,29 @@ test('a snapshot whose memory file is gone is not bootable, and fork names the f
   );
   await s.snapshots.remove('broken', {});
   await assert.rejects(s.snapshots.get('broken'), (e) => isForkdError(e, 'snapshot_not_found'));
+});
+
+test('a snapshot of another format version is listed unbootable and refused, as COMPATIBILITY.md says', async () => {
+  const file = join(home.paths.snapshots, 'warm', 'manifest.json');
+  const original = await readFile(file, 'utf8');
+  try {
+    for (const [version, who] of [
+      [0, 'an older'],
+      [2, 'a newer'],
+    ] as const) {
+      await writeFile(file, JSON.stringify({ ...JSON.parse(original), format_version: version }));
+      const info = await s.snapshots.get('warm');
+      assert.equal(info.bootable, false);
+      assert.match(info.reason ?? '', new RegExp(`format ${version} is not 1 \\(written by ${who} forkd\\)`));
+      await assert.rejects(
+        s.snapshots.fork({ snapshot: 'warm', n: 1 }, caller),
+        (e) => isForkdError(e, 'snapshot_not_bootable') && e.message.includes('recreate it'),
+      );
+    }
+  } finally {
+    await writeFile(file, original);
+  }
+  assert.equal((await s.snapshots.get('warm')).bootable, true, 'the real format boots again');
 });
 
 test('a failing warm-up command aborts the create and leaves nothing under the tag', async () => {

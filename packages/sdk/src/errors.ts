@@ -45,6 +45,11 @@ export const ERROR_CATALOG = {
       'Wrong Content-Type: JSON routes take application/json, uploads application/octet-stream.',
   },
   command_not_found: { status: 422, meaning: 'The command does not exist in the sandbox image.' },
+  unsupported: {
+    status: 501,
+    meaning:
+      "The sandbox's guest agent is older than this forkd and does not know the request; recreate its snapshot or image.",
+  },
   setup_required: { status: 503, meaning: 'A host prerequisite is missing: run `forkd doctor`.' },
   capacity: { status: 503, meaning: 'Too many concurrent operations; retry later.' },
   daemon_unreachable: {
@@ -270,6 +275,7 @@ export const {
   PayloadTooLargeError,
   UnsupportedMediaTypeError,
   CommandNotFoundError,
+  UnsupportedError,
   SetupRequiredError,
   DaemonUnreachableError,
   BootFailedError,

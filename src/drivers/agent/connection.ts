@@ -7,8 +7,9 @@
 import { createConnection, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { agentError, timedOut, unreachable, type RequestKind } from './errors.js';
+import { agentError, timedOut, unreachable, unsupported, type RequestKind } from './errors.js';
 import {
+  PROTOCOL_V1_TYPES,
   PROTOCOL_VERSION,
   LineReader,
   encodeLine,
@@ -162,6 +163,11 @@ export class AgentConnection {
   private closed: { err: Error | undefined } | undefined;
   /** The agent's version string from the last sync reply. */
   agentVersion = '';
+  /**
+   * The request types the agent said it knows at sync; an agent from before that list
+   * (frozen inside an old snapshot) knows protocol 1's first inventory.
+   */
+  agentTypes: ReadonlySet<string> = PROTOCOL_V1_TYPES;
 
   constructor(
     private readonly socket: Socket,
@@ -209,8 +215,9 @@ export class AgentConnection {
 
   /** Sends a request and routes its replies to `pending`; returns the id it got. */
   open(fields: { type: string } & Record<string, unknown>, pending: Pending): number {
-    const id = this.nextId++;
     const { type, ...rest } = fields;
+    if (!this.agentTypes.has(type)) throw unsupported(type, this.agentVersion);
+    const id = this.nextId++;
     const line = encodeLine({ type, id, ...rest });
     this.write(line);
     this.pending.set(id, pending);
@@ -300,6 +307,9 @@ export class AgentConnection {
     this.synced = true;
     this.nonce = undefined;
     this.agentVersion = typeof msg.agent === 'string' ? msg.agent : '';
+    this.agentTypes = Array.isArray(msg.types)
+      ? new Set(msg.types.filter((t): t is string => typeof t === 'string'))
+      : PROTOCOL_V1_TYPES;
     this.syncWaiter?.resolve();
   }
 

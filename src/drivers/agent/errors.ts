@@ -56,3 +56,15 @@ export function timedOut(what: string, timeoutMs: number): ForkdError {
     timeoutMs,
   });
 }
+
+/**
+ * A request type the sandbox's agent does not know (it advertises its types at sync): the
+ * agent is older than this host, typically frozen inside a snapshot made by an older forkd.
+ */
+export function unsupported(type: string, agentVersion: string): ForkdError {
+  return new ForkdError(
+    'unsupported',
+    `the guest agent of this sandbox (${agentVersion || 'an older version'}) does not know "${type}" requests; recreate the snapshot or image with this forkd to use it`,
+    { type, agentVersion },
+  );
+}

@@ -7,6 +7,28 @@ import { ForkdError } from '../../errors.js';
 
 /** The only protocol version this host speaks. */
 export const PROTOCOL_VERSION = 1;
+/**
+ * The request types of protocol 1 before agents listed theirs at sync (agent 0.1.0). An
+ * agent that sends no `types` knows exactly these; new types are sent only to agents that
+ * list them (docs/COMPATIBILITY.md).
+ */
+export const PROTOCOL_V1_TYPES: ReadonlySet<string> = new Set([
+  'sync',
+  'ping',
+  'info',
+  'exec',
+  'stdin',
+  'signal',
+  'file_write',
+  'data',
+  'eof',
+  'file_read',
+  'stat',
+  'list',
+  'mkdir',
+  'remove',
+  'configure',
+]);
 /** The agent rejects longer lines, so we refuse to send them (it could not name the id). */
 export const MAX_REQUEST_LINE = 1024 * 1024;
 /** Our own cap on a line from the agent: well above anything it sends, below a runaway. */

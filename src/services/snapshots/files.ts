@@ -122,7 +122,8 @@ export async function readManifest(p: Paths, tag: string): Promise<SnapshotManif
 /** Why a snapshot cannot be restored (missing or resized files), or null when it can. */
 export async function unbootableReason(p: Paths, m: SnapshotManifest): Promise<string | null> {
   if (m.format_version !== SNAPSHOT_FORMAT_VERSION) {
-    return `snapshot format ${m.format_version} is not ${SNAPSHOT_FORMAT_VERSION}`;
+    const was = m.format_version < SNAPSHOT_FORMAT_VERSION ? 'an older' : 'a newer';
+    return `snapshot format ${m.format_version} is not ${SNAPSHOT_FORMAT_VERSION} (written by ${was} forkd): recreate it with this forkd (docs/COMPATIBILITY.md)`;
   }
   const dir = snapshotDir(p, m.tag);
   for (const f of Object.values(m.files)) {
