@@ -1,0 +1,205 @@
+/**
+ * The CLI's snapshot verbs — `forkd snapshot create|info|verify|pool`, `snapshots`, `fork`,
+ * `rmi` — run as a user runs them, against the API app over the fake services on a unix
+ * socket (FORKD_URL): tables and `--json`, progress on stderr, exit codes, partial fork
+ * failures, and Ctrl-C during a create reaching the daemon as an abort. The same verbs
+ * against real VMs are the end-to-end tests' job.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { CLI } from '../../helpers/cli.js';
+import { cliOverFakes, out } from '../../helpers/fake-cli.js';
+import { SEED } from '../../helpers/fake-services.js';
+
+const { fake, env, forkd, json } = cliOverFakes('forkd-cli-snap-');
+
+test('snapshot create: progress on stderr, a summary on stdout; --json the snapshot', async () => {
+  fake.reset();
+  const r = await forkd(
+    'snapshot',
+    'create',
+    '--tag',
+    'py',
+    '--image',
+    SEED.image,
+    '--memory',
+    '1G',
+    '--warm',
+    'echo one',
+    '--warm',
+    'echo two',
+    '--wait-port',
+    '8080',
+    '--wait-timeout',
+    '30',
+    '-e',
+    'A=1',
+    '--label',
+    'team=a',
+  );
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stderr, /booting base\n.*warm: echo one\n.*warm: echo two\n.*capturing/s);
+  assert.match(out(r), /^snapshot py: 1024 MiB guest, .* on disk, from image base/);
+  const create = fake.serviceCalls().find((c) => c.method === 'create')!;
+  assert.deepEqual(create.args[0], {
+    tag: 'py',
+    image: SEED.image,
+    memory_mib: 1024,
+    env: { A: '1' },
+    warm: ['echo one', 'echo two'],
+    wait_port: 8080,
+    wait_timeout_s: 30,
+    labels: { team: 'a' },
+  });
+  const quiet = await forkd('snapshot', 'create', '--tag', 'py2', '--json');
+  assert.equal(quiet.code, 0, quiet.stderr);
+  assert.equal(quiet.stderr, '', '--json prints no progress');
+  assert.equal((JSON.parse(out(quiet)) as { tag: string }).tag, 'py2');
+});
+
+test('snapshot create: bad usage exits 2; a daemon refusal exits 1 with its code', async () => {
+  fake.reset();
+  assert.equal((await forkd('snapshot', 'create')).code, 2);
+  const both = await forkd(
+    'snapshot',
+    'create',
+    '--tag',
+    'x',
+    '--wait-for',
+    'true',
+    '--wait-port',
+    '1',
+  );
+  assert.equal(both.code, 2);
+  assert.equal((await forkd('snapshot', 'create', '--tag', 'x', '--cpus', 'two')).code, 2);
+  assert.deepEqual(fake.serviceCalls(), []);
+  const taken = await forkd('snapshot', 'create', '--tag', SEED.snapshot);
+  assert.equal(taken.code, 1);
+  assert.match(taken.stderr, /\[name_taken\]/);
+  const failed = await forkd('snapshot', 'create', '--tag', 'bad', '--warm', 'false');
+  assert.equal(failed.code, 1);
+  assert.match(failed.stderr, /warm: false\n.*\[guest_error\]/s);
+});
+
+test('Ctrl-C during snapshot create aborts it at the daemon and exits 130', async () => {
+  fake.reset();
+  const child = spawn(
+    process.execPath,
+    [CLI, 'snapshot', 'create', '--tag', 'gone', '--warm', 'forever'],
+    { env, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+  for (let i = 0; i < 300 && !stderr.includes('still warming'); i++) await sleep(10);
+  child.kill('SIGINT');
+  assert.equal(await exited, 130, stderr);
+  assert.match(stderr, /interrupted/);
+  for (let i = 0; i < 300 && !fake.createAborted; i++) await sleep(10);
+  assert.ok(fake.createAborted, 'the daemon side saw the abort');
+});
+
+test('snapshots: a table; a snapshot that cannot be forked is named with the reason', async () => {
+  fake.reset();
+  await forkd('fork', SEED.snapshot, '-n', '2');
+  const r = await forkd('snapshots');
+  assert.equal(r.code, 0, r.stderr);
+  const [header, ...rows] = out(r).trimEnd().split('\n');
+  assert.match(header!, /^TAG\s+IMAGE\s+MEMORY\s+DISK\s+CREATED\s+CHILDREN\s+LABELS$/);
+  assert.match(rows[0]!, /^warm\s+base\s+256M\s+63 MiB\s+1970-01-01 00:00\s+2\s+team=a$/);
+  assert.match(r.stderr, /snapshot broken cannot be forked: not bootable: memory is missing/);
+  const list = await json<{ tag: string; children_alive: number }[]>('snapshots');
+  assert.deepEqual(
+    list.map((s) => [s.tag, s.children_alive]),
+    [
+      ['warm', 2],
+      ['broken', 0],
+    ],
+  );
+});
+
+test('snapshot info: fields, files with logical and physical sizes; --json', async () => {
+  fake.reset();
+  const r = await forkd('snapshot', 'info', SEED.snapshot);
+  assert.equal(r.code, 0, r.stderr);
+  const text = out(r);
+  assert.match(text, /^tag\s+warm$/m);
+  assert.match(text, /^state\s+ready, bootable$/m);
+  assert.match(text, /^pool\s+0 of 0 ready$/m);
+  assert.match(text, /^size\s+258 MiB logical, 63 MiB on disk$/m);
+  assert.match(text, /^memory\s+256 MiB\s+61 MiB\s+a{64}$/m);
+  const broken = await forkd('snapshot', 'info', SEED.brokenSnapshot);
+  assert.match(out(broken), /^state\s+not bootable: memory is missing/m);
+  const info = await json<{ files: { name: string; allocated: number }[] }>(
+    'snapshot',
+    'info',
+    SEED.snapshot,
+  );
+  assert.deepEqual(
+    info.files.map((f) => f.name),
+    ['memory', 'vmstate', 'disk.qcow2'],
+  );
+  const missing = await forkd('snapshot', 'info', 'nope');
+  assert.equal(missing.code, 1);
+  assert.match(missing.stderr, /\[snapshot_not_found\]/);
+});
+
+test('snapshot verify exits 1 with the problems; snapshot pool sets the size', async () => {
+  fake.reset();
+  const ok = await forkd('snapshot', 'verify', SEED.snapshot);
+  assert.deepEqual([ok.code, out(ok)], [0, 'snapshot warm: ok\n']);
+  const bad = await forkd('snapshot', 'verify', SEED.brokenSnapshot);
+  assert.equal(bad.code, 1);
+  assert.equal(out(bad), 'memory: missing\n');
+  const pool = await forkd('snapshot', 'pool', SEED.snapshot, '3');
+  assert.deepEqual([pool.code, out(pool)], [0, 'pool of warm: 3 (3 ready now)\n']);
+  assert.equal((await forkd('snapshot', 'pool', SEED.snapshot, '-1')).code, 2);
+});
+
+test('fork prints the children, one per line; a partial failure exits 1 naming it', async () => {
+  fake.reset();
+  const r = await forkd('fork', SEED.snapshot, '-n', '3', '--label', 'run=7', '--timeout', '60');
+  assert.equal(r.code, 0, r.stderr);
+  const ids = out(r).trimEnd().split('\n');
+  assert.equal(ids.length, 3);
+  for (const id of ids) assert.match(id, /^sbx-[0-9a-f]{12}$/);
+  const call = fake.serviceCalls().find((c) => c.method === 'fork')!;
+  assert.deepEqual(call.args[0], {
+    snapshot: SEED.snapshot,
+    n: 3,
+    labels: { run: '7' },
+    env: {},
+    timeout_s: 60,
+  });
+  fake.failingChildren.add(1);
+  const partial = await forkd('fork', SEED.snapshot, '-n', '3');
+  assert.equal(partial.code, 1);
+  assert.equal(out(partial).trimEnd().split('\n').length, 2);
+  assert.match(partial.stderr, /child 1: .*\[boot_failed\]/);
+  const all = await forkd('fork', SEED.snapshot, '-n', '3', '--all-or-nothing', '--json');
+  assert.equal(all.code, 1);
+  const result = JSON.parse(out(all)) as { sandboxes: unknown[]; failed: { index: number }[] };
+  assert.deepEqual(result.sandboxes, []);
+  assert.deepEqual(
+    result.failed.map((f) => f.index),
+    [1],
+  );
+  assert.equal((await forkd('fork', SEED.snapshot, '-n', '0')).code, 2);
+});
+
+test('rmi refuses while children run, --force kills them', async () => {
+  fake.reset();
+  await forkd('fork', SEED.snapshot, '-n', '2');
+  const refused = await forkd('rmi', SEED.snapshot);
+  assert.equal(refused.code, 1);
+  assert.match(refused.stderr, /\[snapshot_in_use\]/);
+  const forced = await forkd('rmi', SEED.snapshot, '--force');
+  assert.deepEqual([forced.code, out(forced)], [0, 'removed snapshot warm\n']);
+  const list = await json<{ tag: string }[]>('snapshots');
+  assert.deepEqual(
+    list.map((s) => s.tag),
+    ['broken'],
+  );
+});

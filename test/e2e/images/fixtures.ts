@@ -1,0 +1,54 @@
+/**
+ * Shared by the image tests: a private FORKD_HOME per test, and reading an ext4 image
+ * from the outside with e2fsprogs (debugfs, e2fsck) — no mount, so no root needed.
+ */
+import type { TestContext } from 'node:test';
+import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { paths, type Paths } from '../../../src/config.js';
+import { run } from '../../../src/util/exec.js';
+
+/** A fresh FORKD_HOME removed when the test ends, pass or fail. */
+export async function tempHome(t: TestContext): Promise<Paths> {
+  const dir = await mkdtemp(join(tmpdir(), 'forkd-images-test-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  return paths(dir);
+}
+
+/** What is under FORKD_HOME/images (including dot entries such as staging dirs). */
+export async function imagesDirEntries(p: Paths): Promise<string[]> {
+  return readdir(p.images).catch(() => []);
+}
+
+/** The bytes of `path` inside the image (debugfs dump keeps binary content intact). */
+export async function ext4Read(image: string, path: string): Promise<Buffer> {
+  const dir = await mkdtemp(join(tmpdir(), 'forkd-debugfs-'));
+  try {
+    await run('debugfs', ['-R', `dump ${path} ${join(dir, 'out')}`, image]);
+    return await readFile(join(dir, 'out'));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Type, permission bits, owner and (for a symlink) target of `path` inside the image. */
+export async function ext4Stat(
+  image: string,
+  path: string,
+): Promise<{ type: string; mode: number; uid: number; target?: string }> {
+  const { stdout } = await run('debugfs', ['-R', `stat ${path}`, image]);
+  const m = /Type:\s*(\S+)\s+Mode:\s*([0-7]+)/.exec(stdout);
+  if (!m?.[1] || !m[2]) throw new Error(`${path} not found in ${image}`);
+  return {
+    type: m[1],
+    mode: parseInt(m[2], 8),
+    uid: Number(/User:\s*(\d+)/.exec(stdout)?.[1]),
+    target: /Fast link dest:\s*"(.*)"/.exec(stdout)?.[1],
+  };
+}
+
+/** e2fsck -fn: a full read-only check; throws when the filesystem has errors. */
+export async function ext4Check(image: string): Promise<void> {
+  await run('e2fsck', ['-fn', image]);
+}
