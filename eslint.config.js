@@ -13,10 +13,16 @@ const FORBIDDEN = {
       group: ['**/services/**', '!**/services/contracts.js'],
       message: 'routes call the service interfaces (services/contracts.ts), never a service',
     },
-    { group: ['**/drivers/**', '**/store/**'], message: 'routes reach drivers and the store only through services' },
+    {
+      group: ['**/drivers/**', '**/store/**'],
+      message: 'routes reach drivers and the store only through services',
+    },
   ],
   services: [
-    { group: ['**/api/**', '**/daemon/**', '**/cli/**'], message: 'services never see HTTP or the CLI' },
+    {
+      group: ['**/api/**', '**/daemon/**', '**/cli/**'],
+      message: 'services never see HTTP or the CLI',
+    },
   ],
   drivers: [
     {

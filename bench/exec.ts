@@ -18,7 +18,11 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Forkd, Sandbox } from '@forkd/sdk';
 import { detectAccel } from '../src/drivers/qemu/accel.js';
-import { bootSandbox, destroySandbox, type Sandbox as Booted } from '../src/services/sandboxes/sandbox.js';
+import {
+  bootSandbox,
+  destroySandbox,
+  type Sandbox as Booted,
+} from '../src/services/sandboxes/sandbox.js';
 import { makeBenchHome, type BenchHome } from './home.js';
 import { percentile } from './stats.js';
 

@@ -428,7 +428,11 @@ export const BranchRequest = Type.Object(
   {
     tag: Type.Optional(SnapshotTag),
     fork: Type.Optional(
-      Type.Integer({ minimum: 0, maximum: FORK_MAX, description: 'also fork this many children of it' }),
+      Type.Integer({
+        minimum: 0,
+        maximum: FORK_MAX,
+        description: 'also fork this many children of it',
+      }),
     ),
     labels: Type.Optional(Labels),
     no_wait: Type.Optional(

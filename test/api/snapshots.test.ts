@@ -32,6 +32,7 @@ interface ErrorJson {
 }
 interface SandboxJson {
   id: string;
+  state: string;
   snapshot: string | null;
   labels: Record<string, string>;
 }
@@ -171,7 +172,12 @@ test('remove refuses while children run (409), force kills them, then 404', asyn
   assert.equal(forced.statusCode, 204);
   assert.deepEqual(lastCall().args, [SEED.snapshot, { force: true, cascade: undefined }]);
   const list = await call<{ sandboxes: SandboxJson[] }>('/v1/sandboxes');
-  assert.ok(list.body.sandboxes.every((s) => s.snapshot !== SEED.snapshot));
+  const children = list.body.sandboxes.filter((s) => s.snapshot === SEED.snapshot);
+  assert.deepEqual(
+    children.map((s) => s.state),
+    ['stopped', 'stopped'],
+    'force killed them',
+  );
   const gone = await app.inject({ method: 'DELETE', url: SNAP });
   assert.equal(gone.statusCode, 404);
 });

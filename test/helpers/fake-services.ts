@@ -185,6 +185,8 @@ export class FakeServices {
   private images = new Map<string, ImageT>();
   private snapshots = new Map<string, SnapshotT>();
   private counter = 0x100;
+  /** The snapshot a branched sandbox's disk layers on (it pins that snapshot). */
+  private readonly diskBases = new Map<string, string>();
 
   constructor() {
     this.reset();
@@ -192,7 +194,9 @@ export class FakeServices {
       sandboxes: this.recorded('sandboxes', this.sandboxService()),
       images: this.recorded('images', this.imageService()),
       snapshots: this.recorded('snapshots', this.snapshotService()),
-      branch: this.recorded('branch', { branch: (id, req) => this.branch(id, req) } as BranchService),
+      branch: this.recorded('branch', {
+        branch: (id, req) => this.branch(id, req),
+      } as BranchService),
       audit: { record: (entry) => void this.audit.push(entry) },
       host: {
         qemuVersion: async () => '8.2.2',
@@ -224,6 +228,7 @@ export class FakeServices {
       ],
     ]);
     this.failingChildren.clear();
+    this.diskBases.clear();
     this.createAborted = false;
   }
 
@@ -264,6 +269,32 @@ export class FakeServices {
     return s;
   }
 
+  /** A sandbox that runs (a killed one keeps its row, as `stopped`). */
+  private running(id: string): SandboxT {
+    const s = this.sandbox(id);
+    if (s.state !== 'running') {
+      throw new ForkdError(
+        'sandbox_not_running',
+        `sandbox ${id} has stopped (${s.reason ?? 'killed'})`,
+        {
+          id,
+          state: s.state,
+        },
+      );
+    }
+    return s;
+  }
+
+  /** Kill as the real service does: the row stays, `stopped` with reason `killed`. */
+  private stop(id: string): void {
+    const s = this.sandbox(id);
+    if (s.state !== 'running') return;
+    s.state = 'stopped';
+    s.reason = 'killed';
+    s.pid = null;
+    this.diskBases.delete(id);
+  }
+
   private snapshot(tag: string): SnapshotT {
     const s = this.snapshots.get(tag);
     if (!s)
@@ -295,8 +326,11 @@ export class FakeServices {
     return [...this.snapshots.keys()].filter((t) => this.ancestors(t).includes(tag));
   }
 
+  /** Running sandboxes that depend on `tag`: forked from it, or branched into it. */
   private children(tag: string): SandboxT[] {
-    return [...this.sandboxes.values()].filter((s) => s.snapshot === tag);
+    return [...this.sandboxes.values()].filter(
+      (s) => s.state === 'running' && (s.snapshot === tag || this.diskBases.get(s.id) === tag),
+    );
   }
 
   private liveExec(id: string, execId: string): LiveExec {
@@ -306,7 +340,7 @@ export class FakeServices {
   }
 
   private file(id: string, path: string): Buffer {
-    this.sandbox(id);
+    this.running(id);
     const data = this.files.get(`${id}:${path}`);
     if (!data) throw new ForkdError('guest_file_not_found', `${path} does not exist`, { path });
     return data;
@@ -365,17 +399,14 @@ export class FakeServices {
         ),
       get: async (id) => this.sandbox(id),
       extend: async (id, timeoutS) => {
-        const s = this.sandbox(id);
+        const s = this.running(id);
         s.expires_at = new Date(Date.now() + timeoutS * 1000).toISOString();
         return s;
       },
-      kill: async (id) => {
-        this.sandbox(id);
-        this.sandboxes.delete(id);
-      },
+      kill: async (id) => this.stop(id),
       // Echoes its arguments (and exits as exitCodeOf says).
       exec: async (id, req) => {
-        this.sandbox(id);
+        this.running(id);
         if (req.argv[0] === 'missing') throw new ForkdError('command_not_found', 'no such command');
         const code = exitCodeOf(req.argv);
         return {
@@ -388,7 +419,7 @@ export class FakeServices {
         };
       },
       execStream: async (id, req) => {
-        this.sandbox(id);
+        this.running(id);
         if (req.argv[0] === 'missing') throw new ForkdError('command_not_found', 'no such command');
         const execId = `ex-${hex12(this.counter++)}`;
         const ex: LiveExec = { sandbox: id, stdin: [], eof: false };
@@ -405,7 +436,7 @@ export class FakeServices {
       },
       readFile: async (id, path) => Readable.from([this.file(id, path)]),
       writeFile: async (id, path, body) => {
-        this.sandbox(id);
+        this.running(id);
         const data = await drain(body);
         this.files.set(`${id}:${path}`, data);
         return data.length;
@@ -415,14 +446,14 @@ export class FakeServices {
         return fileStat(path, 'file', this.file(id, path).length);
       },
       listFiles: async (id, dir) => {
-        this.sandbox(id);
+        this.running(id);
         const prefix = `${id}:${dir.replace(/\/$/, '')}/`;
         return [...this.files]
           .filter(([key]) => key.startsWith(prefix) && !key.slice(prefix.length).includes('/'))
           .map(([key, data]) => fileStat(key.slice(id.length + 1), 'file', data.length));
       },
       makeDir: async (id, path) => {
-        this.sandbox(id);
+        this.running(id);
         this.dirs.add(`${id}:${path}`);
       },
       removeFile: async (id, path) => {
@@ -430,7 +461,7 @@ export class FakeServices {
         this.files.delete(`${id}:${path}`);
       },
       consoleLog: async (id) => {
-        this.sandbox(id);
+        this.running(id);
         return '[    0.000000] Linux version 6.1\nforkd-agent: ready\n';
       },
     };
@@ -524,7 +555,7 @@ export class FakeServices {
         sandboxes: children.map((c) => c.id),
       });
     }
-    for (const c of children) this.sandboxes.delete(c.id);
+    for (const c of children) this.stop(c.id);
     for (const t of removed) this.snapshots.delete(t);
   }
 
@@ -533,14 +564,12 @@ export class FakeServices {
   }
 
   /**
-   * A branch of a running sandbox: a snapshot chained on the one the sandbox was forked
-   * from (standalone for a booted one), `writing` with no_wait, and `fork` children of it.
+   * A branch of a running sandbox: a snapshot chained on the one the sandbox's disk layers
+   * on (standalone for a booted one), `writing` with no_wait, and `fork` children of it;
+   * from then on the source's disk layers on the branch, which it pins.
    */
   private async branch(id: string, req: BranchRequestT): Promise<BranchOutcome> {
-    const source = this.sandbox(id);
-    if (source.state !== 'running') {
-      throw new ForkdError('sandbox_not_running', `sandbox ${id} is ${source.state}`);
-    }
+    const source = this.running(id);
     const tag = req.tag ?? `${id}.${hex12(this.counter++).slice(-4)}`;
     this.checkFreeTag(tag);
     await sleep(this.streamDelayMs);
@@ -549,7 +578,7 @@ export class FakeServices {
       snapshotRecord(tag, {
         state: req.no_wait ? 'writing' : 'ready',
         image: source.image,
-        parent: source.snapshot,
+        parent: this.diskBases.get(id) ?? source.snapshot,
         source_sandbox: id,
         memory_mib: source.memory_mib,
         cpus: source.cpus,
@@ -563,6 +592,7 @@ export class FakeServices {
       captured_bytes: 3 * MiB,
       timings: { copy_base_ms: 120, pause_ms: 42.5, checksum_ms: 300 },
     };
+    this.diskBases.set(id, tag);
     if (req.fork) result.children = this.forkChildren(tag, req.fork, req);
     return result;
   }
@@ -617,7 +647,7 @@ export class FakeServices {
       fork: async (req) => {
         const result = this.forkChildren(req.snapshot, req.n, req);
         if (!req.all_or_nothing || result.failed.length === 0) return result;
-        for (const c of result.sandboxes) this.sandboxes.delete(c.id);
+        for (const c of result.sandboxes) this.stop(c.id);
         return { sandboxes: [], failed: result.failed };
       },
     };

@@ -41,14 +41,22 @@ export class OldAgent {
       while ((nl = buf.indexOf('\n')) >= 0) {
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + 1);
-        if (line.trim()) this.answer(socket, JSON.parse(line) as { type: string; id: number; nonce?: number });
+        if (line.trim())
+          this.answer(socket, JSON.parse(line) as { type: string; id: number; nonce?: number });
       }
     });
   }
 
   private answer(socket: Socket, msg: { type: string; id: number; nonce?: number }): void {
     if (msg.type === 'sync') {
-      const reply = { type: 'sync', id: 0, nonce: msg.nonce, protocol: 1, agent: '0.0.9', types: this.types };
+      const reply = {
+        type: 'sync',
+        id: 0,
+        nonce: msg.nonce,
+        protocol: 1,
+        agent: '0.0.9',
+        types: this.types,
+      };
       socket.write(Buffer.concat([Buffer.from([0xff]), Buffer.from(`${JSON.stringify(reply)}\n`)]));
       return;
     }

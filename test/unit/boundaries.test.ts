@@ -67,7 +67,10 @@ test('lint allows what the layers may do', async () => {
     ['src/api/routes/x.ts', "import type { Services } from '../../services/contracts.js';\n"],
     ['src/services/x.ts', "import { Vm } from '../drivers/qemu/vm.js';\nvoid Vm;\n"],
     ['src/drivers/qemu/x.ts', "import { monitor } from './vm.js';\nvoid monitor;\n"],
-    ['src/drivers/agent/x.ts', "import { SIGNALS } from '../../contract/rules.js';\nvoid SIGNALS;\n"],
+    [
+      'src/drivers/agent/x.ts',
+      "import { SIGNALS } from '../../contract/rules.js';\nvoid SIGNALS;\n",
+    ],
   ];
   for (const [file, code] of ok) assert.deepEqual(await violations(file, code), [], file);
 });

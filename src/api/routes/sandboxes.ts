@@ -86,7 +86,9 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
   async function fork(body: ForkBody, request: FastifyRequest, reply: FastifyReply) {
     const result = await services.snapshots.fork(forkRequest(body), callerOf(request));
     request.counted = { forks: result.sandboxes.length };
-    return reply.code(201).send(body.n === undefined ? onlyChild(result) : forkAnswer(result, request.log));
+    return reply
+      .code(201)
+      .send(body.n === undefined ? onlyChild(result) : forkAnswer(result, request.log));
   }
 
   app.post(

@@ -74,7 +74,6 @@ export async function copyPages(region: RamRegion, memory: string): Promise<Copi
   return { pages: got.pages ?? 0, bytes: got.bytes ?? 0, ms: got.ms ?? 0 };
 }
 
-
 /** What a page copy wrote. */
 export interface CopiedPages {
   pages: number;

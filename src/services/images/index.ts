@@ -22,12 +22,7 @@ export {
   type ImageManifest,
   type ImageSource,
 } from './store.js';
-export {
-  buildImageFromDir,
-  defaultSizeMiB,
-  type BuildOptions,
-  type Progress,
-} from './build.js';
+export { buildImageFromDir, defaultSizeMiB, type BuildOptions, type Progress } from './build.js';
 export {
   buildBusyboxImage,
   hostBusybox,

@@ -34,7 +34,6 @@ export interface BootRequest {
   onStarted?(vm: Vm): void;
 }
 
-
 /** A running sandbox: its VM and a connected agent. */
 export interface Sandbox {
   id: string;

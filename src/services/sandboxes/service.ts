@@ -152,11 +152,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
    * Bring up a sandbox from a snapshot: its row (with the snapshot's resources) first, then
    * `start` restores the VM. Forks skip the boot gate: a restore costs a fraction of a boot.
    */
-  async createForked(
-    init: ForkInit,
-    start: SandboxStarter,
-    caller: Caller,
-  ): Promise<SandboxT> {
+  async createForked(init: ForkInit, start: SandboxStarter, caller: Caller): Promise<SandboxT> {
     const starting = this.insertStarting(init);
     const row = await this.boot(starting, init.timeoutS, start);
     this.log.info(

@@ -55,7 +55,10 @@ export class SnapshotRegistry {
   /** Remove what a crash mid-write left (rows still `writing`, staging dirs). */
   async start(): Promise<void> {
     for (const row of this.rows.list('writing')) {
-      this.opts.log.warn({ snapshot: row.tag }, 'removing a snapshot whose creation was interrupted');
+      this.opts.log.warn(
+        { snapshot: row.tag },
+        'removing a snapshot whose creation was interrupted',
+      );
       this.rows.delete(row.tag);
     }
     await sweepStaging(this.opts.paths);
@@ -208,10 +211,14 @@ export class SnapshotRegistry {
     const m = await this.manifest(tag);
     const reason = await unbootableReason(this.opts.paths, m);
     if (reason) {
-      throw new ForkdError('snapshot_not_bootable', `snapshot "${tag}" is not bootable: ${reason}`, {
-        tag,
-        reason,
-      });
+      throw new ForkdError(
+        'snapshot_not_bootable',
+        `snapshot "${tag}" is not bootable: ${reason}`,
+        {
+          tag,
+          reason,
+        },
+      );
     }
     return m;
   }

@@ -61,7 +61,8 @@ test('branch --no-wait says the snapshot is still writing; --json is the BranchR
   }>('branch', SEED.sandbox, '--tag', 'b2');
   assert.equal(result.snapshot.tag, 'b2');
   assert.equal(result.snapshot.source_sandbox, SEED.sandbox);
-  assert.equal(result.snapshot.depth, 0);
+  // The source's disk now layers on the first branch, so the second is built on it.
+  assert.equal(result.snapshot.depth, 1);
   assert.deepEqual([result.pause_ms, result.captured_bytes], [42.5, 3 * 1024 * 1024]);
   assert.equal(result.children, undefined);
 });

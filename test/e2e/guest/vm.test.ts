@@ -7,7 +7,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { AgentClient } from '../../../src/drivers/agent/client.js';
-import { bootSandbox, destroySandbox, type Sandbox } from '../../../src/services/sandboxes/sandbox.js';
+import {
+  bootSandbox,
+  destroySandbox,
+  type Sandbox,
+} from '../../../src/services/sandboxes/sandbox.js';
 import { RawAgentSocket } from '../../helpers/agent-process.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 

@@ -192,7 +192,10 @@ test('a snapshot of another format version is listed unbootable and refused, as 
       await writeFile(file, JSON.stringify({ ...JSON.parse(original), format_version: version }));
       const info = await s.snapshots.get('warm');
       assert.equal(info.bootable, false);
-      assert.match(info.reason ?? '', new RegExp(`format ${version} is not 1 \\(written by ${who} forkd\\)`));
+      assert.match(
+        info.reason ?? '',
+        new RegExp(`format ${version} is not 1 \\(written by ${who} forkd\\)`),
+      );
       await assert.rejects(
         s.snapshots.fork({ snapshot: 'warm', n: 1 }, caller),
         (e) => isForkdError(e, 'snapshot_not_bootable') && e.message.includes('recreate it'),

@@ -15,7 +15,11 @@ import { join } from 'node:path';
 import type { RamRegion } from '../../../src/drivers/qemu/capture.js';
 import { snapshotDir, SNAPSHOT_FILES } from '../../../src/services/snapshots/files.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
-import { assertChildrenFromOneInstant, bootLogger, MEMORY_WRITER } from '../../helpers/branching.js';
+import {
+  assertChildrenFromOneInstant,
+  bootLogger,
+  MEMORY_WRITER,
+} from '../../helpers/branching.js';
 import {
   childrenOf,
   differingPages,

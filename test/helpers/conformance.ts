@@ -1,0 +1,164 @@
+/**
+ * One conformance suite for the service interfaces (src/services/contracts.ts): the same
+ * cases run against the fake services that back the API, CLI and SDK tests
+ * (test/api/conformance.test.ts) and against the real services with real VMs
+ * (test/e2e/services/conformance.test.ts), so the fake cannot drift from what the real
+ * ones do. Each case states what a user of the API would see.
+ */
+import assert from 'node:assert/strict';
+import { Readable } from 'node:stream';
+import { test } from 'node:test';
+import { isForkdError } from '../../src/errors.js';
+import type { Services } from '../../src/services/contracts.js';
+
+/** What a case needs: the services, an image to boot and a bootable snapshot of it. */
+export interface Subject {
+  services: Services;
+  image: string;
+  snapshot: string;
+}
+
+const caller = { principal: 'conformance' };
+const text = (b64: string) => Buffer.from(b64, 'base64').toString('utf8');
+
+async function bytesOf(stream: Readable): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(Buffer.from(c as Buffer));
+  return Buffer.concat(chunks);
+}
+
+function rejectsWith(code: string) {
+  return (e: unknown) => {
+    assert.ok(isForkdError(e), `expected a catalog error ${code}, got ${String(e)}`);
+    assert.equal(e.code, code, e.message);
+    return true;
+  };
+}
+
+/** Register every case; `subject` is called once the test file's `before` has run. */
+export function conformance(kind: string, subject: () => Subject): void {
+  const it = (name: string, fn: (s: Subject) => Promise<void>) =>
+    test(`[${kind}] ${name}`, () => fn(subject()));
+
+  it('a created sandbox runs, is listed by label, and stays listed as stopped once killed', async (s) => {
+    const { sandboxes } = s.services;
+    const sb = await sandboxes.create({ image: s.image, labels: { conf: 'life' } }, caller);
+    assert.equal(sb.state, 'running');
+    assert.equal(sb.image, s.image);
+    assert.deepEqual((await sandboxes.get(sb.id)).labels, { conf: 'life' });
+    const listed = await sandboxes.list({ label: { key: 'conf', value: 'life' } });
+    assert.deepEqual(
+      listed.map((x) => x.id),
+      [sb.id],
+    );
+    await sandboxes.kill(sb.id);
+    assert.equal((await sandboxes.get(sb.id)).state, 'stopped');
+    await sandboxes.kill(sb.id); // a retried kill succeeds
+    await assert.rejects(
+      sandboxes.exec(sb.id, { argv: ['true'] }),
+      rejectsWith('sandbox_not_running'),
+    );
+    assert.deepEqual(
+      await sandboxes.list({ state: 'running', label: { key: 'conf', value: 'life' } }),
+      [],
+    );
+  });
+
+  it('exec answers with the exit code and output; a missing command is command_not_found', async (s) => {
+    const { sandboxes } = s.services;
+    const sb = await sandboxes.create({ image: s.image }, caller);
+    try {
+      const r = await sandboxes.exec(sb.id, { argv: ['echo', 'hello', 'conformance'] });
+      assert.equal(r.exit_code, 0);
+      assert.equal(text(r.stdout), 'hello conformance\n');
+      await assert.rejects(
+        sandboxes.exec(sb.id, { argv: ['missing'] }),
+        rejectsWith('command_not_found'),
+      );
+    } finally {
+      await sandboxes.kill(sb.id);
+    }
+  });
+
+  it('files written are read back, stat and listed; removed ones are guest_file_not_found', async (s) => {
+    const { sandboxes } = s.services;
+    const sb = await sandboxes.create({ image: s.image }, caller);
+    try {
+      const data = Buffer.from('conformance bytes\n');
+      assert.equal(
+        await sandboxes.writeFile(sb.id, '/tmp/conf.txt', Readable.from([data]), {}),
+        data.length,
+      );
+      assert.deepEqual(await bytesOf(await sandboxes.readFile(sb.id, '/tmp/conf.txt')), data);
+      const st = await sandboxes.statFile(sb.id, '/tmp/conf.txt');
+      assert.deepEqual([st.name, st.kind, st.size], ['conf.txt', 'file', data.length]);
+      const names = (await sandboxes.listFiles(sb.id, '/tmp')).map((e) => e.name);
+      assert.ok(names.includes('conf.txt'), names.join(' '));
+      await sandboxes.removeFile(sb.id, '/tmp/conf.txt', {});
+      await assert.rejects(
+        sandboxes.statFile(sb.id, '/tmp/conf.txt'),
+        rejectsWith('guest_file_not_found'),
+      );
+    } finally {
+      await sandboxes.kill(sb.id);
+    }
+  });
+
+  it('unknown ids and tags are not_found errors of their kind', async (s) => {
+    await assert.rejects(
+      s.services.sandboxes.get('sbx-0000000000ff'),
+      rejectsWith('sandbox_not_found'),
+    );
+    await assert.rejects(
+      s.services.snapshots.get('no-such-tag'),
+      rejectsWith('snapshot_not_found'),
+    );
+    await assert.rejects(
+      s.services.snapshots.fork({ snapshot: 'no-such-tag', n: 1 }, caller),
+      rejectsWith('snapshot_not_found'),
+    );
+  });
+
+  it('forks run from their snapshot, which counts them and refuses removal until they end', async (s) => {
+    const { sandboxes, snapshots } = s.services;
+    const r = await snapshots.fork(
+      { snapshot: s.snapshot, n: 2, labels: { conf: 'fork' } },
+      caller,
+    );
+    try {
+      assert.deepEqual(r.failed, []);
+      assert.equal(r.sandboxes.length, 2);
+      for (const child of r.sandboxes) {
+        assert.deepEqual([child.state, child.snapshot], ['running', s.snapshot]);
+        assert.deepEqual(child.labels, { conf: 'fork' });
+      }
+      assert.equal((await snapshots.get(s.snapshot)).children_alive, 2);
+      await assert.rejects(snapshots.remove(s.snapshot, {}), rejectsWith('snapshot_in_use'));
+    } finally {
+      await Promise.all(r.sandboxes.map((c) => sandboxes.kill(c.id)));
+    }
+    assert.equal((await snapshots.get(s.snapshot)).children_alive, 0);
+  });
+
+  it('a branch is a snapshot of its running source, in the lineage, pinned while the source runs', async (s) => {
+    const { sandboxes, snapshots, branch } = s.services;
+    const [source] = (await snapshots.fork({ snapshot: s.snapshot, n: 1 }, caller)).sandboxes;
+    assert.ok(source);
+    try {
+      const b = await branch.branch(source.id, { tag: 'conf-branch' }, caller);
+      assert.deepEqual(
+        [b.snapshot.tag, b.snapshot.state, b.snapshot.parent, b.snapshot.source_sandbox],
+        ['conf-branch', 'ready', s.snapshot, source.id],
+      );
+      assert.equal((await sandboxes.get(source.id)).state, 'running', 'the source keeps running');
+      const nodes = (await snapshots.lineage(s.snapshot)).nodes;
+      const node = nodes.find((n) => n.id === 'conf-branch');
+      assert.deepEqual(node?.parent, { kind: 'snapshot', id: s.snapshot });
+      await assert.rejects(snapshots.remove('conf-branch', {}), rejectsWith('snapshot_in_use'));
+    } finally {
+      await sandboxes.kill(source.id);
+    }
+    await snapshots.remove('conf-branch', {});
+    await assert.rejects(snapshots.get('conf-branch'), rejectsWith('snapshot_not_found'));
+  });
+}
