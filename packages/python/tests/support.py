@@ -160,15 +160,41 @@ def remove_everything(url: str) -> None:
                 pass
 
 
+def assert_no_leftovers(home: TestHome) -> None:
+    """No QEMU of this home runs and no sandbox directory is left (after everything was
+    killed through the API): a module cleanup, so a leak fails the run."""
+    deadline = time.monotonic() + 10.0
+    while (home.qemus() or home.sandbox_dirs()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if home.qemus() or home.sandbox_dirs():
+        raise AssertionError(f"left behind: QEMU pids {home.qemus()}, sandboxes {home.sandbox_dirs()}")
+
+
 def start_module_daemon(args: Optional[List[str]] = None) -> DaemonProcess:
     """A home and a daemon for one test module, torn down at the module's end, even when
-    this set-up itself fails half way (module cleanups run then too)."""
+    this set-up itself fails half way (module cleanups run then too, last added first)."""
     home = TestHome()
     unittest.addModuleCleanup(home.cleanup)
+    unittest.addModuleCleanup(assert_no_leftovers, home)
     daemon = DaemonProcess(home, args)
     unittest.addModuleCleanup(daemon.stop)
     unittest.addModuleCleanup(remove_everything, daemon.url)
     return daemon
+
+
+#: A guest process whose state lives only in its memory: it answers each line written to
+#: /tmp/q with its value on /tmp/r; "set X" changes the value first.
+KEEPER = (
+    "rm -f /tmp/q /tmp/r; mkfifo /tmp/q /tmp/r; v=none; "
+    'while true; do read cmd arg < /tmp/q; [ "$cmd" = set ] && v=$arg; echo "$v" > /tmp/r; done'
+)
+#: Starts the keeper detached from the exec (the command returns, the keeper runs on).
+START_KEEPER = f"({KEEPER}) </dev/null >/dev/null 2>&1 & while [ ! -p /tmp/r ]; do sleep 0.05; done"
+
+
+def ask_keeper(words: str) -> str:
+    """The command that asks the keeper (``get``, or ``set VALUE``) and prints its answer."""
+    return f"echo {words} > /tmp/q; cat /tmp/r"
 
 
 def until_capacity(make: Callable[[], T]) -> T:
