@@ -35,16 +35,15 @@ from typing import (
 )
 
 from ._catalog import SandboxNotFoundError
-from ._client import Forkd, Images
+from ._client import Forkd, I, Images, Remote
 from ._commands import (
     Cmd,
     CommandHandle,
     Commands,
-    ExecSpec,
     OnOutput,
     OnText,
-    Output,
     check_foreground,
+    spec_and_output,
 )
 from ._files import Files, FileStream
 from ._sandbox import Sandbox
@@ -294,25 +293,12 @@ class AsyncCommands:
     ) -> AsyncCommandHandle: ...
 
     async def run(
-        self,
-        cmd: Cmd,
-        *,
-        background: bool = False,
-        envs: Optional[Dict[str, str]] = None,
-        cwd: Optional[str] = None,
-        user: Optional[str] = None,
-        timeout: Optional[float] = None,
-        stdin: Optional[Union[str, bytes]] = None,
-        keep_stdin_open: bool = False,
-        on_stdout: Optional[OnText] = None,
-        on_stderr: Optional[OnText] = None,
-        on_output: Optional[OnOutput] = None,
+        self, cmd: Cmd, *, background: bool = False, **options: Any
     ) -> Union[CommandResult, AsyncCommandHandle]:
         """``Commands.run``, awaited; callbacks run on this event loop (coroutine functions
         are awaited). Cancelling the task of a streamed command kills the command."""
         loop = asyncio.get_running_loop()
-        spec = ExecSpec(cmd, envs, cwd, user, timeout, stdin, keep_stdin_open)
-        output = Output(on_loop(loop, on_stdout), on_loop(loop, on_stderr), on_loop(loop, on_output))
+        spec, output = spec_and_output(cmd, options, lambda callback: on_loop(loop, callback))
         if background:
             handle = await offload(lambda: self.sync.open(spec, output).in_background())
             return AsyncCommandHandle(handle)
@@ -380,7 +366,23 @@ class AsyncFiles:
     remove = method(Files.remove)
 
 
-class AsyncSandbox:
+class _AsyncRemote(Generic[I]):
+    """What AsyncSandbox and AsyncSnapshot share: the sync twin they drive (``sync``) and
+    what was last heard of it."""
+
+    def __init__(self, sync: Remote[I]) -> None:
+        self._remote = sync
+
+    def __repr__(self) -> str:
+        return f"Async{self._remote!r}"
+
+    @property
+    def info(self) -> I:
+        """What was last heard of it."""
+        return self._remote.info
+
+
+class AsyncSandbox(_AsyncRemote[SandboxInfo]):
     """A running microVM sandbox, for asyncio::
 
         async with await AsyncSandbox.create(image="busybox") as sbx:
@@ -389,6 +391,7 @@ class AsyncSandbox:
 
     def __init__(self, sync: Sandbox) -> None:
         """Not for direct use: ``AsyncSandbox.create`` / ``connect`` make them."""
+        super().__init__(sync)
         #: The sync sandbox it drives.
         self.sync = sync
         #: Run commands in it.
@@ -396,23 +399,13 @@ class AsyncSandbox:
         #: Read and write its files.
         self.files = AsyncFiles(sync.files)
 
-    def __repr__(self) -> str:
-        return f"Async{self.sync!r}"
-
     @property
     def id(self) -> str:
         """Its id, like ``sbx-0123456789ab``."""
         return self.sync.id
 
-    @property
-    def sandbox_id(self) -> str:
-        """Its id (E2B's name for ``id``)."""
-        return self.sync.id
-
-    @property
-    def info(self) -> SandboxInfo:
-        """What was last heard of it."""
-        return self.sync.info
+    #: Its id, under E2B's name for it.
+    sandbox_id = id
 
     create = static(Sandbox.create, _sandbox)
     connect = static(Sandbox.connect, _sandbox)
@@ -438,27 +431,20 @@ class AsyncSandbox:
             pass
 
 
-class AsyncSnapshot:
+class AsyncSnapshot(_AsyncRemote[SnapshotInfo]):
     """A snapshot, for asyncio: the same calls as ``Snapshot``, awaited; forks and
     branches hand back ``AsyncSandbox`` and ``AsyncSnapshot`` objects."""
 
     def __init__(self, sync: Snapshot) -> None:
         """Not for direct use: ``AsyncSnapshot.create`` / ``get`` make them."""
+        super().__init__(sync)
         #: The sync snapshot it drives.
         self.sync = sync
-
-    def __repr__(self) -> str:
-        return f"Async{self.sync!r}"
 
     @property
     def tag(self) -> str:
         """Its tag."""
         return self.sync.tag
-
-    @property
-    def info(self) -> SnapshotInfo:
-        """What was last heard of it."""
-        return self.sync.info
 
     create = static(Snapshot.create, _snapshot)
     get = static(Snapshot.get, _snapshot)

@@ -4,7 +4,7 @@ their ``url``/``token``/``request_timeout`` arguments, so most code never names 
 
 from __future__ import annotations
 
-from typing import List, Optional, Protocol, Tuple, Type, TypeVar, Union
+from typing import Any, Generic, List, Optional, Protocol, Tuple, Type, TypeVar, Union
 
 from ._config import resolve_config
 from ._transport import Request, Transport, compact, quote_segment
@@ -94,17 +94,41 @@ class Forkd:
         return [from_wire(LineageNode, n) for n in wire["nodes"]]
 
 
-class _Addressed(Protocol):
-    """A Sandbox or a Snapshot: its client, and the id or tag that names it."""
+class _Stateful(Protocol):
+    @property
+    def state(self) -> str: ...
+
+
+I = TypeVar("I", bound=_Stateful)
+
+
+class Remote(Generic[I]):
+    """What a Sandbox and a Snapshot share: the client they talk through, what was last
+    heard of them (``info``), and the id or tag that names them."""
+
+    def __init__(self, client: Forkd, info: I) -> None:
+        self._client = client
+        self._info = info
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._key!r}, state={self._info.state!r})"
 
     @property
-    def client(self) -> Forkd: ...
+    def client(self) -> Forkd:
+        """The daemon client it talks through."""
+        return self._client
 
     @property
-    def _key(self) -> str: ...
+    def info(self) -> I:
+        """What was last heard of it (when it was made or got, refreshed, or changed)."""
+        return self._info
+
+    @property
+    def _key(self) -> str:
+        raise NotImplementedError
 
 
-A = TypeVar("A", bound=_Addressed)
+A = TypeVar("A", bound="Remote[Any]")
 
 
 def target_of(

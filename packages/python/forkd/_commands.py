@@ -11,7 +11,7 @@ import codecs
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Union, overload
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union, overload
 
 from ._catalog import BadRequestError, InternalError
 from ._error import ForkdError
@@ -30,6 +30,8 @@ Signal = Literal[
     "SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGSTOP", "SIGCONT"
 ]
 
+#: ``run``'s keyword arguments that take output as it comes.
+OUTPUT_CALLBACKS = ("on_stdout", "on_stderr", "on_output")
 #: The daemon's limit on one stdin request's body.
 STDIN_CHUNK_BYTES = 1024 * 1024
 
@@ -269,19 +271,7 @@ class Commands:
     ) -> CommandHandle: ...
 
     def run(
-        self,
-        cmd: Cmd,
-        *,
-        background: bool = False,
-        envs: Optional[Dict[str, str]] = None,
-        cwd: Optional[str] = None,
-        user: Optional[str] = None,
-        timeout: Optional[float] = None,
-        stdin: Optional[Union[str, bytes]] = None,
-        keep_stdin_open: bool = False,
-        on_stdout: Optional[OnText] = None,
-        on_stderr: Optional[OnText] = None,
-        on_output: Optional[OnOutput] = None,
+        self, cmd: Cmd, *, background: bool = False, **options: Any
     ) -> Union[CommandResult, CommandHandle]:
         """Run a command: a string runs as ``sh -c STRING``, a list runs as is.
 
@@ -295,8 +285,7 @@ class Commands:
             r = sbx.commands.run("ls -l /", cwd="/", envs={"LC_ALL": "C"}, timeout=10)
             sbx.commands.run("for i in 1 2 3; do echo $i; sleep 1; done", on_stdout=print)
         """
-        spec = ExecSpec(cmd, envs, cwd, user, timeout, stdin, keep_stdin_open)
-        output = Output(on_stdout, on_stderr, on_output)
+        spec, output = spec_and_output(cmd, options)
         if background:
             return self.open(spec, output).in_background()
         check_foreground(spec)
@@ -329,6 +318,16 @@ class Commands:
         else:
             request.timeout = None
         return request
+
+
+def spec_and_output(
+    cmd: Cmd, options: Dict[str, Any], adapt: Callable[[Any], Any] = lambda c: c
+) -> Tuple[ExecSpec, Output]:
+    """``run``'s keyword arguments, split: the callbacks (``adapt``-ed: the async SDK moves
+    them to its loop) make the Output, the rest the ExecSpec (an unknown one is a
+    TypeError, as for any call)."""
+    callbacks = {name: adapt(options.pop(name, None)) for name in OUTPUT_CALLBACKS}
+    return ExecSpec(cmd, **options), Output(**callbacks)
 
 
 def check_foreground(spec: ExecSpec) -> None:

@@ -5,8 +5,7 @@ in memory whole."""
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import IO, Iterable, Iterator, List, Literal, Optional, Type, Union, overload
+from typing import IO, Iterable, Iterator, List, Literal, Optional, Union, overload
 
 from ._catalog import GuestFileNotFoundError
 from ._transport import Request, Response, Transport
@@ -39,12 +38,7 @@ class FileStream:
     def __enter__(self) -> FileStream:
         return self
 
-    def __exit__(
-        self,
-        kind: Optional[Type[BaseException]],
-        error: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

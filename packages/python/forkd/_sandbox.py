@@ -6,11 +6,10 @@ an instance (``sbx.kill()``), as in the TS and E2B SDKs; ``with`` kills it at th
 from __future__ import annotations
 
 import math
-from types import TracebackType
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
 from ._catalog import SandboxNotFoundError
-from ._client import Forkd, target_of
+from ._client import Forkd, Remote, target_of
 from ._commands import Commands
 from ._files import Files
 from ._transport import Request, compact, quote_segment
@@ -30,7 +29,7 @@ def whole_seconds(seconds: float) -> int:
     return math.ceil(seconds)
 
 
-class Sandbox:
+class Sandbox(Remote[SandboxInfo]):
     """A running microVM sandbox::
 
         with Sandbox.create(image="busybox") as sbx:
@@ -40,36 +39,20 @@ class Sandbox:
 
     def __init__(self, client: Forkd, info: SandboxInfo) -> None:
         """Not for direct use: ``Sandbox.create`` / ``Sandbox.connect`` make them."""
-        self._client = client
-        self._info = info
+        super().__init__(client, info)
         base = sandbox_path(info.id)
         #: Run commands in it.
         self.commands = Commands(client.transport, base)
         #: Read and write its files.
         self.files = Files(client.transport, base)
 
-    def __repr__(self) -> str:
-        return f"Sandbox({self.id!r}, state={self._info.state!r})"
-
     @property
     def id(self) -> str:
         """Its id, like ``sbx-0123456789ab``."""
         return self._info.id
 
-    @property
-    def sandbox_id(self) -> str:
-        """Its id (E2B's name for ``id``)."""
-        return self._info.id
-
-    @property
-    def info(self) -> SandboxInfo:
-        """What was last heard of it (at create, connect, refresh or set_timeout)."""
-        return self._info
-
-    @property
-    def client(self) -> Forkd:
-        """The daemon client it talks through."""
-        return self._client
+    #: Its id, under E2B's name for it.
+    sandbox_id = id
 
     @property
     def _key(self) -> str:
@@ -212,12 +195,7 @@ class Sandbox:
     def __enter__(self) -> Sandbox:
         return self
 
-    def __exit__(
-        self,
-        kind: Optional[Type[BaseException]],
-        error: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         kill_quietly(self)
 
 

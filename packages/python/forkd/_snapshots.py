@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar, Union
 
 from ._catalog import InternalError
-from ._client import Forkd, target_of
+from ._client import Forkd, Remote, target_of
 from ._error import ForkdError
 from ._sandbox import Sandbox, whole_seconds
 from ._transport import Request, compact, quote_segment
@@ -130,35 +130,17 @@ def _create_streamed(client: Forkd, body: Dict[str, Any], on_progress: OnProgres
     )
 
 
-class Snapshot:
+class Snapshot(Remote[SnapshotInfo]):
     """A snapshot: a paused, warmed-up VM on disk under a tag, to fork sandboxes from::
 
         snap = Snapshot.create("warm", image="busybox", warm=["echo ready > /tmp/x"])
         result = snap.fork(3)
     """
 
-    def __init__(self, client: Forkd, info: SnapshotInfo) -> None:
-        """Not for direct use: ``Snapshot.create`` / ``Snapshot.get`` make them."""
-        self._client = client
-        self._info = info
-
-    def __repr__(self) -> str:
-        return f"Snapshot({self.tag!r}, state={self._info.state!r})"
-
     @property
     def tag(self) -> str:
         """Its tag."""
         return self._info.tag
-
-    @property
-    def info(self) -> SnapshotInfo:
-        """What was last heard of it (at create, get, refresh or set_pool)."""
-        return self._info
-
-    @property
-    def client(self) -> Forkd:
-        """The daemon client it talks through."""
-        return self._client
 
     @property
     def _key(self) -> str:
