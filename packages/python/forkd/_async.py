@@ -141,6 +141,7 @@ class _Offloaded(Generic[P, R]):
     def __init__(self, fn: Callable[..., Any], wrap: Callable[[Any], R]) -> None:
         self._fn = fn
         self._wrap = wrap
+        self.__doc__ = fn.__doc__  # for help() on the class
 
     def _caller(self, *bound: Any) -> Callable[P, Call[R]]:
         fn, wrap = self._fn, self._wrap
@@ -163,8 +164,14 @@ class _Static(_Offloaded[P, R]):
 class _Method(_Offloaded[P, R]):
     """An instance call, run on the instance's sync twin (``obj.sync``)."""
 
-    def __get__(self, obj: Any, owner: Any) -> Callable[P, Call[R]]:
-        return self._caller(obj.sync)
+    @overload
+    def __get__(self, obj: None, owner: Any) -> _Method[P, R]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: Any) -> Callable[P, Call[R]]: ...
+
+    def __get__(self, obj: Any, owner: Any) -> Any:
+        return self if obj is None else self._caller(obj.sync)
 
 
 class _Dual(_Offloaded[P, R]):

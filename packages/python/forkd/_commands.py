@@ -149,6 +149,7 @@ class CommandHandle:
         self._stdin_lock = threading.Lock()
         self._pump_lock = threading.Lock()
         self._done = False
+        self._disconnected = False
         self._result: Optional[CommandResult] = None
         self._error: Optional[BaseException] = None
         self._thread: Optional[threading.Thread] = None
@@ -184,7 +185,8 @@ class CommandHandle:
 
     def disconnect(self) -> None:
         """Stop reading its output: the daemon then kills the command (nobody could read
-        its output any more) and ``wait()`` raises."""
+        its output any more) and ``wait()`` raises ConnectionAbortedError."""
+        self._disconnected = True
         self._response.close()
 
     def _post_stdin(self, chunk: bytes, eof: bool) -> None:
@@ -207,7 +209,8 @@ class CommandHandle:
             try:
                 self._result = self._events_to_result()
             except BaseException as e:
-                self._error = e
+                # Whatever a read cut by disconnect() raised, the disconnect is why.
+                self._error = self._aborted() if self._disconnected else e
                 # A callback that failed, or an interrupt: stop the command too.
                 self._response.close()
                 if not isinstance(e, Exception):
@@ -225,9 +228,16 @@ class CommandHandle:
                 result = self._output.finish(event)
             elif kind == "error":
                 raise _event_error(event)
+        if result is None and self._disconnected:
+            raise self._aborted()
         if result is None:
             raise InternalError("the exec stream ended before the command exited; try again")
         return result
+
+    def _aborted(self) -> ConnectionAbortedError:
+        return ConnectionAbortedError(
+            f"the output of exec {self.exec_id} was disconnected; the daemon kills the command"
+        )
 
 
 class Commands:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote, urlencode
 
-from ._catalog import DaemonUnreachableError, NotFoundError, TimeoutError
+from ._catalog import DaemonUnreachableError, InternalError, NotFoundError, TimeoutError
 from ._config import CONNECT_TIMEOUT, ConnectionConfig, Endpoint
 from ._error import ForkdError
 from ._version import VERSION
@@ -127,23 +127,26 @@ class _Pool:
         self._lock = threading.Lock()
 
     def take(self) -> http.client.HTTPConnection:
-        """A live idle connection, or a new one (not yet connected)."""
+        """The newest live idle connection, or a new one (not yet connected)."""
         with self._lock:
-            idle, self._idle = self._idle, []
-        now = time.monotonic()
-        found: Optional[http.client.HTTPConnection] = None
-        for conn, since in reversed(idle):
-            if found is None and now - since < MAX_IDLE and not _dropped(conn):
-                found = conn
-            elif found is None or now - since >= MAX_IDLE:
+            while self._idle:
+                conn, since = self._idle.pop()
+                if time.monotonic() - since < MAX_IDLE and not _dropped(conn):
+                    return conn
                 conn.close()
-            else:
-                self.give(conn, since)
-        return found or _new_connection(self.endpoint)
+        return _new_connection(self.endpoint)
 
-    def give(self, conn: http.client.HTTPConnection, since: Optional[float] = None) -> None:
+    def give(self, conn: http.client.HTTPConnection) -> None:
+        """Keep a connection whose last answer was read to its end; close stale ones."""
+        now = time.monotonic()
         with self._lock:
-            self._idle.append((conn, time.monotonic() if since is None else since))
+            fresh = [(conn, now)]
+            for idle, since in self._idle:
+                if now - since < MAX_IDLE:
+                    fresh.insert(-1, (idle, since))
+                else:
+                    idle.close()
+            self._idle = fresh
 
 
 _POOLS: Dict[Endpoint, _Pool] = {}
@@ -219,11 +222,11 @@ class Transport:
         """Send a request; the answer's body is left for the caller to read."""
         conn = self._pool.take()
         try:
-            resp = self._exchange(conn, req)
+            resp, complete = self._exchange(conn, req)
         except BaseException:
             conn.close()
             raise
-        answer = Response(self, conn, resp, self._read_timeout(req))
+        answer = Response(self, conn, resp, self._read_timeout(req), reusable=complete)
         if 200 <= resp.status < 300:
             return answer
         raise self._explain(answer.error(), req)
@@ -231,7 +234,7 @@ class Transport:
     def json(self, req: Request) -> Any:
         """Send, then parse the JSON answer (None for an empty one)."""
         data = self.bytes(req)
-        return jsonlib.loads(data) if data else None
+        return parse_json(data, f"the answer to {req.method} {req.path}") if data else None
 
     def bytes(self, req: Request) -> bytes:
         """Send, then read the whole answer."""
@@ -288,8 +291,9 @@ class Transport:
 
     def _exchange(
         self, conn: http.client.HTTPConnection, req: Request
-    ) -> http.client.HTTPResponse:
-        """Connect (if new), send the request, wait for the answer's head."""
+    ) -> Tuple[http.client.HTTPResponse, bool]:
+        """Connect (if new), send the request, wait for the answer's head; and whether the
+        request went out whole (else the connection cannot serve another)."""
         if conn.sock is None:
             try:
                 conn.connect()
@@ -308,11 +312,11 @@ class Transport:
             early = _early_answer(conn, req.method)
             if early is None:
                 raise self.failure(e, send_timeout, "did not take the request") from e
-            return early
+            return early, False
         read_timeout = self._read_timeout(req)
         _settimeout(conn, read_timeout)
         try:
-            return conn.getresponse()
+            return conn.getresponse(), True
         except (OSError, http.client.HTTPException) as e:
             raise self.failure(e, read_timeout, "did not answer") from e
 
@@ -348,10 +352,12 @@ class Response:
         conn: http.client.HTTPConnection,
         resp: http.client.HTTPResponse,
         timeout: Optional[float],
+        reusable: bool = True,
     ) -> None:
         self._transport = transport
         self._conn = conn
         self._resp = resp
+        self._reusable = reusable
         # The raw socket, so another thread can wake a blocked read when closing.
         self._sock: Optional[socket.socket] = conn.sock or _response_socket(resp)
         self._timeout = timeout
@@ -378,6 +384,9 @@ class Response:
             while limit is None or size < limit:
                 chunk = self._resp.read1(CHUNK)
                 if not chunk:
+                    # http.client ends a body cut short of its Content-Length silently.
+                    if self._resp.length:
+                        raise http.client.IncompleteRead(b"", self._resp.length)
                     self._finish()
                     return
                 size += len(chunk)
@@ -395,14 +404,8 @@ class Response:
         with self._guard("broke while streaming the answer"):
             for line in iter(self._resp.readline, b""):
                 if line.strip():
-                    yield jsonlib.loads(line)
+                    yield parse_json(line, "a streamed line")
             self._finish()
-
-    def set_timeout(self, timeout: Optional[float]) -> None:
-        """How long each further read may wait (None: as long as it takes)."""
-        self._timeout = timeout
-        if self._sock is not None:
-            self._sock.settimeout(timeout)
 
     def close(self) -> None:
         """Drop the connection (safe from another thread, and twice)."""
@@ -436,7 +439,7 @@ class Response:
             return
         self._done = True
         self._resp.close()
-        if self._resp.will_close or self._conn.sock is None:
+        if not self._reusable or self._resp.will_close or self._conn.sock is None:
             self._conn.close()
         else:
             self._transport._pool.give(self._conn)
@@ -470,6 +473,16 @@ def _response_socket(resp: http.client.HTTPResponse) -> Optional[socket.socket]:
     raw = getattr(getattr(resp, "fp", None), "raw", None)
     sock = getattr(raw, "_sock", None)
     return sock if isinstance(sock, socket.socket) else None
+
+
+def parse_json(data: bytes, what: str) -> Any:
+    """JSON the daemon sent; anything else is an InternalError, not a ValueError."""
+    try:
+        return jsonlib.loads(data)
+    except ValueError:
+        raise InternalError(
+            f"{what} is not JSON: is FORKD_URL a forkd daemon? ({data[:80]!r})"
+        ) from None
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

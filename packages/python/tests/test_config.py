@@ -1,7 +1,8 @@
 """Finding the daemon by the TS SDK's rules (FORKD_URL, FORKD_TOKEN, the default socket
 under FORKD_HOME), and connection problems that fail fast with a clear error: no socket, a
 socket nobody listens on, a daemon that accepts and never answers (the request_timeout),
-a host that does not resolve. No daemon is needed: the listeners here are real sockets."""
+a host that does not resolve, an answer cut short or that is no forkd answer. No daemon
+is needed: the listeners here are real sockets that answer what a broken one would."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import tempfile
 import threading
 import time
 import unittest
-from typing import List
+from typing import List, Optional
 
 import support  # noqa: F401 (puts the package on sys.path)
 
 import forkd
 from forkd import parse_url, resolve_config
+from forkd._transport import Request
 
 
 class UrlTest(unittest.TestCase):
@@ -65,21 +67,28 @@ class ResolveTest(unittest.TestCase):
             resolve_config(request_timeout=0, env={})
 
 
-class SilentListener:
-    """A unix socket that accepts connections and never answers (a hung daemon)."""
+class Listener:
+    """A unix socket server: it answers each connection with ``reply`` once the request's
+    head arrived, then hangs up; with no reply it never answers (a hung daemon)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, reply: Optional[bytes] = None) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
         self.sock.listen(8)
+        self.reply = reply
         self.accepted: List[socket.socket] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
-    def _accept(self) -> None:
+    def _serve(self) -> None:
         try:
             while True:
-                self.accepted.append(self.sock.accept()[0])
+                conn = self.sock.accept()[0]
+                self.accepted.append(conn)
+                if self.reply is not None:
+                    conn.recv(65536)
+                    conn.sendall(self.reply)
+                    conn.close()
         except OSError:
             return
 
@@ -130,7 +139,7 @@ class UnreachableTest(unittest.TestCase):
 
     def test_a_daemon_that_never_answers_times_out(self) -> None:
         path = os.path.join(self.dir, "silent.sock")
-        listener = SilentListener(path)
+        listener = Listener(path)
         self.addCleanup(listener.close)
         start = time.monotonic()
         with self.assertRaises(forkd.TimeoutError) as caught:
@@ -138,6 +147,30 @@ class UnreachableTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 3.0)
         self.assertIn("nothing within 0.5 s", caught.exception.message)
         self.assertIsInstance(caught.exception, TimeoutError)  # the builtin too
+
+    def listen(self, reply: bytes) -> str:
+        path = os.path.join(self.dir, "canned.sock")
+        listener = Listener(path, reply)
+        self.addCleanup(listener.close)
+        return f"unix:{path}"
+
+    def test_a_body_cut_short_is_an_error_not_a_short_result(self) -> None:
+        url = self.listen(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789")
+        with self.assertRaises(forkd.DaemonUnreachableError) as caught:
+            forkd.Forkd(url).transport.bytes(Request("GET", "/v1/sandboxes/x/files"))
+        self.assertIn("broke while reading the answer", caught.exception.message)
+
+    def test_an_answer_that_is_not_json_is_an_internal_error(self) -> None:
+        url = self.listen(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+        with self.assertRaises(forkd.InternalError) as caught:
+            forkd.Sandbox.list(url=url)
+        self.assertIn("is FORKD_URL a forkd daemon", caught.exception.message)
+
+    def test_an_error_page_that_is_not_json_maps_by_status(self) -> None:
+        url = self.listen(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 6\r\n\r\n<html>")
+        with self.assertRaises(forkd.InternalError) as caught:
+            forkd.Sandbox.list(url=url)
+        self.assertEqual(caught.exception.message, "the forkd daemon answered HTTP 502")
 
     def test_instance_calls_refuse_connection_arguments(self) -> None:
         info = forkd.SandboxInfo("sbx-000000000000", "running", None, None, None, 256, 1, {}, "", None, None)
