@@ -35,7 +35,7 @@ def base_home() -> str:
     given = os.environ.get("FORKD_TEST_BASE_HOME")
     if given:
         return given
-    return os.path.dirname(os.path.dirname(forkd.default_socket_path({})))
+    return os.path.dirname(os.path.dirname(forkd.default_socket_path()))
 
 
 class TestHome:

@@ -125,6 +125,9 @@ class SandboxTest(unittest.TestCase):
             self.assertEqual(b"".join(b for s, b in raw if s == "stdout"), b"\x00\xff")
             self.assertEqual((binary.stdout, binary.stderr), ("", ""), "on_output keeps no second copy")
 
+            with self.assertRaises(ZeroDivisionError):  # a failing callback fails the run
+                sbx.commands.run("echo x", on_stdout=lambda text: print(1 / 0))
+
             texts: List[str] = []
             # One character written in two pieces arrives whole.
             sbx.commands.run(r"printf '\342'; sleep 0.3; printf '\234\223'", on_stdout=texts.append)
