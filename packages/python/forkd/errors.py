@@ -16,23 +16,17 @@ __all__ = ["CatalogEntry", "ForkdError", "error_from_response"]
 __all__ += _catalog.__all__
 
 
-def _code_for_status(status: int) -> str:
-    """The generic code of an HTTP status, as the TS SDK picks it."""
-    if status == 400:
-        return "bad_request"
-    if status == 413:
-        return "payload_too_large"
-    if status == 415:
-        return "unsupported_media_type"
-    if status in (401, 403):
-        return "unauthorized"
-    if status == 404:
-        return "not_found"
-    if status == 503:
-        return "capacity"
-    if status == 504:
-        return "timeout"
-    return "internal"
+#: The generic code of an HTTP status, as the TS SDK picks it (else ``internal``).
+_CODE_FOR_STATUS = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "unauthorized",
+    404: "not_found",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    503: "capacity",
+    504: "timeout",
+}
 
 
 def error_from_response(
@@ -48,7 +42,7 @@ def error_from_response(
     error = error if isinstance(error, dict) else {}
     wire_code = error.get("code") if isinstance(error.get("code"), str) else None
     known = wire_code in ERROR_CATALOG
-    code = wire_code if known and wire_code is not None else _code_for_status(status)
+    code = wire_code if known and wire_code is not None else _CODE_FOR_STATUS.get(status, "internal")
     message = error.get("message")
     if not isinstance(message, str):
         message = f"the forkd daemon answered HTTP {status}"
