@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-tools make gcc
-  cpio xz-utils zstd kmod iproute2 util-linux ca-certificates)
+  cpio xz-utils zstd kmod iproute2 util-linux ca-certificates
+  # the Python SDK's type check and wheel build (packages/python)
+  mypy python3-build python3-setuptools python3-wheel)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

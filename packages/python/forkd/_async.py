@@ -1,0 +1,501 @@
+"""The asyncio SDK: ``AsyncSandbox``, ``AsyncSnapshot``, ``AsyncForkd`` and their parts,
+the same surface as the sync SDK and run by the same sync core, each blocking call on a
+thread of its own (so no connection or lock is ever bound to an event loop, and a call
+that waits for a long command never starves the others, as a small shared pool could).
+Callbacks (``on_stdout``, ``on_progress``, …) run on the caller's event loop and may be
+coroutine functions: output waits until they are done, as in the TS SDK.
+
+Most methods are descriptors over their sync twin (``kill = dual(Sandbox.kill)``), typed
+with ParamSpec so they take exactly the sync method's arguments."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import threading
+from types import TracebackType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Dict,
+    Generic,
+    Iterator,
+    List,
+    Literal,
+    Optional,
+    Type,
+    TypeVar,
+    Union,
+    overload,
+)
+
+from ._catalog import SandboxNotFoundError
+from ._client import Forkd, I, Images, Remote
+from ._commands import (
+    Cmd,
+    CommandHandle,
+    Commands,
+    OnOutput,
+    OnText,
+    check_foreground,
+    spec_and_output,
+)
+from ._files import Files, FileStream
+from ._sandbox import Sandbox
+from ._snapshots import BranchResult, ForkResult, Snapshot
+from ._types import CommandResult, SandboxInfo, SnapshotInfo
+
+if TYPE_CHECKING:
+    # Only the type checker needs these (typing has them from 3.10; mypy ships the stubs).
+    from typing_extensions import Concatenate, ParamSpec
+
+    P = ParamSpec("P")
+else:
+    P = TypeVar("P")
+
+R = TypeVar("R")
+T = TypeVar("T")
+Call = Coroutine[Any, Any, R]
+
+
+def _settle(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
+    if future.done():  # the awaiting task was cancelled meanwhile
+        return
+    if failed:
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+async def offload(work: Callable[[], R], on_cancel: Optional[Callable[[], None]] = None) -> R:
+    """Run a blocking call of the sync core on a thread of its own and await its outcome.
+    Cancelling the awaiting task calls ``on_cancel`` (a stream is dropped, so the daemon
+    stops its command); the call itself cannot be interrupted."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[R] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        outcome: Any
+        try:
+            outcome, failed = context.run(work), False
+        except BaseException as e:  # handed to the awaiting task, which re-raises it
+            outcome, failed = e, True
+        try:
+            loop.call_soon_threadsafe(_settle, future, outcome, failed)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name="forkd-async", daemon=True).start()
+    try:
+        return await future
+    except asyncio.CancelledError:
+        if on_cancel is not None:
+            on_cancel()
+        raise
+
+
+def on_loop(
+    loop: asyncio.AbstractEventLoop, callback: Optional[Callable[..., Any]]
+) -> Optional[Callable[..., None]]:
+    """A callback for the sync core that runs ``callback`` on ``loop`` (awaiting it when it
+    is a coroutine function) and returns once it is done, so output keeps its order and is
+    held back while the callback works."""
+    if callback is None:
+        return None
+    target = callback
+
+    async def call(args: Any) -> None:
+        result = target(*args)
+        if inspect.isawaitable(result):
+            await result
+
+    def from_worker(*args: Any) -> None:
+        asyncio.run_coroutine_threadsafe(call(args), loop).result()
+
+    return from_worker
+
+
+def _callbacks_on_loop(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """Keyword arguments with every ``on_…`` callback moved to the running loop."""
+    loop = asyncio.get_running_loop()
+    return {
+        k: on_loop(loop, v) if k.startswith("on_") and callable(v) else v
+        for k, v in kwargs.items()
+    }
+
+
+def _same(value: T) -> T:
+    return value
+
+
+class _Offloaded(Generic[P, R]):
+    """A sync-core function awaited on a worker thread; ``wrap`` turns its result into the
+    async SDK's own (a Sandbox into an AsyncSandbox, …)."""
+
+    def __init__(self, fn: Callable[..., Any], wrap: Callable[[Any], R]) -> None:
+        self._fn = fn
+        self._wrap = wrap
+        self.__doc__ = fn.__doc__  # for help() on the class
+
+    def _caller(self, *bound: Any) -> Callable[P, Call[R]]:
+        fn, wrap = self._fn, self._wrap
+
+        @functools.wraps(fn)
+        async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            given = _callbacks_on_loop(kwargs)
+            return wrap(await offload(lambda: fn(*bound, *args, **given)))
+
+        return call
+
+
+class _Static(_Offloaded[P, R]):
+    """A class-level call (``AsyncSandbox.create``), the same on the class and instances."""
+
+    def __get__(self, obj: Any, owner: Any) -> Callable[P, Call[R]]:
+        return self._caller()
+
+
+class _Method(_Offloaded[P, R]):
+    """An instance call, run on the instance's sync twin (``obj.sync``)."""
+
+    @overload
+    def __get__(self, obj: None, owner: Any) -> _Method[P, R]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: Any) -> Callable[P, Call[R]]: ...
+
+    def __get__(self, obj: Any, owner: Any) -> Any:
+        return self if obj is None else self._caller(obj.sync)
+
+
+class _Dual(_Offloaded[P, R]):
+    """A call that works on the class with an id or tag (``AsyncSandbox.kill(id)``) and on
+    an instance (``await sbx.kill()``), like its sync twin."""
+
+    @overload
+    def __get__(self, obj: None, owner: Any) -> Callable[Concatenate[str, P], Call[R]]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: Any) -> Callable[P, Call[R]]: ...
+
+    def __get__(self, obj: Any, owner: Any) -> Callable[..., Call[R]]:
+        return self._caller() if obj is None else self._caller(obj.sync)
+
+
+@overload
+def static(fn: Callable[P, R]) -> _Static[P, R]: ...
+@overload
+def static(fn: Callable[P, T], wrap: Callable[[T], R]) -> _Static[P, R]: ...
+def static(fn: Callable[..., Any], wrap: Callable[[Any], Any] = _same) -> _Static[Any, Any]:
+    """An async twin of a class-level call."""
+    return _Static(fn, wrap)
+
+
+@overload
+def method(fn: Callable[Concatenate[Any, P], R]) -> _Method[P, R]: ...
+@overload
+def method(fn: Callable[Concatenate[Any, P], T], wrap: Callable[[T], R]) -> _Method[P, R]: ...
+def method(fn: Callable[..., Any], wrap: Callable[[Any], Any] = _same) -> _Method[Any, Any]:
+    """An async twin of an instance call."""
+    return _Method(fn, wrap)
+
+
+@overload
+def dual(fn: Callable[Concatenate[Any, P], R]) -> _Dual[P, R]: ...
+@overload
+def dual(fn: Callable[Concatenate[Any, P], T], wrap: Callable[[T], R]) -> _Dual[P, R]: ...
+def dual(fn: Callable[..., Any], wrap: Callable[[Any], Any] = _same) -> _Dual[Any, Any]:
+    """An async twin of a call that works by id on the class and on an instance."""
+    return _Dual(fn, wrap)
+
+
+# ---- results of the sync core, as the async SDK's own --------------------------------
+
+
+def _sandbox(sync: Sandbox) -> AsyncSandbox:
+    return AsyncSandbox(sync)
+
+
+def _snapshot(sync: Snapshot) -> AsyncSnapshot:
+    return AsyncSnapshot(sync)
+
+
+def _fork(result: ForkResult[Sandbox]) -> ForkResult[AsyncSandbox]:
+    return result.map(_sandbox)
+
+
+def _sandboxes(sandboxes: List[Sandbox]) -> List[AsyncSandbox]:
+    return [AsyncSandbox(s) for s in sandboxes]
+
+
+def _branch(result: BranchResult[Snapshot, Sandbox]) -> BranchResult[AsyncSnapshot, AsyncSandbox]:
+    return result.map(_snapshot, _sandbox)
+
+
+# ---- the classes ---------------------------------------------------------------------
+
+
+class AsyncCommandHandle:
+    """A running command, for asyncio: the same calls as ``CommandHandle``, awaited."""
+
+    def __init__(self, sync: CommandHandle) -> None:
+        #: The sync handle it drives.
+        self.sync = sync
+        #: The exec id the daemon gave this command.
+        self.exec_id = sync.exec_id
+        #: The command's pid inside the guest.
+        self.pid = sync.pid
+
+    wait = method(CommandHandle.wait)
+    kill = method(CommandHandle.kill)
+    send_stdin = method(CommandHandle.send_stdin)
+    close_stdin = method(CommandHandle.close_stdin)
+    disconnect = method(CommandHandle.disconnect)
+
+
+class AsyncCommands:
+    """The commands of one sandbox (``sandbox.commands``), for asyncio."""
+
+    def __init__(self, sync: Commands) -> None:
+        #: The sync commands it drives.
+        self.sync = sync
+
+    @overload
+    async def run(
+        self,
+        cmd: Cmd,
+        *,
+        background: Literal[False] = False,
+        envs: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Optional[Union[str, bytes]] = None,
+        on_stdout: Optional[OnText] = None,
+        on_stderr: Optional[OnText] = None,
+        on_output: Optional[OnOutput] = None,
+    ) -> CommandResult: ...
+
+    @overload
+    async def run(
+        self,
+        cmd: Cmd,
+        *,
+        background: Literal[True],
+        envs: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Optional[Union[str, bytes]] = None,
+        keep_stdin_open: bool = False,
+        on_stdout: Optional[OnText] = None,
+        on_stderr: Optional[OnText] = None,
+        on_output: Optional[OnOutput] = None,
+    ) -> AsyncCommandHandle: ...
+
+    async def run(
+        self, cmd: Cmd, *, background: bool = False, **options: Any
+    ) -> Union[CommandResult, AsyncCommandHandle]:
+        """``Commands.run``, awaited; callbacks run on this event loop (coroutine functions
+        are awaited). Cancelling the task of a streamed command kills the command."""
+        loop = asyncio.get_running_loop()
+        spec, output = spec_and_output(cmd, options, lambda callback: on_loop(loop, callback))
+        if background:
+            handle = await offload(lambda: self.sync.open(spec, output).in_background())
+            return AsyncCommandHandle(handle)
+        check_foreground(spec)
+        if not output.streaming:
+            return await offload(lambda: self.sync.buffered(spec))
+        streaming = await offload(lambda: self.sync.open(spec, output))
+        return await offload(streaming.wait, on_cancel=streaming.disconnect)
+
+
+class AsyncFileStream:
+    """A file's contents as they arrive, for asyncio: ``async for chunk in stream``."""
+
+    def __init__(self, sync: FileStream) -> None:
+        self._sync = sync
+        self._chunks: Iterator[bytes] = iter(sync)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        # StopIteration cannot cross a future: the worker hands back None at the end.
+        chunk = await offload(lambda: next(self._chunks, None))
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+    async def aclose(self) -> None:
+        """Stop reading (the rest is not downloaded)."""
+        await offload(self._sync.close)
+
+    async def __aenter__(self) -> AsyncFileStream:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+class AsyncFiles:
+    """The files of one sandbox (``sandbox.files``), for asyncio."""
+
+    def __init__(self, sync: Files) -> None:
+        #: The sync files it drives.
+        self.sync = sync
+
+    @overload
+    async def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+
+    @overload
+    async def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+
+    @overload
+    async def read(self, path: str, format: Literal["stream"]) -> AsyncFileStream: ...
+
+    async def read(self, path: str, format: str = "text") -> Union[str, bytes, AsyncFileStream]:
+        """``Files.read``, awaited; ``format="stream"`` gives an ``AsyncFileStream``."""
+        data: Any = await offload(lambda: self.sync.read(path, format))  # type: ignore[call-overload]
+        return AsyncFileStream(data) if isinstance(data, FileStream) else data
+
+    write = method(Files.write)
+    list = method(Files.list)
+    stat = method(Files.stat)
+    exists = method(Files.exists)
+    make_dir = method(Files.make_dir)
+    remove = method(Files.remove)
+
+
+class _AsyncRemote(Generic[I]):
+    """What AsyncSandbox and AsyncSnapshot share: the sync twin they drive (``sync``) and
+    what was last heard of it."""
+
+    def __init__(self, sync: Remote[I]) -> None:
+        self._remote = sync
+
+    def __repr__(self) -> str:
+        return f"Async{self._remote!r}"
+
+    @property
+    def info(self) -> I:
+        """What was last heard of it."""
+        return self._remote.info
+
+
+class AsyncSandbox(_AsyncRemote[SandboxInfo]):
+    """A running microVM sandbox, for asyncio::
+
+        async with await AsyncSandbox.create(image="busybox") as sbx:
+            print((await sbx.commands.run("echo hello")).stdout)
+    """
+
+    def __init__(self, sync: Sandbox) -> None:
+        """Not for direct use: ``AsyncSandbox.create`` / ``connect`` make them."""
+        super().__init__(sync)
+        #: The sync sandbox it drives.
+        self.sync = sync
+        #: Run commands in it.
+        self.commands = AsyncCommands(sync.commands)
+        #: Read and write its files.
+        self.files = AsyncFiles(sync.files)
+
+    @property
+    def id(self) -> str:
+        """Its id, like ``sbx-0123456789ab``."""
+        return self.sync.id
+
+    #: Its id, under E2B's name for it.
+    sandbox_id = id
+
+    create = static(Sandbox.create, _sandbox)
+    connect = static(Sandbox.connect, _sandbox)
+    list = static(Sandbox.list)
+    kill = dual(Sandbox.kill)
+    set_timeout = dual(Sandbox.set_timeout)
+    logs = dual(Sandbox.logs)
+    branch = dual(Sandbox.branch, _branch)
+    refresh = method(Sandbox.refresh)
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: Optional[Type[BaseException]],
+        error: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.kill()
+        except SandboxNotFoundError:
+            pass
+
+
+class AsyncSnapshot(_AsyncRemote[SnapshotInfo]):
+    """A snapshot, for asyncio: the same calls as ``Snapshot``, awaited; forks and
+    branches hand back ``AsyncSandbox`` and ``AsyncSnapshot`` objects."""
+
+    def __init__(self, sync: Snapshot) -> None:
+        """Not for direct use: ``AsyncSnapshot.create`` / ``get`` make them."""
+        super().__init__(sync)
+        #: The sync snapshot it drives.
+        self.sync = sync
+
+    @property
+    def tag(self) -> str:
+        """Its tag."""
+        return self.sync.tag
+
+    create = static(Snapshot.create, _snapshot)
+    get = static(Snapshot.get, _snapshot)
+    list = static(Snapshot.list)
+    remove = dual(Snapshot.remove)
+    refresh = method(Snapshot.refresh)
+    fork = method(Snapshot.fork, _fork)
+    fork_all = method(Snapshot.fork_all, _sandboxes)
+    verify = method(Snapshot.verify)
+    set_pool = method(Snapshot.set_pool)
+    compact = method(Snapshot.compact, _snapshot)
+
+
+class AsyncImages:
+    """The daemon's images, for asyncio."""
+
+    def __init__(self, sync: Images) -> None:
+        #: The sync images it drives.
+        self.sync = sync
+
+    list = method(Images.list)
+    create = method(Images.create)
+    remove = method(Images.remove)
+
+
+class AsyncForkd:
+    """A client of one forkd daemon, for asyncio (see ``Forkd``)."""
+
+    def __init__(
+        self,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> None:
+        #: The sync client it drives.
+        self.sync = Forkd(url, token, request_timeout)
+        #: The daemon's images.
+        self.images = AsyncImages(self.sync.images)
+
+    @property
+    def url(self) -> str:
+        """The address in use."""
+        return self.sync.url
+
+    health = method(Forkd.health)
+    version = method(Forkd.version)
+    lineage = method(Forkd.lineage)

@@ -1,0 +1,221 @@
+"""``Sandbox``: create (boot from an image, or fork from a snapshot), connect to, list and
+kill sandboxes, the ``commands`` and ``files`` of one, and branching it into a snapshot.
+Calls that name a sandbox work both on the class with an id (``Sandbox.kill(id)``) and on
+an instance (``sbx.kill()``), as in the TS and E2B SDKs; ``with`` kills it at the end."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
+
+from ._catalog import SandboxNotFoundError
+from ._client import Forkd, Remote, target_of
+from ._commands import Commands
+from ._files import Files
+from ._transport import Request, compact, quote_segment
+from ._types import SandboxInfo, from_wire
+
+if TYPE_CHECKING:
+    from ._snapshots import BranchResult, Snapshot
+
+
+def sandbox_path(sandbox_id: str) -> str:
+    """``/v1/sandboxes/ID``."""
+    return f"/v1/sandboxes/{quote_segment(sandbox_id)}"
+
+
+def whole_seconds(seconds: float) -> int:
+    """Seconds as the daemon counts them, rounded up so a timeout is never shorter."""
+    return math.ceil(seconds)
+
+
+class Sandbox(Remote[SandboxInfo]):
+    """A running microVM sandbox::
+
+        with Sandbox.create(image="busybox") as sbx:
+            print(sbx.commands.run("echo hello").stdout)
+        # killed here
+    """
+
+    def __init__(self, client: Forkd, info: SandboxInfo) -> None:
+        """Not for direct use: ``Sandbox.create`` / ``Sandbox.connect`` make them."""
+        super().__init__(client, info)
+        base = sandbox_path(info.id)
+        #: Run commands in it.
+        self.commands = Commands(client.transport, base)
+        #: Read and write its files.
+        self.files = Files(client.transport, base)
+
+    @property
+    def id(self) -> str:
+        """Its id, like ``sbx-0123456789ab``."""
+        return self._info.id
+
+    #: Its id, under E2B's name for it.
+    sandbox_id = id
+
+    @property
+    def _key(self) -> str:
+        return self._info.id
+
+    @classmethod
+    def create(
+        cls,
+        image: Optional[str] = None,
+        *,
+        snapshot: Optional[str] = None,
+        memory_mib: Optional[int] = None,
+        cpus: Optional[int] = None,
+        envs: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+        labels: Optional[Dict[str, str]] = None,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> Sandbox:
+        """Boot a new sandbox from ``image`` (default: the daemon's), or fork one from
+        ``snapshot`` (already warm; it then takes the snapshot's image, memory and cpus), and
+        return once it answers. ``timeout`` (seconds) kills it when it runs out; ``envs`` is
+        the environment of every command in it.
+
+        ``sbx = Sandbox.create(image="busybox", memory_mib=512, timeout=600, labels={"job": "7"})``"""
+        client = Forkd(url, token, request_timeout)
+        body = compact(
+            image=image,
+            snapshot=snapshot,
+            memory_mib=memory_mib,
+            cpus=cpus,
+            env=envs,
+            timeout_s=None if timeout is None else whole_seconds(timeout),
+            labels=labels,
+        )
+        request = Request("POST", "/v1/sandboxes", json=body, timeout=client.long_timeout)
+        return cls(client, from_wire(SandboxInfo, client.transport.json(request)))
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> Sandbox:
+        """Attach to an existing sandbox; SandboxNotFoundError when there is none."""
+        client = Forkd(url, token, request_timeout)
+        return cls(client, _get_info(client, sandbox_id))
+
+    @staticmethod
+    def list(
+        *,
+        state: Optional[str] = None,
+        label: Optional[str] = None,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> List[SandboxInfo]:
+        """The sandboxes the daemon knows, optionally only those in ``state`` and with the
+        label ``label="key=value"``."""
+        client = Forkd(url, token, request_timeout)
+        query = {"state": state, "label": label}
+        wire = client.transport.json(Request("GET", "/v1/sandboxes", query=query))
+        return [from_wire(SandboxInfo, s) for s in wire["sandboxes"]]
+
+    def kill(
+        self: Union[Sandbox, str],
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> None:
+        """Kill it: its VM ends and its files are gone. ``Sandbox.kill(id)`` kills one by
+        id; SandboxNotFoundError when there is none."""
+        client, sandbox_id = _target(self, url, token, request_timeout)
+        client.transport.bytes(Request("DELETE", sandbox_path(sandbox_id)))
+
+    def set_timeout(
+        self: Union[Sandbox, str],
+        timeout: float,
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> SandboxInfo:
+        """Make it expire ``timeout`` seconds from now (rounded up to whole seconds).
+        ``Sandbox.set_timeout(id, 600)`` works by id."""
+        client, sandbox_id = _target(self, url, token, request_timeout)
+        body = {"timeout_s": whole_seconds(timeout)}
+        wire = client.transport.json(Request("PATCH", sandbox_path(sandbox_id), json=body))
+        info = from_wire(SandboxInfo, wire)
+        if isinstance(self, Sandbox):
+            self._info = info
+        return info
+
+    def logs(
+        self: Union[Sandbox, str],
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> str:
+        """Its VM console log (kernel and agent messages); read it when a boot fails."""
+        client, sandbox_id = _target(self, url, token, request_timeout)
+        data = client.transport.bytes(Request("GET", f"{sandbox_path(sandbox_id)}/logs"))
+        return data.decode(errors="replace")
+
+    def branch(
+        self: Union[Sandbox, str],
+        *,
+        tag: Optional[str] = None,
+        fork: Optional[int] = None,
+        labels: Optional[Dict[str, str]] = None,
+        no_wait: Optional[bool] = None,
+        mode: Optional[str] = None,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> BranchResult[Snapshot, Sandbox]:
+        """Capture it — memory, devices and disk from one instant — into a new snapshot
+        while it keeps running (paused for ``pause_ms``). With ``fork=N``, N children of the
+        new snapshot start in the same call. ``mode`` is ``"copy"`` or ``"live"`` (default:
+        the daemon's); ``no_wait`` answers once it resumed, the snapshot still ``writing``.
+
+        ``result = sbx.branch(tag="step-3", fork=3)``"""
+        from ._snapshots import branch_sandbox
+
+        client, sandbox_id = _target(self, url, token, request_timeout)
+        body = compact(tag=tag, fork=fork, labels=labels, no_wait=no_wait, mode=mode)
+        return branch_sandbox(client, sandbox_id, body)
+
+    def refresh(self) -> SandboxInfo:
+        """Fetch its current state into ``info``."""
+        self._info = _get_info(self._client, self.id)
+        return self._info
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        kill_quietly(self)
+
+
+def kill_quietly(sandbox: Sandbox) -> None:
+    """Kill a sandbox at the end of a ``with``: one already gone is not an error."""
+    try:
+        sandbox.kill()
+    except SandboxNotFoundError:
+        pass
+
+
+def _target(
+    target: Union[Sandbox, str],
+    url: Optional[str],
+    token: Optional[str],
+    request_timeout: Optional[float],
+) -> Tuple[Forkd, str]:
+    return target_of(target, Sandbox, url, token, request_timeout)
+
+
+def _get_info(client: Forkd, sandbox_id: str) -> SandboxInfo:
+    wire = client.transport.json(Request("GET", sandbox_path(sandbox_id)))
+    return from_wire(SandboxInfo, wire)

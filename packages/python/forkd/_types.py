@@ -1,0 +1,204 @@
+"""The SDK's data types: frozen dataclasses mirroring the REST contract's objects
+(docs/openapi.json). Python names are the wire names (both snake_case), so one converter
+serves them all; tests/test_wire.py checks every field against the contract's schemas.
+Unknown wire fields are dropped (clients ignore them); fields an older daemon does not send
+take their defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Type, TypeVar
+
+T = TypeVar("T")
+
+
+def nested(cls: type, many: bool = False) -> Dict[str, Any]:
+    """Field metadata: the field holds a wire object (or a list of them) of ``cls``."""
+    return {"wire": cls, "many": many}
+
+
+def from_wire(cls: Type[T], wire: Any) -> T:
+    """A wire object → ``cls``, nested objects converted by their field's metadata."""
+    source = wire if isinstance(wire, dict) else {}
+    values: Dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in source:
+            continue
+        value, inner = source[f.name], f.metadata.get("wire")
+        if inner is not None and value is not None:
+            many = f.metadata.get("many")
+            value = [from_wire(inner, v) for v in value] if many else from_wire(inner, value)
+        values[f.name] = value
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """What the daemon knows about a sandbox (wire object ``Sandbox``).
+
+    ``state``: ``starting`` → ``running`` → ``stopped`` (killed by request or timeout), or
+    ``dead`` (its VM died; ``reason`` says why). Times are ISO 8601 strings."""
+
+    id: str
+    state: str
+    image: Optional[str]
+    snapshot: Optional[str]
+    parent: Optional[str]
+    memory_mib: int
+    cpus: int
+    labels: Dict[str, str]
+    created_at: str
+    expires_at: Optional[str]
+    pid: Optional[int]
+    reason: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """How a command ended, and what it printed (wire object ``ExecResult``, decoded).
+
+    A non-zero exit is not an exception: look at ``exit_code`` (None when a signal ended
+    it: see ``signal``); ``timed_out`` is True when its ``timeout`` ran out."""
+
+    exit_code: Optional[int]
+    signal: Optional[str]
+    timed_out: bool
+    duration_ms: float
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """A file or directory inside a sandbox (wire object ``FileStat``): ``kind`` is
+    ``file``, ``dir``, ``symlink`` or ``other``; ``mode`` the permission bits."""
+
+    name: str
+    kind: str
+    size: int
+    mode: int
+    mtime_ms: float
+
+
+@dataclass(frozen=True)
+class WriteInfo:
+    """What ``files.write`` stored: the path and the bytes written."""
+
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """An image on the daemon's host (wire object ``Image``)."""
+
+    name: str
+    format: str
+    size_bytes: int
+    disk_bytes: int
+    created_at: str
+    source: Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SnapshotFileInfo:
+    """One file of a snapshot: logical ``size``, bytes ``allocated`` on disk, checksum."""
+
+    name: str
+    size: int
+    allocated: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    """A snapshot's pool of pre-started VMMs: the size asked for, how many wait ready, and
+    whether they are pre-warmed (restored, run once and paused)."""
+
+    size: int
+    ready: int
+    prewarm: bool = False
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What the daemon knows about a snapshot (wire object ``Snapshot``).
+
+    ``state`` is ``writing`` while it is made, then ``ready`` or ``failed``; ``bootable`` is
+    False when a file is missing or changed size (``reason`` names it). Its chain: ``depth``
+    (0: standalone), ``ancestors`` (parent first), ``dependents`` (snapshots built on it)."""
+
+    tag: str
+    state: str
+    bootable: bool
+    image: Optional[str]
+    parent: Optional[str]
+    source_sandbox: Optional[str]
+    memory_mib: int
+    cpus: int
+    labels: Dict[str, str]
+    created_at: str
+    kernel: str
+    qemu: str
+    logical_bytes: int
+    physical_bytes: int
+    children_alive: int
+    pool: PoolInfo = field(metadata=nested(PoolInfo))
+    files: List[SnapshotFileInfo] = field(
+        default_factory=list, metadata=nested(SnapshotFileInfo, many=True)
+    )
+    reason: Optional[str] = None
+    # A daemon older than chains sends none of these: every snapshot is standalone there.
+    depth: int = 0
+    ancestors: List[str] = field(default_factory=list)
+    dependents: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LineageEdge:
+    """The edge from a lineage node to what it came from."""
+
+    kind: str
+    id: str
+
+
+@dataclass(frozen=True)
+class LineageNode:
+    """One image, snapshot or live sandbox of the lineage (``kind``), with the edge to what
+    it came from (a snapshot's parent snapshot or image, a sandbox's snapshot or image;
+    None for an image). Build the tree from the ``parent`` edges."""
+
+    kind: str
+    id: str
+    parent: Optional[LineageEdge] = field(metadata=nested(LineageEdge))
+    state: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class VerifyProblem:
+    """One file of a snapshot that did not match its manifest."""
+
+    file: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of re-checking a snapshot's files (wire object ``VerifyResult``)."""
+
+    ok: bool
+    problems: List[VerifyProblem] = field(
+        default_factory=list, metadata=nested(VerifyProblem, many=True)
+    )
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """The daemon's version, API version, QEMU version and accelerator (``kvm``/``tcg``)."""
+
+    version: str
+    api: str
+    qemu: str
+    accel: str
