@@ -353,13 +353,14 @@ static void reply_failure(int64_t id, const struct spec *s, const struct failure
 {
 	switch (f->stage) {
 	case STAGE_USER:
-		reply_errno(id, f->err, "exec: switch to user %s", s->user ? s->user : "(self)");
+		reply_errno_field(id, f->err, "user", "exec: switch to user %s",
+				  s->user ? s->user : "(self)");
 		break;
 	case STAGE_CWD:
-		reply_errno(id, f->err, "exec: cwd %s", s->cwd);
+		reply_errno_field(id, f->err, "cwd", "exec: cwd %s", s->cwd);
 		break;
 	case STAGE_EXEC:
-		reply_errno(id, f->err, "exec: %s", s->argv[0]);
+		reply_errno_field(id, f->err, "argv", "exec: %s", s->argv[0]);
 		break;
 	default:
 		reply_errno(id, f->err, "exec: start %s", s->argv[0]);
@@ -413,8 +414,8 @@ static bool prepare(const struct request *rq, struct spec *s, struct launch *l)
 {
 	int err = user_lookup(s->user, &l->user);
 	if (err) {
-		reply_error(rq->id, err == ENOENT ? "not_found" : "io", "exec: no user %s in /etc/passwd",
-			    s->user);
+		reply_error_field(rq->id, err == ENOENT ? "not_found" : "io", "user",
+				  "exec: no user %s in /etc/passwd", s->user);
 		return false;
 	}
 	l->switch_user = l->user.uid != geteuid() || (s->user && l->user.gid != getegid());

@@ -45,6 +45,14 @@ export const ERROR_CATALOG = {
       'Wrong Content-Type: JSON routes take application/json, uploads application/octet-stream.',
   },
   command_not_found: { status: 422, meaning: 'The command does not exist in the sandbox image.' },
+  cwd_not_found: {
+    status: 422,
+    meaning: 'The working directory of a command does not exist in the sandbox (or is no directory).',
+  },
+  user_not_found: {
+    status: 422,
+    meaning: "The user a command should run as is not in the sandbox image's /etc/passwd.",
+  },
   setup_required: { status: 503, meaning: 'A host prerequisite is missing: run `forkd doctor`.' },
   capacity: { status: 503, meaning: 'Too many concurrent operations; retry later.' },
   daemon_unreachable: {
@@ -270,6 +278,8 @@ export const {
   PayloadTooLargeError,
   UnsupportedMediaTypeError,
   CommandNotFoundError,
+  CwdNotFoundError,
+  UserNotFoundError,
   SetupRequiredError,
   DaemonUnreachableError,
   BootFailedError,
