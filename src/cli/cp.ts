@@ -30,11 +30,9 @@ interface Copied {
   size: number;
 }
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('cp')
-      .description('copy a file between the host and a sandbox (ID:/path; - for stdin/stdout)')
+    cmd
       .argument('<src>', 'local path, -, or ID:/path')
       .argument('<dst>', 'local path, -, or ID:/path')
       .option('--json', 'machine-readable output'),

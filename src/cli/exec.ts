@@ -7,17 +7,21 @@ import type { Command } from 'commander';
 import { Sandbox, type CommandHandle } from '@forkd/sdk';
 import {
   clientConfig,
-  collect,
   commandFailed,
   daemonOptions,
-  drained,
-  exitCodeOf,
-  parseTimeout,
   pumpStdin,
   type DaemonFlags,
 } from './client.js';
-import { action } from './output.js';
-import { parseEnv } from './parse.js';
+import { commandExit } from './exit.js';
+import { action, drained } from './output.js';
+import {
+  collect,
+  parseCommandTimeout,
+  parseEnv,
+  parseSandboxId,
+  parseUser,
+  usage,
+} from './parse.js';
 
 interface ExecFlags extends DaemonFlags {
   env: string[];
@@ -27,33 +31,38 @@ interface ExecFlags extends DaemonFlags {
   stdin?: boolean;
 }
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('exec')
-      .description('run a command in a running sandbox, streaming its output')
+    cmd
       .argument('<id>', 'sandbox id')
       .argument('<command...>', 'command and arguments (after --)')
       .option('-e, --env <K=V>', 'environment variable (repeatable)', collect, [])
-      .option('--cwd <dir>', 'working directory in the sandbox')
+      .option('--cwd <dir>', 'working directory in the sandbox (absolute)')
       .option('--user <user>', 'user name or uid to run as')
       .option('--timeout <seconds>', 'kill the command after this many seconds (exit 124)')
       .option('-i, --stdin', 'forward stdin even when it is a terminal'),
   ).action(
     action(async (id: string, argv: string[], flags: ExecFlags) => {
-      const timeoutS = parseTimeout(flags.timeout);
-      const env = parseEnv(flags.env);
-      const sandbox = await Sandbox.connect(id, clientConfig(flags));
-      return attach(sandbox, argv, {
-        env,
-        cwd: flags.cwd,
-        user: flags.user,
-        timeoutS,
+      const options = {
+        env: parseEnv(flags.env),
+        cwd: parseCwd(flags.cwd),
+        user: parseUser(flags.user),
+        timeoutS: parseCommandTimeout(flags.timeout),
         forwardStdin: Boolean(flags.stdin) || !process.stdin.isTTY,
         forwardSignals: true,
-      });
+      };
+      const sandbox = await Sandbox.connect(parseSandboxId(id), clientConfig(flags));
+      return attach(sandbox, argv, options);
     }),
   );
+}
+
+/** `--cwd` is a guest path: relative to what would it be? */
+function parseCwd(cwd: string | undefined): string | undefined {
+  if (cwd !== undefined && !cwd.startsWith('/')) {
+    throw usage(`--cwd "${cwd}" must be an absolute path in the sandbox`, { flag: '--cwd' });
+  }
+  return cwd;
 }
 
 /** How `attach` wires a command to this process. */
@@ -91,7 +100,7 @@ export async function attach(sandbox: Sandbox, argv: string[], o: AttachOptions)
     try {
       const result = await handle.wait();
       await drained();
-      return exitCodeOf(result, o.timeoutS);
+      return commandExit(result, o.timeoutS);
     } finally {
       stopForwarding();
     }

@@ -12,11 +12,9 @@ import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson } from './output.js';
 import { LIVE_STATES } from './ps.js';
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('tree')
-      .description('images, snapshots and live sandboxes as a tree of what came from what')
+    cmd
       .argument('[tag]', "only this snapshot's subtree")
       .option('--json', 'machine-readable output (the flat list of nodes)'),
   ).action(action(tree));

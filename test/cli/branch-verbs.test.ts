@@ -82,7 +82,7 @@ test('branch: a failed child exits 1 naming it; bad usage exits 2 before the dae
   assert.match(mode.stderr, /--mode must be copy or live, not "fast"/);
   assert.deepEqual(fake.serviceCalls(), []);
   const missing = await forkd('branch', 'sbx-0000000000ff');
-  assert.equal(missing.code, 1);
+  assert.equal(missing.code, 3);
   assert.match(missing.stderr, /\[sandbox_not_found\]/);
 });
 
@@ -133,7 +133,7 @@ test('tree TAG: only its subtree, hung under its parent; --json the flat nodes',
   );
   assert.ok(nodes.some((n) => n.kind === 'snapshot' && n.id === 'b1' && 'created_at' in n));
   const missing = await forkd('tree', 'nope');
-  assert.equal(missing.code, 1);
+  assert.equal(missing.code, 3);
   assert.match(missing.stderr, /\[snapshot_not_found\]/);
 });
 
@@ -171,7 +171,7 @@ test('snapshot diff: a failing command branches nothing, kills the child, exits 
   assert.deepEqual(calls('branch'), []);
   assert.deepEqual(await live(), before);
   const taken = await diff(SEED.brokenSnapshot, 'true');
-  assert.equal(taken.code, 1);
+  assert.equal(taken.code, 4);
   assert.match(taken.stderr, /\[name_taken\]/);
   assert.deepEqual(await live(), before, 'killed after a failed branch too');
   assert.equal((await diff('y')).code, 2);
@@ -199,7 +199,7 @@ test('rmi refuses to orphan (naming the dependents); --cascade --force removes t
   fake.reset();
   await chain();
   const refused = await forkd('rmi', SEED.snapshot);
-  assert.equal(refused.code, 1);
+  assert.equal(refused.code, 4);
   assert.match(refused.stderr, /built on warm: b1\b.*\[snapshot_in_use\]/);
   const r = await forkd('rmi', SEED.snapshot, '--cascade', '--force');
   assert.deepEqual([r.code, out(r)], [0, 'removed snapshot warm and its subtree\n']);

@@ -113,7 +113,7 @@ test('kill --all, and failures named with their code', async () => {
   const a = (await json<SandboxJson>(['create'])).id;
   const b = (await json<SandboxJson>(['create'])).id;
   const missing = await forkd(['kill', 'sbx-000000000000', a]);
-  assert.equal(missing.code, 1);
+  assert.equal(missing.code, 3);
   assert.equal(missing.stdout.toString(), `${a}\n`);
   assert.match(missing.stderr, /sbx-000000000000: .*\[sandbox_not_found\]/);
   const rest = await json<{ killed: string[] }>(['kill', '--all']);
@@ -124,13 +124,13 @@ test('kill --all, and failures named with their code', async () => {
 
 test('errors: unknown sandbox, bad input, and a daemon that is not there', async () => {
   const unknown = await forkd(['exec', 'sbx-000000000000', '--', 'true']);
-  assert.equal(unknown.code, 1);
+  assert.equal(unknown.code, 3);
   assert.match(unknown.stderr, /\[sandbox_not_found\]/);
   const bad = await forkd(['create', '--memory', '8']);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /\[bad_request\]/);
   const nowhere = await forkd(['ps', '--url', `unix:${join(home.dir, 'nobody.sock')}`]);
-  assert.equal(nowhere.code, 1);
+  assert.equal(nowhere.code, 5);
   assert.match(nowhere.stderr, /forkd daemon.*\[daemon_unreachable\]/);
 });
 

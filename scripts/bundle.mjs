@@ -1,0 +1,59 @@
+#!/usr/bin/env node
+// Bundles the CLI's client side into one file, dist/src/cli/main.js, over tsc's output:
+// a client verb (ps, exec, cp, …) then reads one file instead of ~40 modules (commander,
+// the SDK, the verb), which is most of what `forkd VERB` costs to start. Everything of the
+// host (daemon, services, drivers, store, config) stays outside as the separate modules tsc
+// wrote, still loaded only by the verbs that need them, through the same relative imports:
+// the bundle sits where main.js was, so those paths resolve as before.
+import { build } from 'esbuild';
+import { dirname, relative, resolve } from 'node:path';
+
+const CLI = resolve('dist/src/cli');
+/** Verb modules that run host code themselves: kept as their own files. */
+const HOST_VERBS = new Set(
+  ['daemon.js', 'doctor.js', 'setup.js', 'image.js'].map((f) => resolve(CLI, f)),
+);
+
+/** Packages bundled in; every other one stays a normal import (one copy of the SDK). */
+const BUNDLED = new Set(['commander']);
+
+/**
+ * Marks external: packages but commander, host code (anything under dist/src outside cli/)
+ * and the host verbs.
+ */
+const hostExternal = {
+  name: 'host-external',
+  setup(b) {
+    b.onResolve({ filter: /^[^./]/ }, (args) => {
+      const name = args.path
+        .split('/')
+        .slice(0, args.path.startsWith('@') ? 2 : 1)
+        .join('/');
+      return BUNDLED.has(name) ? undefined : { path: args.path, external: true };
+    });
+    b.onResolve({ filter: /^\.\.?\// }, (args) => {
+      const target = resolve(dirname(args.importer), args.path);
+      const outside = !target.startsWith(CLI + '/') && target.startsWith(resolve('dist/src'));
+      if (!outside && !HOST_VERBS.has(target)) return undefined;
+      return { path: './' + relative(CLI, target), external: true };
+    });
+  },
+};
+
+await build({
+  entryPoints: [resolve(CLI, 'main.js')],
+  outfile: resolve(CLI, 'main.js'),
+  allowOverwrite: true,
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node20',
+  plugins: [hostExternal],
+  // commander is CommonJS: its require() of node builtins needs a real require.
+  banner: {
+    js: "import { createRequire as __forkdRequire } from 'node:module';\nconst require = __forkdRequire(import.meta.url);",
+  },
+  // esbuild reads tsc's source maps, so traces still point into src/cli/*.ts.
+  sourcemap: true,
+  logLevel: 'warning',
+});
