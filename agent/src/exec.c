@@ -524,10 +524,9 @@ void handle_stdin(const struct request *rq)
 		return;
 	}
 	bool eof = false;
-	unsigned char *data = NULL;
+	const unsigned char *data = NULL;
 	size_t n = 0;
-	if (!req_bool(rq, "eof", &eof) ||
-	    (req_field(rq, "data") && !req_data(rq, "data", MAX_CHUNK, &data, &n))) {
+	if (!req_bool(rq, "eof", &eof) || (req_field(rq, "data") && !req_chunk(rq, "data", &data, &n))) {
 		abandon(e);
 		return;
 	}
@@ -540,7 +539,6 @@ void handle_stdin(const struct request *rq)
 			e->in_eof = true;
 		flush_stdin(e);
 	}
-	free(data);
 }
 
 void handle_signal(const struct request *rq)
