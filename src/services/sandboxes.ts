@@ -5,6 +5,7 @@
  * (src/services/sandboxes/) adds the store, timeouts, caps and crash recovery on top.
  */
 import { randomBytes } from 'node:crypto';
+import { totalmem } from 'node:os';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../config.js';
@@ -67,6 +68,26 @@ function checkRange(name: string, value: number, range: { min: number; max: numb
   }
 }
 
+/**
+ * A guest larger than the host's RAM is refused before QEMU starts: QEMU would fail late
+ * and obscurely (`ftruncate: Invalid argument`, `unable to map backing store`).
+ */
+function checkHostMemory(memoryMiB: number): void {
+  const hostMiB = Math.floor(totalmem() / (1024 * 1024));
+  if (memoryMiB <= hostMiB) return;
+  throw new ForkdError(
+    'bad_request',
+    `memory_mib ${memoryMiB} is more than this host's ${hostMiB} MiB of RAM`,
+    {
+      field: 'memory_mib',
+      value: memoryMiB,
+      min: LIMITS.memoryMiB.min,
+      max: hostMiB,
+      limit: 'host',
+    },
+  );
+}
+
 /** Memory and CPUs of a request with defaults applied; `bad_request` when out of range. */
 export function resolveResources(req: Pick<BootRequest, 'memoryMiB' | 'cpus'>): {
   memoryMiB: number;
@@ -76,6 +97,7 @@ export function resolveResources(req: Pick<BootRequest, 'memoryMiB' | 'cpus'>): 
   const cpus = req.cpus ?? DEFAULTS.cpus;
   checkRange('memory_mib', memoryMiB, LIMITS.memoryMiB);
   checkRange('cpus', cpus, LIMITS.cpus);
+  checkHostMemory(memoryMiB);
   return { memoryMiB, cpus };
 }
 
