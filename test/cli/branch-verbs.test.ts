@@ -99,7 +99,7 @@ test('branch --mode live reaches the daemon and the line names the mode', async 
 
 // ---- tree -----------------------------------------------------------------------------
 
-test('tree: images → snapshots → sandboxes and child snapshots, with states', async () => {
+test('tree: a branch hangs under the sandbox it came from, its forks under it', async () => {
   fake.reset();
   await chain();
   const r = await forkd('tree');
@@ -111,27 +111,64 @@ test('tree: images → snapshots → sandboxes and child snapshots, with states'
   assert.deepEqual(lines, [
     `image ${SEED.image}`,
     `├── snapshot ${SEED.snapshot} (ready)`,
-    '│   ├── snapshot b1 (ready)',
-    '│   │   └── sandbox CHILD (running)',
     '│   └── sandbox CHILD (running)',
+    '│       └── snapshot b1 (ready)',
+    '│           └── sandbox CHILD (running)',
     `├── snapshot ${SEED.brokenSnapshot} (ready)`,
     `└── sandbox ${SEED.sandbox} (running)`,
   ]);
 });
 
-test('tree TAG: only its subtree, hung under its parent; --json the flat nodes', async () => {
+test('tree: two branches of one sandbox are siblings; a branch of a branch nests', async () => {
+  fake.reset();
+  await chain(); // warm → child → b1 → grandchild
+  const [child, grandchild] = (await json<{ id: string; snapshot: string }[]>('ps'))
+    .filter((s) => s.snapshot)
+    .map((s) => s.id);
+  assert.equal((await forkd('branch', child!, '--tag', 'b2')).code, 0);
+  assert.equal((await forkd('branch', grandchild!, '--tag', 'b3')).code, 0);
+  const drawn = async () =>
+    out(await forkd('tree', SEED.snapshot))
+      .trimEnd()
+      .replaceAll(child!, 'CHILD')
+      .replaceAll(grandchild!, 'GRANDCHILD')
+      .split('\n');
+  assert.deepEqual(await drawn(), [
+    `(image ${SEED.image})`,
+    `└── snapshot ${SEED.snapshot} (ready)`,
+    '    └── sandbox CHILD (running)',
+    '        ├── snapshot b1 (ready)',
+    '        │   └── sandbox GRANDCHILD (running)',
+    '        │       └── snapshot b3 (ready)',
+    '        └── snapshot b2 (ready)',
+  ]);
+  // Its source gone, a branch hangs under the snapshot the source was forked from.
+  assert.equal((await forkd('kill', child!)).code, 0);
+  assert.deepEqual(await drawn(), [
+    `(image ${SEED.image})`,
+    `└── snapshot ${SEED.snapshot} (ready)`,
+    '    ├── snapshot b1 (ready)',
+    '    │   └── sandbox GRANDCHILD (running)',
+    '    │       └── snapshot b3 (ready)',
+    '    └── snapshot b2 (ready)',
+  ]);
+});
+
+test('tree TAG: only what came from it, hung under its origin; --json the drawn edges', async () => {
   fake.reset();
   await chain();
   const r = await forkd('tree', 'b1');
   assert.equal(r.code, 0, r.stderr);
   const lines = out(r).trimEnd().split('\n');
-  assert.deepEqual(lines.slice(0, 2), [`(snapshot ${SEED.snapshot})`, '└── snapshot b1 (ready)']);
+  assert.match(lines[0]!, /^\(sandbox sbx-0{9}1[0-9a-f]{2}\)$/);
+  assert.equal(lines[1], '└── snapshot b1 (ready)');
   assert.equal(lines.length, 3);
-  assert.deepEqual(calls('lineage').at(-1)!.args, ['b1']);
-  const { nodes } = await json<{ nodes: { kind: string; id: string; created_at: string }[] }>(
-    'tree',
-  );
-  assert.ok(nodes.some((n) => n.kind === 'snapshot' && n.id === 'b1' && 'created_at' in n));
+  const { nodes } = await json<{
+    nodes: { kind: string; id: string; parent: { kind: string } | null; created_at: string }[];
+  }>('tree');
+  const b1 = nodes.find((n) => n.kind === 'snapshot' && n.id === 'b1');
+  assert.ok(b1 && 'created_at' in b1);
+  assert.equal(b1.parent?.kind, 'sandbox');
   const missing = await forkd('tree', 'nope');
   assert.equal(missing.code, 3);
   assert.match(missing.stderr, /\[snapshot_not_found\]/);
