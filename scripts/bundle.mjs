@@ -1,10 +1,14 @@
 #!/usr/bin/env node
-// Bundles the CLI's client side into one file, dist/src/cli/main.js, over tsc's output:
-// a client verb (ps, exec, cp, …) then reads one file instead of ~40 modules (commander,
-// the SDK, the verb), which is most of what `forkd VERB` costs to start. Everything of the
-// host (daemon, services, drivers, store, config) stays outside as the separate modules tsc
-// wrote, still loaded only by the verbs that need them, through the same relative imports:
-// the bundle sits where main.js was, so those paths resolve as before.
+// Bundles what a short CLI call loads, over tsc's output, so that `forkd VERB` reads two
+// files instead of ~50 modules (module loading was most of what a client verb cost):
+//  - the SDK's entry, packages/sdk/dist/index.js, from its sources into one file (one copy:
+//    the CLI, the daemon and SDK users all import this file; wire.js and version.js import
+//    nothing and stay as tsc wrote them);
+//  - the CLI's client side into dist/src/cli/main.js: commander and the client verbs.
+//    Everything of the host (daemon, services, drivers, store, config) and every other
+//    package, the SDK included, stays outside as the separate modules tsc wrote, still
+//    loaded only by the verbs that need them, through the same relative imports: the
+//    bundle sits where main.js was, so those paths resolve as before.
 import { build } from 'esbuild';
 import { dirname, relative, resolve } from 'node:path';
 
@@ -54,6 +58,18 @@ await build({
     js: "import { createRequire as __forkdRequire } from 'node:module';\nconst require = __forkdRequire(import.meta.url);",
   },
   // esbuild reads tsc's source maps, so traces still point into src/cli/*.ts.
+  sourcemap: true,
+  logLevel: 'warning',
+});
+
+await build({
+  entryPoints: [resolve('packages/sdk/src/index.ts')],
+  outfile: resolve('packages/sdk/dist/index.js'),
+  allowOverwrite: true,
+  bundle: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node18',
   sourcemap: true,
   logLevel: 'warning',
 });

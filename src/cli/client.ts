@@ -3,6 +3,7 @@
  * config they make, finding a running daemon (for verbs that fall back to working
  * in-process), a command that is not in the image, and stdin forwarding.
  */
+import { fstatSync, statSync } from 'node:fs';
 import type { Command } from 'commander';
 import { DaemonUnreachableError, Forkd, isForkdError, type ClientConfig } from '@forkd/sdk';
 import { IMAGE, toWire } from '@forkd/sdk/wire';
@@ -63,6 +64,22 @@ export function commandFailed(e: unknown, argv: string[]): number {
     return EXIT.commandNotFound;
   }
   throw e;
+}
+
+/**
+ * Whether to forward our stdin to a command: with `-i` always; else when it is a pipe or a
+ * file, but not a terminal, and not /dev/null (a script's or an agent's usual stdin), which
+ * would cost the call a round trip to send nothing but end of file.
+ */
+export function forwardsStdin(forced: boolean | undefined): boolean {
+  if (forced) return true;
+  if (process.stdin.isTTY) return false;
+  try {
+    const st = fstatSync(0);
+    return !(st.isCharacterDevice() && st.rdev === statSync('/dev/null').rdev);
+  } catch {
+    return false; // no stdin at all
+  }
 }
 
 /**

@@ -9,6 +9,7 @@ import {
   clientConfig,
   commandFailed,
   daemonOptions,
+  forwardsStdin,
   pumpStdin,
   type DaemonFlags,
 } from './client.js';
@@ -48,7 +49,7 @@ export function register(cmd: Command): void {
         cwd: parseCwd(flags.cwd),
         user: parseUser(flags.user),
         timeoutS: parseCommandTimeout(flags.timeout),
-        forwardStdin: Boolean(flags.stdin) || !process.stdin.isTTY,
+        forwardStdin: forwardsStdin(flags.stdin),
         forwardSignals: true,
       };
       const sandbox = await Sandbox.connect(parseSandboxId(id), clientConfig(flags));

@@ -6,7 +6,7 @@
 import type { Command } from 'commander';
 import { Sandbox as DaemonSandbox } from '@forkd/sdk';
 import type { Sandbox } from '../services/sandboxes.js';
-import { commandFailed, findDaemon, pumpStdin } from './client.js';
+import { commandFailed, findDaemon, forwardsStdin, pumpStdin } from './client.js';
 import { commandExit, EXIT } from './exit.js';
 import { attach } from './exec.js';
 import { action, drained } from './output.js';
@@ -85,7 +85,7 @@ function runRequest(opts: RunOptions): RunRequest {
     cpus: parseCpus(opts.cpus),
     env: parseEnv(opts.env),
     timeoutS: parseCommandTimeout(opts.timeout),
-    forwardStdin: Boolean(opts.stdin) || !process.stdin.isTTY,
+    forwardStdin: forwardsStdin(opts.stdin),
   };
 }
 
