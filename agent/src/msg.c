@@ -152,24 +152,28 @@ static void error_line(int64_t id, const char *code, const char *field, const ch
 	msg_send(&m);
 }
 
-void reply_error(int64_t id, const char *code, const char *fmt, ...)
+static void error_vline(int64_t id, const char *code, const char *field, const char *fmt,
+			va_list ap)
 {
 	char text[4096 + 256];
+	vsnprintf(text, sizeof text, fmt, ap);
+	error_line(id, code, field, text);
+}
+
+void reply_error(int64_t id, const char *code, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof text, fmt, ap);
+	error_vline(id, code, NULL, fmt, ap);
 	va_end(ap);
-	error_line(id, code, NULL, text);
 }
 
 void reply_error_field(int64_t id, const char *code, const char *field, const char *fmt, ...)
 {
-	char text[4096 + 256];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof text, fmt, ap);
+	error_vline(id, code, field, fmt, ap);
 	va_end(ap);
-	error_line(id, code, field, text);
 }
 
 const char *errno_code(int err)

@@ -4,26 +4,14 @@
  * missing command stays `command_not_found`. Checked on the wire (the agent's `field`) and
  * through the host driver, against the real agent in --listen mode.
  */
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isForkdError } from '../../src/errors.js';
-import { AgentClient } from '../../src/drivers/agent/client.js';
-import { RawAgentSocket, startAgent, type AgentProcess } from '../helpers/agent-process.js';
+import { agentForFile, RawAgentSocket, startAgent } from '../helpers/agent-process.js';
 
-let agent: AgentProcess;
-let client: AgentClient;
-
-before(async () => {
-  agent = await startAgent();
-  client = await AgentClient.connect(agent.socketPath);
-});
-
-after(async () => {
-  client?.close();
-  await agent?.stop();
-});
+const { agent, client } = agentForFile();
 
 /** Rejects with the catalog code and details naming the input. */
 function refused(code: string, details: Record<string, unknown>) {
@@ -36,29 +24,29 @@ function refused(code: string, details: Record<string, unknown>) {
 }
 
 test('a missing cwd is cwd_not_found naming it, not a missing command', async () => {
-  const cwd = join(agent.dir, 'no-such-dir');
+  const cwd = join(agent().dir, 'no-such-dir');
   await assert.rejects(
-    client.run({ argv: ['true'], cwd }),
+    client().run({ argv: ['true'], cwd }),
     refused('cwd_not_found', { cwd, agentField: 'cwd' }),
   );
 });
 
 test('a cwd that is a file is cwd_not_found too', async () => {
-  const file = join(agent.dir, 'a-file');
+  const file = join(agent().dir, 'a-file');
   writeFileSync(file, 'x');
-  await assert.rejects(client.run({ argv: ['true'], cwd: file }), refused('cwd_not_found', {}));
+  await assert.rejects(client().run({ argv: ['true'], cwd: file }), refused('cwd_not_found', {}));
 });
 
 test('a user the image lacks is user_not_found naming it; a command still runs after', async () => {
   await assert.rejects(
-    client.run({ argv: ['true'], user: 'forkd-no-such-user' }),
+    client().run({ argv: ['true'], user: 'forkd-no-such-user' }),
     refused('user_not_found', { user: 'forkd-no-such-user', agentField: 'user' }),
   );
   await assert.rejects(
-    client.run({ argv: ['forkd-no-such-command-xyz'] }),
+    client().run({ argv: ['forkd-no-such-command-xyz'] }),
     refused('command_not_found', { agentField: 'argv' }),
   );
-  assert.equal((await client.run({ argv: ['true'] })).exitCode, 0);
+  assert.equal((await client().run({ argv: ['true'] })).exitCode, 0);
 });
 
 test('on the wire: the error names the field', async () => {

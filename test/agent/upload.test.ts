@@ -3,32 +3,20 @@
  * buffers): every size and base64 padding round-trips, a chunk written with JSON escapes
  * decodes the same, bad base64 is refused, and a large upload after small ones is intact.
  */
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { AgentClient } from '../../src/drivers/agent/client.js';
-import { RawAgentSocket, startAgent, type AgentProcess } from '../helpers/agent-process.js';
+import { agentForFile, RawAgentSocket, startAgent } from '../helpers/agent-process.js';
 
-let agent: AgentProcess;
-let client: AgentClient;
-
-before(async () => {
-  agent = await startAgent();
-  client = await AgentClient.connect(agent.socketPath);
-});
-
-after(async () => {
-  client?.close();
-  await agent?.stop();
-});
+const { agent, client } = agentForFile();
 
 test('every size and padding round-trips, small and large uploads in turn', async () => {
   for (const size of [0, 1, 2, 3, 4, 5, 192 * 1024 - 1, 192 * 1024 + 1, 3 * 1024 * 1024 + 2, 7]) {
     const data = randomBytes(size);
-    const path = join(agent.dir, `up-${size}`);
-    assert.equal(await client.writeFile(path, data), size);
+    const path = join(agent().dir, `up-${size}`);
+    assert.equal(await client().writeFile(path, data), size);
     assert.ok(readFileSync(path).equals(data), `${size} bytes`);
   }
 });
