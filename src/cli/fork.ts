@@ -16,6 +16,7 @@ import {
   parseLabels,
   parseName,
   parseSandboxTimeout,
+  typed,
 } from './parse.js';
 import { LIMITS } from './rules.js';
 
@@ -41,7 +42,7 @@ export function register(cmd: Command): void {
 }
 
 async function fork(tag: string, flags: ForkFlags): Promise<number> {
-  const n = parseCount(flags.count, '-n', LIMITS.forkCount);
+  const n = parseCount(flags.count, typed('-n', '--count'), LIMITS.forkCount);
   const timeoutS = parseSandboxTimeout(flags.timeout);
   const config = clientConfig(flags);
   const result = await (

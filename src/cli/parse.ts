@@ -9,6 +9,16 @@ import { DESCRIBED, ENV_NAME, LABEL_KEY, LIMITS, NAME, SANDBOX_ID, USER } from '
 
 type Range = { readonly min: number; readonly max: number };
 
+/**
+ * The spelling of a flag the user typed, of its names (`-e` or `--env`): messages name the
+ * flag as it stands on their command line. The last name when none was typed.
+ */
+export function typed(...names: string[]): string {
+  const args = process.argv.slice(2);
+  const found = names.find((n) => args.some((a) => a === n || a.startsWith(`${n}=`)));
+  return found ?? names[names.length - 1] ?? '';
+}
+
 /** Bad usage: exit 2 with this message (rules of the flag included). */
 export function usage(message: string, details?: Record<string, unknown>): ForkdError {
   return new ForkdError('bad_request', message, details);
@@ -105,7 +115,7 @@ function pairs(
 }
 
 /** `-e K=V` values. */
-export function parseEnv(list: string[], flag = '--env'): Record<string, string> {
+export function parseEnv(list: string[], flag = typed('-e', '--env')): Record<string, string> {
   return pairs(list, flag, { key: ENV_NAME, described: DESCRIBED.envName, ...LIMITS.env });
 }
 
