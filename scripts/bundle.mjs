@@ -1,14 +1,16 @@
 #!/usr/bin/env node
-// Bundles what a short CLI call loads, over tsc's output, so that `forkd VERB` reads two
-// files instead of ~50 modules (module loading was most of what a client verb cost):
+// Bundles what a short CLI call loads, over tsc's output, so that `forkd VERB` reads a few
+// files instead of ~50 modules, and loads only the node built-ins it uses (module loading
+// was most of what a client verb cost):
 //  - the SDK's entry, packages/sdk/dist/index.js, from its sources into one file (one copy:
 //    the CLI, the daemon and SDK users all import this file; wire.js and version.js import
 //    nothing and stay as tsc wrote them);
-//  - the CLI's client side into dist/src/cli/main.js: commander and the client verbs.
-//    Everything of the host (daemon, services, drivers, store, config) and every other
-//    package, the SDK included, stays outside as the separate modules tsc wrote, still
-//    loaded only by the verbs that need them, through the same relative imports: the
-//    bundle sits where main.js was, so those paths resolve as before.
+//  - the CLI's client side into dist/src/cli/main.js: commander and the client verbs (the
+//    few built-ins only one verb needs, like child_process for `cp -r`, are imported where
+//    they are used). Everything of the host (daemon, services, drivers, store, config) and
+//    every other package, the SDK included, stays outside as the separate modules tsc
+//    wrote, loaded only by the verbs that need them, through the same relative imports:
+//    the bundle sits where main.js was, so those paths resolve as before.
 import { build } from 'esbuild';
 import { dirname, relative, resolve } from 'node:path';
 
@@ -22,12 +24,28 @@ const HOST_VERBS = new Set(
 const BUNDLED = new Set(['commander']);
 
 /**
+ * Commander requires node:child_process at load, for executable subcommands forkd does not
+ * have: it gets a stand-in that loads the real module only if it is ever used.
+ */
+const LAZY_CHILD_PROCESS = `let real;
+module.exports = new Proxy({}, { get: (_, k) => (real ??= require('node:child_process'))[k] });`;
+
+/**
  * Marks external: packages but commander, host code (anything under dist/src outside cli/)
  * and the host verbs.
  */
 const hostExternal = {
   name: 'host-external',
   setup(b) {
+    b.onResolve({ filter: /^node:child_process$/ }, (args) =>
+      args.importer.includes('/node_modules/commander/')
+        ? { path: 'lazy-child-process', namespace: 'forkd' }
+        : undefined,
+    );
+    b.onLoad({ filter: /.*/, namespace: 'forkd' }, () => ({
+      contents: LAZY_CHILD_PROCESS,
+      loader: 'js',
+    }));
     b.onResolve({ filter: /^[^./]/ }, (args) => {
       const name = args.path
         .split('/')

@@ -10,8 +10,7 @@ import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join, posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { isForkdError } from '@forkd/sdk';
-import { ForkdError } from '../errors.js';
+import { ForkdError, isForkdError } from '@forkd/sdk';
 import type { CopyFlags, Remote } from './cp.js';
 import { usage } from './parse.js';
 

@@ -4,14 +4,14 @@
  * unpacked there by the guest's tar, then removed: the fast file path, with no per-chunk
  * round trips of stdin. Down, the guest's `tar -c` streams its stdout into the host's
  * `tar -x`, with backpressure. As with `cp -r`: into DST when it is a directory, else DST
- * becomes the copy (its parent must exist, or `-p`).
+ * becomes the copy (its parent must exist, or `-p`). child_process and crypto are loaded
+ * here, when a tree is copied: every other CLI call is spared them at start-up.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import type { ChildProcess } from 'node:child_process';
 import { mkdir } from 'node:fs/promises';
 import { basename, dirname, join, posix, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
-import { ForkdError } from '../errors.js';
+import { ForkdError } from '@forkd/sdk';
 import type { CopyFlags, Remote } from './cp.js';
 import {
   ensureLocalDir,
@@ -59,6 +59,10 @@ export async function uploadTree(
 ): Promise<Copied | undefined> {
   if (!(await localStat(local))?.isDirectory()) return undefined;
   const target = await remoteTreeTarget(to, basename(resolve(local)), flags);
+  const [{ spawn }, { randomBytes }] = await Promise.all([
+    import('node:child_process'),
+    import('node:crypto'),
+  ]);
   const archive = posix.join(
     posix.dirname(target),
     `.forkd-cp-${randomBytes(6).toString('hex')}.tar`,
@@ -116,6 +120,7 @@ export async function downloadTree(from: Remote, local: string, flags: CopyFlags
     if (e.code !== 'EEXIST') throw hostError(e, target);
   });
   // Files belong to whoever runs forkd, as cp(1) makes them.
+  const { spawn } = await import('node:child_process');
   const tar = spawn('tar', ['-x', '-f', '-', '--no-same-owner', '-C', target], {
     stdio: ['pipe', 'ignore', 'pipe'],
   });

@@ -114,13 +114,14 @@ export function commandExit(end: CommandEnd, timeoutS: number | undefined): numb
 /**
  * A reader that closes our stdout early (`forkd images | head -0`) ends forkd at once with
  * 141 (128 + SIGPIPE) and no message, as SIGPIPE ends a C program, instead of an EPIPE
- * stack trace. Any other failure of our own output cannot be reported (on what?), so it
- * exits 1, also without a stack trace.
+ * stack trace. A stream's unheard 'error' becomes an uncaught exception, so listening there
+ * covers stdout and stderr without creating either stream before it is used (that alone
+ * cost a short call a few ms). Anything else uncaught is a bug: its stack, and exit 1.
  */
 export function quietOnBrokenPipe(): void {
-  for (const stream of [process.stdout, process.stderr]) {
-    stream.on('error', (e: NodeJS.ErrnoException) => {
-      process.exit(e.code === 'EPIPE' ? EXIT.brokenPipe : EXIT.failure);
-    });
-  }
+  process.on('uncaughtException', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(EXIT.brokenPipe);
+    process.stderr.write(`${e.stack ?? String(e)}\n`);
+    process.exit(EXIT.failure);
+  });
 }

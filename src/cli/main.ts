@@ -2,12 +2,12 @@
 /**
  * The `forkd` command. Each verb is one module under src/cli/ that configures its own
  * command; only the module of the verb being run is loaded (`import()`), so a client verb
- * never loads the daemon, Fastify or SQLite, and `forkd --version` loads no SDK at all.
+ * never loads the daemon, Fastify or SQLite.
  * The other verbs are listed by name and summary only, for `forkd --help`. Usage errors
  * (an unknown verb or option, a missing argument) exit 2; see exit.ts for the rest.
  */
 import { Command, CommanderError } from 'commander';
-import { VERSION } from '@forkd/sdk/version';
+import { VERSION } from '@forkd/sdk';
 import { EXIT, quietOnBrokenPipe } from './exit.js';
 
 /** What a verb module exports: it adds its arguments, options and action to `cmd`. */

@@ -4,7 +4,7 @@
  * (rules.ts) and fails as bad usage naming the flag as typed and what it accepts, so no
  * JSON pointer or pattern from the daemon ever reaches the user for these.
  */
-import { ForkdError } from '../errors.js';
+import { ForkdError } from '@forkd/sdk';
 import { DESCRIBED, ENV_NAME, LABEL_KEY, LIMITS, NAME, SANDBOX_ID, USER } from './rules.js';
 
 type Range = { readonly min: number; readonly max: number };

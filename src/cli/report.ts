@@ -4,7 +4,7 @@
  * typed are put in the user's words: the daemon's field names (`body.memory_mib`) become
  * the flag (`--memory`), and what is allowed is said plainly, never as a pattern.
  */
-import { ForkdError } from '../errors.js';
+import { ForkdError } from '@forkd/sdk';
 import { exitFor } from './exit.js';
 import { formatMib } from './parse.js';
 

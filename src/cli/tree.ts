@@ -11,9 +11,8 @@
  * from. `--json` prints the nodes with the edges the tree is drawn from.
  */
 import type { Command } from 'commander';
-import { Forkd, Snapshot, type LineageNode, type SnapshotInfo } from '@forkd/sdk';
+import { Forkd, ForkdError, Snapshot, type LineageNode, type SnapshotInfo } from '@forkd/sdk';
 import { LINEAGE_NODE, toWire } from '@forkd/sdk/wire';
-import { ForkdError } from '../errors.js';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson } from './output.js';
 import { parseName } from './parse.js';
