@@ -7,7 +7,9 @@
  *    `forkd exec ID -- true` against a real daemon with one running sandbox.
  *  - cp: a 20 MB random file up (`forkd cp FILE ID:/root/big`) and down again, R times,
  *    each copy checked byte for byte (sha256).
- * Usage: node dist/bench/cli.js [N=30] [R=3]
+ * With `--before CLI` (another build's dist/src/cli/main.js) each start-up row is measured
+ * for both CLIs, their pairs interleaved, so before and after see the same host load.
+ * Usage: node dist/bench/cli.js [N=30] [R=3] [--before PATH]
  * It uses a temp FORKD_HOME linked to the set-up home's kernel and busybox image.
  */
 import { spawnSync } from 'node:child_process';
@@ -19,8 +21,13 @@ import { CLI, startDaemon, stopDaemon } from './daemon.js';
 import { makeBenchHome } from './home.js';
 import { percentile } from './stats.js';
 
-const N = Number(process.argv[2] ?? 30);
-const R = Number(process.argv[3] ?? 3);
+const flag = process.argv.indexOf('--before');
+const BEFORE = flag > 0 ? process.argv[flag + 1] : undefined;
+const [n, r] = process.argv
+  .slice(2)
+  .filter((a, i, all) => a !== '--before' && all[i - 1] !== '--before');
+const N = Number(n ?? 30);
+const R = Number(r ?? 3);
 const CP_BYTES = 20 * 1000 * 1000;
 
 /** Wall-clock ms of one process run to its exit; a failing run aborts the benchmark. */
@@ -35,19 +42,34 @@ function timed(args: string[], env: NodeJS.ProcessEnv): number {
 const f = (n: number) => `${n.toFixed(1)} ms`;
 const stats = (xs: number[]) => `p50 ${f(percentile(xs, 50))}, p90 ${f(percentile(xs, 90))}`;
 
-/** N pairs (node -e 0, the verb); prints both and the per-pair difference. */
+/** One CLI's samples of a verb and of the `node -e 0` run just before each. */
+interface Pairs {
+  label: string;
+  cli: string;
+  base: number[];
+  verb: number[];
+}
+
+/**
+ * N pairs (node -e 0, the verb) for each CLI, the CLIs' pairs interleaved; prints each
+ * CLI's verb, its baseline and the per-pair difference.
+ */
 function paired(label: string, args: string[], env: NodeJS.ProcessEnv): void {
-  timed([CLI, ...args], env); // warm the page cache
-  const base: number[] = [];
-  const verb: number[] = [];
+  const clis: Pairs[] = [{ label, cli: CLI, base: [], verb: [] }];
+  if (BEFORE) clis.push({ label: `${label} (before)`, cli: BEFORE, base: [], verb: [] });
+  for (const c of clis) timed([c.cli, ...args], env); // warm the page cache
   for (let i = 0; i < N; i++) {
-    base.push(timed(['-e', '0'], env));
-    verb.push(timed([CLI, ...args], env));
+    for (const c of clis) {
+      c.base.push(timed(['-e', '0'], env));
+      c.verb.push(timed([c.cli, ...args], env));
+    }
   }
-  const diff = verb.map((v, i) => v - (base[i] as number));
-  console.log(
-    `${label}: ${stats(verb)} | node -e 0: ${stats(base)} | difference: ${stats(diff)} (n=${N})`,
-  );
+  for (const c of clis) {
+    const diff = c.verb.map((v, i) => v - (c.base[i] as number));
+    console.log(
+      `${c.label}: ${stats(c.verb)} | node -e 0: ${stats(c.base)} | difference: ${stats(diff)} (n=${N})`,
+    );
+  }
 }
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');

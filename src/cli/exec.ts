@@ -4,7 +4,7 @@
  * passed on to the command, and forkd exiting with the command's exit code.
  */
 import type { Command } from 'commander';
-import { Sandbox, type CommandHandle } from '@forkd/sdk';
+import { Commands, Forkd, type ClientConfig, type CommandHandle } from '@forkd/sdk';
 import {
   clientConfig,
   commandFailed,
@@ -52,8 +52,7 @@ export function register(cmd: Command): void {
         forwardStdin: forwardsStdin(flags.stdin),
         forwardSignals: true,
       };
-      const sandbox = await Sandbox.connect(parseSandboxId(id), clientConfig(flags));
-      return attach(sandbox, argv, options);
+      return attach(commandsOf(parseSandboxId(id), clientConfig(flags)), argv, options);
     }),
   );
 }
@@ -81,9 +80,22 @@ export interface AttachOptions {
  * Run `argv` in `sandbox` with its output on our stdout/stderr; resolves with the exit
  * code forkd should exit with. `forkd run` uses it too when a daemon runs.
  */
-export async function attach(sandbox: Sandbox, argv: string[], o: AttachOptions): Promise<number> {
+/**
+ * The commands of sandbox `id` without looking it up first: the exec itself answers
+ * sandbox_not_found or sandbox_not_running, and a short `forkd exec` is spared a round
+ * trip. (The CLI ships with the SDK, so it may build this from the SDK's transport.)
+ */
+function commandsOf(id: string, config: ClientConfig): Commands {
+  return new Commands(new Forkd(config).transport, `/v1/sandboxes/${encodeURIComponent(id)}`);
+}
+
+export async function attach(
+  commands: Commands,
+  argv: string[],
+  o: AttachOptions,
+): Promise<number> {
   try {
-    const handle = await sandbox.commands.start(argv, {
+    const handle = await commands.start(argv, {
       envs: o.env,
       cwd: o.cwd,
       user: o.user,

@@ -134,7 +134,7 @@ async function bootThroughDaemon(
   }
   return {
     run: () =>
-      attach(sandbox, argv, {
+      attach(sandbox.commands, argv, {
         timeoutS: req.timeoutS,
         forwardStdin: req.forwardStdin,
         forwardSignals: false,

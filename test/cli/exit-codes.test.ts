@@ -114,7 +114,7 @@ const CASES: Case[] = [
   {
     args: ['exec', SEED.sandbox, '--', 'true'],
     exit: EXIT.refused,
-    fail: ['sandboxes', 'get', 'sandbox_not_running'],
+    fail: ['sandboxes', 'execStream', 'sandbox_not_running'],
   },
   {
     args: ['ps', '--label', 'no-equals'],
