@@ -1,6 +1,6 @@
 /** `forkd version`: the product version, plus the QEMU version and accelerator in use. */
 import type { Command } from 'commander';
-import { VERSION } from '@forkd/sdk/version';
+import { VERSION } from '@forkd/sdk';
 import { action, printJson } from './output.js';
 
 export function register(cmd: Command): void {
