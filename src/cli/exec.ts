@@ -112,7 +112,7 @@ export async function attach(
     const stopForwarding = o.forwardSignals ? forwardSignals(handle) : () => undefined;
     try {
       const result = await handle.wait();
-      await drained();
+      await stdoutDone();
       return commandExit(result, o.timeoutS);
     } finally {
       stopForwarding();
@@ -120,12 +120,22 @@ export async function attach(
   } catch (e) {
     return commandFailed(e, argv);
   } finally {
-    process.stdin.destroy();
+    // Only a stdin we read from holds the process open (and touching it would create it).
+    if (o.forwardStdin) process.stdin.destroy();
   }
+}
+
+/** Set once the command wrote to our stdout: only then is there anything to drain. */
+let wroteStdout = false;
+
+/** Resolves once what the command wrote to our stdout has been handed to the OS. */
+function stdoutDone(): Promise<void> {
+  return wroteStdout ? drained() : Promise.resolve();
 }
 
 /** Output straight to our own streams; a full pipe holds the command's output back. */
 function writeOutput(stream: 'stdout' | 'stderr', chunk: Uint8Array): Promise<void> | void {
+  if (stream === 'stdout') wroteStdout = true;
   const out = stream === 'stdout' ? process.stdout : process.stderr;
   if (!out.write(chunk)) return new Promise((resolve) => out.once('drain', () => resolve()));
 }
