@@ -3,7 +3,8 @@
  * config they make, finding a running daemon (for verbs that fall back to working
  * in-process), a command that is not in the image, and stdin forwarding.
  */
-import { fstatSync, statSync } from 'node:fs';
+import { fstatSync } from 'node:fs';
+import { isatty } from 'node:tty';
 import type { Command } from 'commander';
 import { DaemonUnreachableError, Forkd, isForkdError, type ClientConfig } from '@forkd/sdk';
 import { IMAGE, toWire } from '@forkd/sdk/wire';
@@ -73,14 +74,18 @@ export function commandFailed(e: unknown, argv: string[]): number {
  */
 export function forwardsStdin(forced: boolean | undefined): boolean {
   if (forced) return true;
-  if (process.stdin.isTTY) return false;
   try {
     const st = fstatSync(0);
-    return !(st.isCharacterDevice() && st.rdev === statSync('/dev/null').rdev);
+    // A terminal is not forwarded unless forced; /dev/null is character device 1:3.
+    if (st.isCharacterDevice()) return !isatty(0) && st.rdev !== DEV_NULL;
+    return true;
   } catch {
     return false; // no stdin at all
   }
 }
+
+/** /dev/null's device number on Linux (major 1, minor 3). */
+const DEV_NULL = (1 << 8) | 3;
 
 /**
  * Copy our stdin into a command's until EOF. The command may exit before reading it all;
