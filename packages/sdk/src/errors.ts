@@ -47,7 +47,8 @@ export const ERROR_CATALOG = {
   command_not_found: { status: 422, meaning: 'The command does not exist in the sandbox image.' },
   cwd_not_found: {
     status: 422,
-    meaning: 'The working directory of a command does not exist in the sandbox (or is no directory).',
+    meaning:
+      'The working directory of a command does not exist in the sandbox (or is no directory).',
   },
   user_not_found: {
     status: 422,
