@@ -12,24 +12,20 @@
  * Usage: node dist/bench/exec.js [N]
  * It uses a temp FORKD_HOME linked to the set-up home's kernel and busybox image.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { Forkd, Sandbox } from '@forkd/sdk';
+import { Sandbox } from '@forkd/sdk';
 import { detectAccel } from '../src/drivers/qemu/accel.js';
 import {
   bootSandbox,
   destroySandbox,
   type Sandbox as Booted,
 } from '../src/services/sandboxes/sandbox.js';
+import { startDaemon, stopDaemon } from './daemon.js';
 import { makeBenchHome, type BenchHome } from './home.js';
 import { percentile } from './stats.js';
 
 const N = Number(process.argv[2] ?? 500);
 /** Calls made before timing starts (connection set-up, JIT, guest page cache). */
 const WARMUP = 20;
-const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 
 function line(label: string, samples: number[]): string {
   const f = (n: number) => `${n.toFixed(2)} ms`;
@@ -46,56 +42,6 @@ async function timeCalls(call: () => Promise<void>): Promise<number[]> {
     samples.push(performance.now() - t0);
   }
   return samples;
-}
-
-interface Daemon {
-  url: string;
-  child: ChildProcess;
-  output: () => string;
-}
-
-const exited = (child: ChildProcess) => child.exitCode !== null || child.signalCode !== null;
-
-/** `forkd daemon` on the bench home, ready once /healthz answers. */
-async function startDaemon(home: BenchHome): Promise<Daemon> {
-  const child = spawn(process.execPath, [CLI, 'daemon'], {
-    env: home.env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  const keep = (chunk: Buffer) => (output = (output + chunk.toString('utf8')).slice(-64 * 1024));
-  child.stdout?.on('data', keep);
-  child.stderr?.on('data', keep);
-  const daemon = {
-    url: `unix:${join(home.dir, 'run', 'forkd.sock')}`,
-    child,
-    output: () => output,
-  };
-  const forkd = new Forkd({ url: daemon.url });
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    if (exited(child)) throw new Error(`forkd daemon exited: ${output}`);
-    try {
-      await forkd.health({ signal: AbortSignal.timeout(1000) });
-      return daemon;
-    } catch {
-      if (Date.now() > deadline) {
-        await stopDaemon(daemon);
-        throw new Error(`forkd daemon not ready in 30 s: ${output}`);
-      }
-      await sleep(100);
-    }
-  }
-}
-
-/** SIGTERM by pid, SIGKILL after 15 s. */
-async function stopDaemon(d: Daemon): Promise<void> {
-  if (exited(d.child)) return;
-  const gone = new Promise((resolve) => d.child.once('exit', resolve));
-  d.child.kill('SIGTERM');
-  const timer = setTimeout(() => d.child.kill('SIGKILL'), 15_000);
-  await gone;
-  clearTimeout(timer);
 }
 
 async function throughDaemon(home: BenchHome): Promise<{ buffered: number[]; streamed: number[] }> {

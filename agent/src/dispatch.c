@@ -142,29 +142,60 @@ bool req_uint(const struct request *rq, const char *key, bool required, int64_t 
 	return true;
 }
 
-bool req_data(const struct request *rq, const char *key, size_t max, unsigned char **out,
-	      size_t *len)
+/* The base64 string of a field of at most max decoded bytes, or NULL (error replied). */
+static const struct json *data_field(const struct request *rq, const char *key, size_t max)
 {
 	const struct json *v = req_field(rq, key);
-	if (!v || v->type != JSON_STRING)
-		return bad(rq, key, "must be a base64 string");
+	if (!v || v->type != JSON_STRING) {
+		bad(rq, key, "must be a base64 string");
+		return NULL;
+	}
 	if (v->u.str.len > BASE64_ENCODED_LEN(max)) {
 		reply_error(rq->id, "too_large", "%s: \"%s\" decodes to more than %zu bytes", rq->type,
 			    key, max);
-		return false;
+		return NULL;
 	}
+	return v;
+}
+
+static bool decode_into(const struct request *rq, const char *key, const struct json *v,
+			unsigned char *buf, size_t max, size_t *len)
+{
+	ssize_t n = base64_decode(buf, v->u.str.s, v->u.str.len);
+	if (n < 0 || (size_t)n > max)
+		return bad(rq, key, "must be base64 (RFC 4648)");
+	*len = (size_t)n;
+	return true;
+}
+
+bool req_data(const struct request *rq, const char *key, size_t max, unsigned char **out,
+	      size_t *len)
+{
+	const struct json *v = data_field(rq, key, max);
+	if (!v)
+		return false;
 	unsigned char *buf = malloc(BASE64_DECODED_MAX(v->u.str.len) + 1);
 	if (!buf) {
 		reply_error(rq->id, "io", "%s: out of memory", rq->type);
 		return false;
 	}
-	ssize_t n = base64_decode(buf, v->u.str.s, v->u.str.len);
-	if (n < 0 || (size_t)n > max) {
+	if (!decode_into(rq, key, v, buf, max, len)) {
 		free(buf);
-		return bad(rq, key, "must be base64 (RFC 4648)");
+		return false;
 	}
 	*out = buf;
-	*len = (size_t)n;
+	return true;
+}
+
+bool req_chunk(const struct request *rq, const char *key, const unsigned char **out, size_t *len)
+{
+	/* One buffer for every chunk: a fresh 192 KiB allocation per upload chunk cost its page
+	 * faults each time, which under TCG are dear. */
+	static unsigned char buf[BASE64_DECODED_MAX(BASE64_ENCODED_LEN(MAX_CHUNK)) + 1];
+	const struct json *v = data_field(rq, key, MAX_CHUNK);
+	if (!v || !decode_into(rq, key, v, buf, MAX_CHUNK, len))
+		return false;
+	*out = buf;
 	return true;
 }
 

@@ -353,13 +353,14 @@ static void reply_failure(int64_t id, const struct spec *s, const struct failure
 {
 	switch (f->stage) {
 	case STAGE_USER:
-		reply_errno(id, f->err, "exec: switch to user %s", s->user ? s->user : "(self)");
+		reply_errno_field(id, f->err, "user", "exec: switch to user %s",
+				  s->user ? s->user : "(self)");
 		break;
 	case STAGE_CWD:
-		reply_errno(id, f->err, "exec: cwd %s", s->cwd);
+		reply_errno_field(id, f->err, "cwd", "exec: cwd %s", s->cwd);
 		break;
 	case STAGE_EXEC:
-		reply_errno(id, f->err, "exec: %s", s->argv[0]);
+		reply_errno_field(id, f->err, "argv", "exec: %s", s->argv[0]);
 		break;
 	default:
 		reply_errno(id, f->err, "exec: start %s", s->argv[0]);
@@ -413,8 +414,8 @@ static bool prepare(const struct request *rq, struct spec *s, struct launch *l)
 {
 	int err = user_lookup(s->user, &l->user);
 	if (err) {
-		reply_error(rq->id, err == ENOENT ? "not_found" : "io", "exec: no user %s in /etc/passwd",
-			    s->user);
+		reply_error_field(rq->id, err == ENOENT ? "not_found" : "io", "user",
+				  "exec: no user %s in /etc/passwd", s->user);
 		return false;
 	}
 	l->switch_user = l->user.uid != geteuid() || (s->user && l->user.gid != getegid());
@@ -523,10 +524,9 @@ void handle_stdin(const struct request *rq)
 		return;
 	}
 	bool eof = false;
-	unsigned char *data = NULL;
+	const unsigned char *data = NULL;
 	size_t n = 0;
-	if (!req_bool(rq, "eof", &eof) ||
-	    (req_field(rq, "data") && !req_data(rq, "data", MAX_CHUNK, &data, &n))) {
+	if (!req_bool(rq, "eof", &eof) || (req_field(rq, "data") && !req_chunk(rq, "data", &data, &n))) {
 		abandon(e);
 		return;
 	}
@@ -539,7 +539,6 @@ void handle_stdin(const struct request *rq)
 			e->in_eof = true;
 		flush_stdin(e);
 	}
-	free(data);
 }
 
 void handle_signal(const struct request *rq)

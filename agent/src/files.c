@@ -212,14 +212,13 @@ void handle_data(const struct request *rq)
 	struct writer *w = rq->id >= 0 ? find_writer(rq->id) : NULL;
 	if (!w)
 		return;
-	unsigned char *data;
+	const unsigned char *data;
 	size_t n;
-	if (!req_data(rq, "data", MAX_CHUNK, &data, &n)) {
+	if (!req_chunk(rq, "data", &data, &n)) {
 		drop_writer(w); /* the error just sent is its terminal */
 		return;
 	}
 	int err = write_all(w->fd, data, n);
-	free(data);
 	if (err)
 		fail_writer(w, err);
 	else

@@ -25,6 +25,8 @@ bool req_uint(const struct request *rq, const char *key, bool required, int64_t 
 /* Decodes a base64 field into a malloc'd buffer of at most max bytes. */
 bool req_data(const struct request *rq, const char *key, size_t max, unsigned char **out,
 	      size_t *len);
+/* The same for a `data` chunk (at most MAX_CHUNK) into a buffer that the next call reuses. */
+bool req_chunk(const struct request *rq, const char *key, const unsigned char **out, size_t *len);
 
 /* Line framing (input.c). */
 void input_feed(const char *data, size_t n);

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEEP_CAP (256 * 1024) /* a bigger line buffer is freed after use: RSS is per fork */
+/* A bigger line buffer is freed after use (RSS is per fork); this one holds a whole upload
+ * chunk's line (256 KiB of base64 plus the envelope), so uploads do not reallocate it. */
+#define KEEP_CAP (512 * 1024)
 
 static struct {
 	char *buf;
@@ -65,13 +67,21 @@ static void end_line(void)
 	}
 }
 
+/* The offset of the first newline or resync byte at or after i, else n (memchr: an upload
+ * chunk is a 256 KiB line, scanned per read). */
+static size_t line_end(const char *data, size_t i, size_t n)
+{
+	const char *nl = memchr(data + i, '\n', n - i);
+	size_t end = nl ? (size_t)(nl - data) : n;
+	const char *ff = memchr(data + i, RESYNC_BYTE, end - i);
+	return ff ? (size_t)(ff - data) : end;
+}
+
 void input_feed(const char *data, size_t n)
 {
 	size_t i = 0;
 	while (i < n && out_attached()) {
-		size_t j = i;
-		while (j < n && data[j] != '\n' && (unsigned char)data[j] != RESYNC_BYTE)
-			j++;
+		size_t j = line_end(data, i, n);
 		append(data + i, j - i);
 		if (j == n)
 			return;

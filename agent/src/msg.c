@@ -140,23 +140,40 @@ void reply_ok(int64_t id)
 	msg_send(&m);
 }
 
-static void error_line(int64_t id, const char *code, const char *text)
+/* field: the request field the error is about (PROTOCOL.md), or NULL. */
+static void error_line(int64_t id, const char *code, const char *field, const char *text)
 {
 	struct msg m;
 	msg_begin(&m, "error", id);
 	msg_str(&m, "code", code);
+	if (field)
+		msg_str(&m, "field", field);
 	msg_str(&m, "message", text);
 	msg_send(&m);
 }
 
-void reply_error(int64_t id, const char *code, const char *fmt, ...)
+static void error_vline(int64_t id, const char *code, const char *field, const char *fmt,
+			va_list ap)
 {
 	char text[4096 + 256];
+	vsnprintf(text, sizeof text, fmt, ap);
+	error_line(id, code, field, text);
+}
+
+void reply_error(int64_t id, const char *code, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof text, fmt, ap);
+	error_vline(id, code, NULL, fmt, ap);
 	va_end(ap);
-	error_line(id, code, text);
+}
+
+void reply_error_field(int64_t id, const char *code, const char *field, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	error_vline(id, code, field, fmt, ap);
+	va_end(ap);
 }
 
 const char *errno_code(int err)
@@ -171,14 +188,27 @@ const char *errno_code(int err)
 	}
 }
 
-void reply_errno(int64_t id, int err, const char *fmt, ...)
+static void errno_line(int64_t id, int err, const char *field, const char *fmt, va_list ap)
 {
 	char text[4096 + 256];
-	va_list ap;
-	va_start(ap, fmt);
 	int n = vsnprintf(text, sizeof text, fmt, ap);
-	va_end(ap);
 	if (n >= 0 && (size_t)n < sizeof text)
 		snprintf(text + n, sizeof text - (size_t)n, ": %s", strerror(err));
-	error_line(id, errno_code(err), text);
+	error_line(id, errno_code(err), field, text);
+}
+
+void reply_errno(int64_t id, int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	errno_line(id, err, NULL, fmt, ap);
+	va_end(ap);
+}
+
+void reply_errno_field(int64_t id, int err, const char *field, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	errno_line(id, err, field, fmt, ap);
+	va_end(ap);
 }

@@ -33,8 +33,13 @@ void msg_send(struct msg *m);
 void reply_ok(int64_t id);
 void reply_error(int64_t id, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* The same with "field": the request field the error is about (exec: argv, cwd, user). */
+void reply_error_field(int64_t id, const char *code, const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 /* The code for err (PROTOCOL.md), message "<fmt>: <strerror>". */
 void reply_errno(int64_t id, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void reply_errno_field(int64_t id, int err, const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 const char *errno_code(int err);
 
 #endif

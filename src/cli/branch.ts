@@ -8,10 +8,10 @@
 import type { Command } from 'commander';
 import { Sandbox, type BranchMode, type BranchResult, type ForkResult } from '@forkd/sdk';
 import { SANDBOX, toWire } from '@forkd/sdk/wire';
-import { ForkdError } from '../errors.js';
-import { clientConfig, collect, daemonOptions, parseLabels, type DaemonFlags } from './client.js';
+import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson } from './output.js';
-import { parseCount } from './snapshot.js';
+import { collect, optionalName, parseCount, parseLabels, parseSandboxId, usage } from './parse.js';
+import { LIMITS } from './rules.js';
 import { snapshotJson } from './snapshots.js';
 
 interface BranchFlags extends DaemonFlags {
@@ -29,16 +29,12 @@ function parseMode(mode: string | undefined): BranchMode | undefined {
   if (mode === undefined || (MODES as readonly string[]).includes(mode)) {
     return mode as BranchMode | undefined;
   }
-  throw new ForkdError('bad_request', `--mode must be copy or live, not "${mode}"`, {
-    field: 'mode',
-  });
+  throw usage(`--mode must be copy or live, not "${mode}"`, { flag: '--mode' });
 }
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('branch')
-      .description('capture a running sandbox into a new snapshot; the sandbox keeps running')
+    cmd
       .argument('<id>', 'sandbox id')
       .option('--tag <tag>', "the new snapshot's tag (default: one the daemon picks)")
       .option('--fork <n>', 'also start N children of the new snapshot (0-100)')
@@ -56,17 +52,15 @@ export function register(program: Command): void {
 }
 
 async function branch(id: string, flags: BranchFlags): Promise<number> {
-  const fork = flags.fork === undefined ? undefined : parseCount(flags.fork, '--fork');
+  const fork =
+    flags.fork === undefined ? undefined : parseCount(flags.fork, '--fork', LIMITS.branchFork);
   const mode = parseMode(flags.mode);
   if (!flags.wait && fork) {
-    throw new ForkdError(
-      'bad_request',
-      '--no-wait cannot --fork: children need the finished snapshot',
-    );
+    throw usage('--no-wait cannot --fork: children need the finished snapshot');
   }
-  const result = await Sandbox.branch(id, {
+  const result = await Sandbox.branch(parseSandboxId(id), {
     ...clientConfig(flags),
-    tag: flags.tag,
+    tag: optionalName(flags.tag, '--tag'),
     fork,
     labels: flags.label.length ? parseLabels(flags.label) : undefined,
     noWait: flags.wait ? undefined : true,

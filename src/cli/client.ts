@@ -1,13 +1,14 @@
 /**
  * What the verbs that talk to the daemon share: the `--url`/`--token` options and the SDK
  * config they make, finding a running daemon (for verbs that fall back to working
- * in-process), and how a command's end becomes forkd's exit code.
+ * in-process), a command that is not in the image, and stdin forwarding.
  */
+import { fstatSync } from 'node:fs';
+import { isatty } from 'node:tty';
 import type { Command } from 'commander';
 import { DaemonUnreachableError, Forkd, isForkdError, type ClientConfig } from '@forkd/sdk';
 import { IMAGE, toWire } from '@forkd/sdk/wire';
-import { ForkdError } from '../errors.js';
-import { parseEnv } from './parse.js';
+import { EXIT } from './exit.js';
 
 /** The daemon options every client verb takes. */
 export interface DaemonFlags {
@@ -57,75 +58,34 @@ export async function daemonImages(): Promise<Record<string, unknown>[] | undefi
   return forkd && (await forkd.images.list()).map((i) => toWire(IMAGE, i));
 }
 
-const SIGNAL_NUMBERS: Record<string, number> = {
-  SIGHUP: 1,
-  SIGINT: 2,
-  SIGQUIT: 3,
-  SIGABRT: 6,
-  SIGKILL: 9,
-  SIGSEGV: 11,
-  SIGPIPE: 13,
-  SIGTERM: 15,
-};
-
-/** How a command ended, as the in-process agent and the SDK both report it. */
-export interface CommandEnd {
-  exitCode: number | null;
-  signal: string | null;
-  timedOut: boolean;
-}
-
-/**
- * The exit code forkd exits with for a command's end: its own code, 124 after a timeout
- * (as timeout(1) does), 128 + N when signal N ended it (as a shell does).
- */
-export function exitCodeOf(end: CommandEnd, timeoutS: number | undefined): number {
-  if (end.timedOut) {
-    process.stderr.write(`forkd: command timed out after ${timeoutS} s\n`);
-    return 124;
-  }
-  if (end.exitCode !== null) return end.exitCode;
-  return 128 + (SIGNAL_NUMBERS[end.signal ?? ''] ?? 0);
-}
-
 /** A command that is not in the image exits 127 with the shell's message; else rethrow. */
 export function commandFailed(e: unknown, argv: string[]): number {
   if (isForkdError(e, 'command_not_found')) {
     process.stderr.write(`forkd: ${argv[0]}: command not found in image\n`);
-    return 127;
+    return EXIT.commandNotFound;
   }
   throw e;
 }
 
-/** Resolves once everything written to stdout has been handed to the OS. */
-export function drained(): Promise<void> {
-  return new Promise((resolve) => {
-    if (process.stdout.writableNeedDrain) process.stdout.once('drain', () => resolve());
-    else resolve();
-  });
-}
-
-/** Repeatable option values (`-e A=1 -e B=2`). */
-export function collect(value: string, previous: string[]): string[] {
-  return [...previous, value];
-}
-
-/** `--label k=v` values → labels (parseEnv's rule, with the message naming --label). */
-export function parseLabels(pairs: string[]): Record<string, string> {
-  const bad = pairs.find((p) => p.indexOf('=') <= 0);
-  if (bad !== undefined) throw new ForkdError('bad_request', `--label "${bad}" is not KEY=VALUE`);
-  return parseEnv(pairs);
-}
-
-/** `--timeout SECONDS` → seconds; anything but a positive number is bad usage. */
-export function parseTimeout(text: string | undefined): number | undefined {
-  if (text === undefined) return undefined;
-  const seconds = Number(text);
-  if (!(seconds > 0)) {
-    throw new ForkdError('bad_request', '--timeout must be a positive number of seconds');
+/**
+ * Whether to forward our stdin to a command: with `-i` always; else when it is a pipe or a
+ * file, but not a terminal, and not /dev/null (a script's or an agent's usual stdin), which
+ * would cost the call a round trip to send nothing but end of file.
+ */
+export function forwardsStdin(forced: boolean | undefined): boolean {
+  if (forced) return true;
+  try {
+    const st = fstatSync(0);
+    // A terminal is not forwarded unless forced; /dev/null is character device 1:3.
+    if (st.isCharacterDevice()) return !isatty(0) && st.rdev !== DEV_NULL;
+    return true;
+  } catch {
+    return false; // no stdin at all
   }
-  return seconds;
 }
+
+/** /dev/null's device number on Linux (major 1, minor 3). */
+const DEV_NULL = (1 << 8) | 3;
 
 /**
  * Copy our stdin into a command's until EOF. The command may exit before reading it all;

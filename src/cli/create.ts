@@ -2,16 +2,17 @@
 import type { Command } from 'commander';
 import { Sandbox } from '@forkd/sdk';
 import { SANDBOX, toWire } from '@forkd/sdk/wire';
-import {
-  clientConfig,
-  collect,
-  daemonOptions,
-  parseLabels,
-  parseTimeout,
-  type DaemonFlags,
-} from './client.js';
+import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson } from './output.js';
-import { parseEnv, parseMemory } from './parse.js';
+import {
+  collect,
+  optionalName,
+  parseCpus,
+  parseEnv,
+  parseLabels,
+  parseMemory,
+  parseSandboxTimeout,
+} from './parse.js';
 
 interface CreateFlags extends DaemonFlags {
   image?: string;
@@ -22,11 +23,9 @@ interface CreateFlags extends DaemonFlags {
   label: string[];
 }
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('create')
-      .description('start a sandbox that outlives this command; prints its id')
+    cmd
       .option('--image <name>', "image to boot (default: the daemon's)")
       .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
       .option('--cpus <n>', 'virtual CPUs')
@@ -36,12 +35,12 @@ export function register(program: Command): void {
       .option('--json', 'machine-readable output'),
   ).action(
     action(async (flags: CreateFlags) => {
-      const timeoutS = parseTimeout(flags.timeout);
+      const timeoutS = parseSandboxTimeout(flags.timeout);
       const sandbox = await Sandbox.create({
         ...clientConfig(flags),
-        image: flags.image,
+        image: optionalName(flags.image, '--image'),
         memoryMib: flags.memory === undefined ? undefined : parseMemory(flags.memory),
-        cpus: flags.cpus === undefined ? undefined : Number(flags.cpus),
+        cpus: flags.cpus === undefined ? undefined : parseCpus(flags.cpus),
         env: parseEnv(flags.env),
         timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
         labels: parseLabels(flags.label),

@@ -62,10 +62,8 @@ function stopRequested(): Promise<NodeJS.Signals> {
   });
 }
 
-export function register(program: Command): void {
-  program
-    .command('daemon')
-    .description('serve the forkd API (foreground); sandboxes outlive it')
+export function register(cmd: Command): void {
+  cmd
     .option('--socket <path>', 'unix socket (default $FORKD_HOME/run/forkd.sock)')
     .option('--listen <host:port>', 'also serve on TCP (needs --token-file)')
     .option('--tls-cert <file>', 'TLS certificate (PEM) for --listen')

@@ -7,20 +7,16 @@ import { paths } from '../config.js';
 import { runDoctor, type CheckResult } from '../services/doctor.js';
 import { action, printJson } from './output.js';
 
-export function register(program: Command): void {
-  program
-    .command('doctor')
-    .description('check the host prerequisites and say how to fix what is missing')
-    .option('--json', 'machine-readable output')
-    .action(
-      action(async (opts: { json?: boolean }) => {
-        const checks = await runDoctor(paths());
-        const ok = checks.every((c) => c.status !== 'fail');
-        if (opts.json) printJson({ ok, checks });
-        else process.stdout.write(report(checks));
-        return ok ? 0 : 1;
-      }),
-    );
+export function register(cmd: Command): void {
+  cmd.option('--json', 'machine-readable output').action(
+    action(async (opts: { json?: boolean }) => {
+      const checks = await runDoctor(paths());
+      const ok = checks.every((c) => c.status !== 'fail');
+      if (opts.json) printJson({ ok, checks });
+      else process.stdout.write(report(checks));
+      return ok ? 0 : 1;
+    }),
+  );
 }
 
 function report(checks: CheckResult[]): string {

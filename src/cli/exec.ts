@@ -4,20 +4,25 @@
  * passed on to the command, and forkd exiting with the command's exit code.
  */
 import type { Command } from 'commander';
-import { Sandbox, type CommandHandle } from '@forkd/sdk';
+import { Commands, Forkd, type ClientConfig, type CommandHandle } from '@forkd/sdk';
 import {
   clientConfig,
-  collect,
   commandFailed,
   daemonOptions,
-  drained,
-  exitCodeOf,
-  parseTimeout,
+  forwardsStdin,
   pumpStdin,
   type DaemonFlags,
 } from './client.js';
-import { action } from './output.js';
-import { parseEnv } from './parse.js';
+import { commandExit } from './exit.js';
+import { action, drained } from './output.js';
+import {
+  collect,
+  parseCommandTimeout,
+  parseEnv,
+  parseSandboxId,
+  parseUser,
+  usage,
+} from './parse.js';
 
 interface ExecFlags extends DaemonFlags {
   env: string[];
@@ -27,33 +32,37 @@ interface ExecFlags extends DaemonFlags {
   stdin?: boolean;
 }
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('exec')
-      .description('run a command in a running sandbox, streaming its output')
+    cmd
       .argument('<id>', 'sandbox id')
       .argument('<command...>', 'command and arguments (after --)')
       .option('-e, --env <K=V>', 'environment variable (repeatable)', collect, [])
-      .option('--cwd <dir>', 'working directory in the sandbox')
+      .option('--cwd <dir>', 'working directory in the sandbox (absolute)')
       .option('--user <user>', 'user name or uid to run as')
       .option('--timeout <seconds>', 'kill the command after this many seconds (exit 124)')
       .option('-i, --stdin', 'forward stdin even when it is a terminal'),
   ).action(
     action(async (id: string, argv: string[], flags: ExecFlags) => {
-      const timeoutS = parseTimeout(flags.timeout);
-      const env = parseEnv(flags.env);
-      const sandbox = await Sandbox.connect(id, clientConfig(flags));
-      return attach(sandbox, argv, {
-        env,
-        cwd: flags.cwd,
-        user: flags.user,
-        timeoutS,
-        forwardStdin: Boolean(flags.stdin) || !process.stdin.isTTY,
+      const options = {
+        env: parseEnv(flags.env),
+        cwd: parseCwd(flags.cwd),
+        user: parseUser(flags.user),
+        timeoutS: parseCommandTimeout(flags.timeout),
+        forwardStdin: forwardsStdin(flags.stdin),
         forwardSignals: true,
-      });
+      };
+      return attach(commandsOf(parseSandboxId(id), clientConfig(flags)), argv, options);
     }),
   );
+}
+
+/** `--cwd` is a guest path: relative to what would it be? */
+function parseCwd(cwd: string | undefined): string | undefined {
+  if (cwd !== undefined && !cwd.startsWith('/')) {
+    throw usage(`--cwd "${cwd}" must be an absolute path in the sandbox`, { flag: '--cwd' });
+  }
+  return cwd;
 }
 
 /** How `attach` wires a command to this process. */
@@ -71,9 +80,22 @@ export interface AttachOptions {
  * Run `argv` in `sandbox` with its output on our stdout/stderr; resolves with the exit
  * code forkd should exit with. `forkd run` uses it too when a daemon runs.
  */
-export async function attach(sandbox: Sandbox, argv: string[], o: AttachOptions): Promise<number> {
+/**
+ * The commands of sandbox `id` without looking it up first: the exec itself answers
+ * sandbox_not_found or sandbox_not_running, and a short `forkd exec` is spared a round
+ * trip. (The CLI ships with the SDK, so it may build this from the SDK's transport.)
+ */
+function commandsOf(id: string, config: ClientConfig): Commands {
+  return new Commands(new Forkd(config).transport, `/v1/sandboxes/${encodeURIComponent(id)}`);
+}
+
+export async function attach(
+  commands: Commands,
+  argv: string[],
+  o: AttachOptions,
+): Promise<number> {
   try {
-    const handle = await sandbox.commands.start(argv, {
+    const handle = await commands.start(argv, {
       envs: o.env,
       cwd: o.cwd,
       user: o.user,
@@ -90,20 +112,30 @@ export async function attach(sandbox: Sandbox, argv: string[], o: AttachOptions)
     const stopForwarding = o.forwardSignals ? forwardSignals(handle) : () => undefined;
     try {
       const result = await handle.wait();
-      await drained();
-      return exitCodeOf(result, o.timeoutS);
+      await stdoutDone();
+      return commandExit(result, o.timeoutS);
     } finally {
       stopForwarding();
     }
   } catch (e) {
     return commandFailed(e, argv);
   } finally {
-    process.stdin.destroy();
+    // Only a stdin we read from holds the process open (and touching it would create it).
+    if (o.forwardStdin) process.stdin.destroy();
   }
+}
+
+/** Set once the command wrote to our stdout: only then is there anything to drain. */
+let wroteStdout = false;
+
+/** Resolves once what the command wrote to our stdout has been handed to the OS. */
+function stdoutDone(): Promise<void> {
+  return wroteStdout ? drained() : Promise.resolve();
 }
 
 /** Output straight to our own streams; a full pipe holds the command's output back. */
 function writeOutput(stream: 'stdout' | 'stderr', chunk: Uint8Array): Promise<void> | void {
+  if (stream === 'stdout') wroteStdout = true;
   const out = stream === 'stdout' ? process.stdout : process.stderr;
   if (!out.write(chunk)) return new Promise((resolve) => out.once('drain', () => resolve()));
 }

@@ -7,17 +7,18 @@
 import type { Command } from 'commander';
 import { Snapshot, type ForkResult } from '@forkd/sdk';
 import { SANDBOX, toWire } from '@forkd/sdk/wire';
-import {
-  clientConfig,
-  collect,
-  daemonOptions,
-  parseLabels,
-  parseTimeout,
-  type DaemonFlags,
-} from './client.js';
+import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson } from './output.js';
-import { parseEnv } from './parse.js';
-import { parseCount } from './snapshot.js';
+import {
+  collect,
+  parseCount,
+  parseEnv,
+  parseLabels,
+  parseName,
+  parseSandboxTimeout,
+  typed,
+} from './parse.js';
+import { LIMITS } from './rules.js';
 
 interface ForkFlags extends DaemonFlags {
   count: string;
@@ -27,11 +28,9 @@ interface ForkFlags extends DaemonFlags {
   allOrNothing?: boolean;
 }
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('fork')
-      .description('start N sandboxes from a snapshot, already warm; prints their ids')
+    cmd
       .argument('<tag>', 'snapshot tag')
       .option('-n, --count <n>', 'how many sandboxes (1-100)', '1')
       .option('--label <k=v>', 'label of every child (repeatable)', collect, [])
@@ -43,11 +42,11 @@ export function register(program: Command): void {
 }
 
 async function fork(tag: string, flags: ForkFlags): Promise<number> {
-  const n = parseCount(flags.count, '-n', 1);
-  const timeoutS = parseTimeout(flags.timeout);
+  const n = parseCount(flags.count, typed('-n', '--count'), LIMITS.forkCount);
+  const timeoutS = parseSandboxTimeout(flags.timeout);
   const config = clientConfig(flags);
   const result = await (
-    await Snapshot.get(tag, config)
+    await Snapshot.get(parseName(tag, 'the tag'), config)
   ).fork({
     n,
     labels: parseLabels(flags.label),

@@ -16,7 +16,7 @@ import {
 } from '../services/images/index.js';
 import { describeImage, showImages } from './images.js';
 import { action, printJson } from './output.js';
-import { parseMemory } from './parse.js';
+import { parseName, parseSize, usage as badUsage } from './parse.js';
 
 interface BuildFlags {
   name?: string;
@@ -30,8 +30,7 @@ interface BuildFlags {
   json?: boolean;
 }
 
-export function register(program: Command): void {
-  const image = program.command('image').description('build, list and remove images');
+export function register(image: Command): void {
   image
     .command('build')
     .description('build an image from a directory, the host busybox, or a Debian suite')
@@ -51,7 +50,7 @@ export function register(program: Command): void {
     .option('--json', 'machine-readable output')
     .action(
       action(async (name: string, opts: { json?: boolean }) => {
-        const removed = await removeImage(paths(), name);
+        const removed = await removeImage(paths(), parseName(name, 'the image name'));
         if (opts.json) printJson(removed);
         else process.stdout.write(`removed image ${removed.name}\n`);
       }),
@@ -65,8 +64,8 @@ export function register(program: Command): void {
 
 async function build(flags: BuildFlags): Promise<void> {
   const common: BuildOptions = {
-    name: required(flags.name, '--name NAME'),
-    sizeMiB: flags.size === undefined ? undefined : parseMemory(flags.size),
+    name: parseName(required(flags.name, '--name NAME'), '--name'),
+    sizeMiB: flags.size === undefined ? undefined : parseSize(flags.size, '--size'),
     force: flags.force,
   };
   const say: Progress | undefined = flags.json
@@ -106,5 +105,5 @@ function required(value: string | undefined, flag: string): string {
 }
 
 function usage(message: string): ForkdError {
-  return new ForkdError('bad_request', `${message} (see \`forkd image build --help\`)`);
+  return badUsage(`${message} (see \`forkd image build --help\`)`);
 }

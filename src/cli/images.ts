@@ -1,24 +1,28 @@
 /**
  * `forkd images`: the images, as a table or `--json`: the daemon's when one runs, else
- * those under FORKD_HOME.
+ * those under FORKD_HOME (only then is the image service loaded).
  */
 import type { Command } from 'commander';
-import { paths } from '../config.js';
-import { listImages, type Image, type ImageSource } from '../services/images/index.js';
+import type { Image, ImageSource } from '../services/images/index.js';
 import { daemonImages } from './client.js';
-import { action, printJson, printTable } from './output.js';
+import { action, formatBytes, printJson, printTable } from './output.js';
 
-export function register(program: Command): void {
-  program
-    .command('images')
-    .description('list images (same as `forkd image ls`)')
-    .option('--json', 'machine-readable output')
-    .action(action(showImages));
+export function register(cmd: Command): void {
+  cmd.option('--json', 'machine-readable output').action(action(showImages));
+}
+
+/** The images under this host's FORKD_HOME, read without a daemon. */
+async function localImages(): Promise<Image[]> {
+  const [{ paths }, { listImages }] = await Promise.all([
+    import('../config.js'),
+    import('../services/images/index.js'),
+  ]);
+  return listImages(paths());
 }
 
 /** The listing shared by `forkd images` and `forkd image ls`. */
 export async function showImages(opts: { json?: boolean }): Promise<void> {
-  const images = ((await daemonImages()) as Image[] | undefined) ?? (await listImages(paths()));
+  const images = ((await daemonImages()) as Image[] | undefined) ?? (await localImages());
   if (opts.json) return printJson(images);
   if (images.length === 0) {
     process.stderr.write(
@@ -57,15 +61,4 @@ function describeSource(s: ImageSource): string {
         ' ',
       );
   }
-}
-
-/** Binary units, one decimal below 10 (images are sized in MiB, so KiB rarely shows). */
-export function formatBytes(n: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) {
-    n /= 1024;
-    i++;
-  }
-  return `${n < 10 && i > 0 ? n.toFixed(1) : Math.round(n)} ${units[i]}`;
 }

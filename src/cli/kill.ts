@@ -1,62 +1,58 @@
 /**
- * `forkd kill ID…|--all`: kill sandboxes through the daemon. Every id is tried even when
- * one fails; forkd then exits 1 and names the failures.
+ * `forkd kill ID…|--all|--label K=V`: kill sandboxes through the daemon. Every id is tried
+ * even when one fails; forkd then names the failures and exits with their exit code when
+ * they agree (3 when every failure was an unknown id), else 1.
  */
 import type { Command } from 'commander';
-import { ForkdError, Sandbox, type ClientConfig } from '@forkd/sdk';
+import { Sandbox } from '@forkd/sdk';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { EXIT, exitForAll } from './exit.js';
 import { action, printJson } from './output.js';
-import { LIVE_STATES } from './ps.js';
+import { parseSandboxId, usage } from './parse.js';
+import { listSandboxes } from './ps.js';
+import { asForkdError } from './report.js';
 
 interface KillFlags extends DaemonFlags {
   all?: boolean;
+  label?: string;
 }
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('kill')
-      .description('kill sandboxes')
+    cmd
       .argument('[ids...]', 'sandbox ids')
       .option('--all', 'kill every running sandbox')
+      .option('--label <k=v>', 'kill every running sandbox with this label')
       .option('--json', 'machine-readable output'),
-  ).action(
-    action(async (ids: string[], flags: KillFlags) => {
-      const config = clientConfig(flags);
-      const targets = await targetsOf(ids, Boolean(flags.all), config);
-      const results = await Promise.allSettled(targets.map((id) => Sandbox.kill(id, config)));
-      const killed = targets.filter((_, i) => results[i]?.status === 'fulfilled');
-      const failed = targets.flatMap((id, i) => {
-        const r = results[i];
-        return r?.status === 'rejected'
-          ? [{ id, error: asForkdError(r.reason).toJSON().error }]
-          : [];
-      });
-      if (flags.json) printJson({ killed, failed });
-      else report(killed, failed);
-      return failed.length ? 1 : 0;
-    }),
-  );
+  ).action(action(kill));
 }
 
-async function targetsOf(ids: string[], all: boolean, config: ClientConfig): Promise<string[]> {
-  if (all === ids.length > 0) {
-    throw new ForkdError('bad_request', 'name the sandboxes to kill, or pass --all (not both)');
+async function kill(ids: string[], flags: KillFlags): Promise<number> {
+  const config = clientConfig(flags);
+  const targets = await targetsOf(ids, flags);
+  const results = await Promise.allSettled(targets.map((id) => Sandbox.kill(id, config)));
+  const killed = targets.filter((_, i) => results[i]?.status === 'fulfilled');
+  const failed = targets.flatMap((id, i) => {
+    const r = results[i];
+    return r?.status === 'rejected' ? [{ id, error: asForkdError(r.reason) }] : [];
+  });
+  if (flags.json) {
+    printJson({ killed, failed: failed.map((f) => ({ id: f.id, error: f.error.toJSON().error })) });
+  } else {
+    for (const id of killed) process.stdout.write(`${id}\n`);
+    for (const f of failed) {
+      process.stderr.write(`forkd: ${f.id}: ${f.error.message} [${f.error.code}]\n`);
+    }
   }
-  if (!all) return ids;
-  const live = await Sandbox.list(config);
-  return live.filter((s) => LIVE_STATES.includes(s.state)).map((s) => s.id);
+  return failed.length ? exitForAll(failed.map((f) => f.error.code)) : EXIT.ok;
 }
 
-function asForkdError(e: unknown): ForkdError {
-  return e instanceof ForkdError ? e : new ForkdError('internal', String(e));
-}
-
-function report(
-  killed: string[],
-  failed: { id: string; error: { code: string; message: string } }[],
-) {
-  for (const id of killed) process.stdout.write(`${id}\n`);
-  for (const f of failed)
-    process.stderr.write(`forkd: ${f.id}: ${f.error.message} [${f.error.code}]\n`);
+/** The ids named, or the live sandboxes `--all` or `--label` select (exactly one of those). */
+async function targetsOf(ids: string[], flags: KillFlags): Promise<string[]> {
+  const ways = [ids.length > 0, Boolean(flags.all), flags.label !== undefined];
+  if (ways.filter(Boolean).length !== 1) {
+    throw usage('name the sandboxes to kill, or pass --all or --label K=V (one of these)');
+  }
+  if (ids.length) return ids.map(parseSandboxId);
+  return (await listSandboxes(flags, false)).map((s) => s.id);
 }

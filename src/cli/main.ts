@@ -1,56 +1,128 @@
 #!/usr/bin/env node
 /**
- * The `forkd` command: one file per verb under src/cli/, each exporting `register`.
+ * The `forkd` command. Each verb is one module under src/cli/ that configures its own
+ * command; only the module of the verb being run is loaded (`import()`), so a client verb
+ * never loads the daemon, Fastify or SQLite.
+ * The other verbs are listed by name and summary only, for `forkd --help`. Usage errors
+ * (an unknown verb or option, a missing argument) exit 2; see exit.ts for the rest.
  */
-import { Command } from 'commander';
+import { Command, CommanderError } from 'commander';
 import { VERSION } from '@forkd/sdk';
-import { register as registerBranch } from './branch.js';
-import { register as registerDaemon } from './daemon.js';
-import { register as registerCp } from './cp.js';
-import { register as registerCreate } from './create.js';
-import { register as registerDoctor } from './doctor.js';
-import { register as registerExec } from './exec.js';
-import { register as registerFork } from './fork.js';
-import { register as registerImage } from './image.js';
-import { register as registerImages } from './images.js';
-import { register as registerKill } from './kill.js';
-import { register as registerLogs } from './logs.js';
-import { register as registerPs } from './ps.js';
-import { register as registerRmi } from './rmi.js';
-import { register as registerRun } from './run.js';
-import { register as registerSetup } from './setup.js';
-import { register as registerSnapshot } from './snapshot.js';
-import { register as registerSnapshots } from './snapshots.js';
-import { register as registerTree } from './tree.js';
-import { register as registerVersion } from './version.js';
+import { EXIT, quietOnBrokenPipe } from './exit.js';
 
-const program = new Command('forkd')
-  .description('Fork warm microVM sandboxes from snapshots; branch running ones.')
-  .version(VERSION, '-V, --version-flag')
-  .showHelpAfterError();
-
-for (const register of [
-  registerRun,
-  registerCreate,
-  registerExec,
-  registerPs,
-  registerCp,
-  registerLogs,
-  registerKill,
-  registerImage,
-  registerImages,
-  registerSnapshot,
-  registerSnapshots,
-  registerFork,
-  registerBranch,
-  registerTree,
-  registerRmi,
-  registerDaemon,
-  registerDoctor,
-  registerSetup,
-  registerVersion,
-]) {
-  register(program);
+/** What a verb module exports: it adds its arguments, options and action to `cmd`. */
+interface VerbModule {
+  register(cmd: Command): void;
 }
 
-await program.parseAsync(process.argv);
+interface Verb {
+  name: string;
+  summary: string;
+  load(): Promise<VerbModule>;
+}
+
+const VERBS: Verb[] = [
+  {
+    name: 'run',
+    summary: 'boot a sandbox, run one command in it, tear it down',
+    load: () => import('./run.js'),
+  },
+  {
+    name: 'create',
+    summary: 'start a sandbox that outlives this command; prints its id',
+    load: () => import('./create.js'),
+  },
+  {
+    name: 'exec',
+    summary: 'run a command in a running sandbox, streaming its output',
+    load: () => import('./exec.js'),
+  },
+  {
+    name: 'ps',
+    summary: 'list sandboxes (running ones; --all for stopped and dead too)',
+    load: () => import('./ps.js'),
+  },
+  {
+    name: 'cp',
+    summary: 'copy files between the host and a sandbox (ID:/path; - for stdin/stdout)',
+    load: () => import('./cp.js'),
+  },
+  { name: 'logs', summary: "print a sandbox's console log", load: () => import('./logs.js') },
+  { name: 'kill', summary: 'kill sandboxes', load: () => import('./kill.js') },
+  { name: 'image', summary: 'build, list and remove images', load: () => import('./image.js') },
+  {
+    name: 'images',
+    summary: 'list images (same as `forkd image ls`)',
+    load: () => import('./images.js'),
+  },
+  {
+    name: 'snapshot',
+    summary: 'make, inspect, verify snapshots and size their VMM pools',
+    load: () => import('./snapshot.js'),
+  },
+  { name: 'snapshots', summary: 'list snapshots', load: () => import('./snapshots.js') },
+  {
+    name: 'fork',
+    summary: 'start N sandboxes from a snapshot, already warm; prints their ids',
+    load: () => import('./fork.js'),
+  },
+  {
+    name: 'branch',
+    summary: 'capture a running sandbox into a new snapshot; the sandbox keeps running',
+    load: () => import('./branch.js'),
+  },
+  {
+    name: 'tree',
+    summary: 'images, snapshots and live sandboxes as a tree of what came from what',
+    load: () => import('./tree.js'),
+  },
+  { name: 'rmi', summary: 'remove a snapshot', load: () => import('./rmi.js') },
+  {
+    name: 'daemon',
+    summary: 'serve the forkd API (foreground); sandboxes outlive it',
+    load: () => import('./daemon.js'),
+  },
+  {
+    name: 'doctor',
+    summary: 'check the host prerequisites and say how to fix what is missing',
+    load: () => import('./doctor.js'),
+  },
+  {
+    name: 'setup',
+    summary: 'install the guest kernel, build the initramfs and the default busybox image',
+    load: () => import('./setup.js'),
+  },
+  { name: 'version', summary: 'print the forkd version', load: () => import('./version.js') },
+];
+
+/** The verb a command line runs (`forkd help VERB` shows VERB's help, so it needs VERB). */
+function verbAsked(args: string[]): string | undefined {
+  const [first, second] = args;
+  return first === 'help' ? second : first;
+}
+
+async function main(argv: string[]): Promise<void> {
+  quietOnBrokenPipe();
+  const program = new Command('forkd')
+    .description('Fork warm microVM sandboxes from snapshots; branch running ones.')
+    .version(VERSION, '-V, --version', 'print the forkd version')
+    .exitOverride()
+    .configureOutput({
+      outputError: (text, write) => write(`forkd: ${text.replace(/^error: /, '')}`),
+    })
+    .showHelpAfterError('(add --help for usage)');
+  const asked = verbAsked(argv.slice(2));
+  for (const verb of VERBS) {
+    const cmd = program.command(verb.name).description(verb.summary);
+    if (verb.name === asked) (await verb.load()).register(cmd);
+  }
+  try {
+    await program.parseAsync(argv);
+  } catch (e) {
+    // Help and --version "fail" with code 0; every other parse error is bad usage.
+    if (!(e instanceof CommanderError)) throw e;
+    process.exitCode = e.exitCode === 0 ? EXIT.ok : EXIT.usage;
+  }
+}
+
+await main(process.argv);

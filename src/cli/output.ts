@@ -1,8 +1,9 @@
 /**
- * How every CLI verb reports: human text or `--json`, and catalog errors turned into a
- * one-line message plus an exit code (2 for bad usage, 1 for everything else).
+ * How every CLI verb writes: human text or `--json`, aligned tables, byte sizes, and the
+ * action wrapper that turns any thrown error into a reported error and an exit code
+ * (report.ts).
  */
-import { ForkdError } from '../errors.js';
+import { reportError } from './report.js';
 
 /** Print a value as JSON (for `--json`) on stdout. */
 export function printJson(value: unknown): void {
@@ -17,15 +18,23 @@ export function printTable(headers: string[], rows: string[][]): void {
   process.stdout.write([line(headers), ...rows.map(line)].join('\n') + '\n');
 }
 
-/** Report an error the way every verb does and return the process exit code to use. */
-export function reportError(e: unknown, json: boolean): number {
-  const err =
-    e instanceof ForkdError
-      ? e
-      : new ForkdError('internal', e instanceof Error ? e.message : String(e));
-  if (json) process.stderr.write(JSON.stringify(err.toJSON()) + '\n');
-  else process.stderr.write(`forkd: ${err.message} [${err.code}]\n`);
-  return err.code === 'bad_request' ? 2 : 1;
+/** Binary units, one decimal below 10 (images are sized in MiB, so KiB rarely shows). */
+export function formatBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${n < 10 && i > 0 ? n.toFixed(1) : Math.round(n)} ${units[i]}`;
+}
+
+/** Resolves once everything written to stdout has been handed to the OS. */
+export function drained(): Promise<void> {
+  return new Promise((resolve) => {
+    if (process.stdout.writableNeedDrain) process.stdout.once('drain', () => resolve());
+    else resolve();
+  });
 }
 
 /** Run a verb's action, turning any thrown error into a reported error and exit code. */

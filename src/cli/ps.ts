@@ -1,9 +1,13 @@
-/** `forkd ps`: the daemon's sandboxes (live ones, or all with --all), as a table or `--json`. */
+/**
+ * `forkd ps`: the daemon's sandboxes (live ones, or all with --all) as a table — id, state,
+ * image, the snapshot it was forked from, memory, cpus, times, labels — or `--json`.
+ */
 import type { Command } from 'commander';
 import { Sandbox, type SandboxInfo } from '@forkd/sdk';
 import { SANDBOX, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson, printTable } from './output.js';
+import { parseLabelFilter } from './parse.js';
 
 interface PsFlags extends DaemonFlags {
   all?: boolean;
@@ -13,31 +17,39 @@ interface PsFlags extends DaemonFlags {
 /** States a sandbox can still be used in; `ps` without --all shows only these. */
 export const LIVE_STATES: readonly SandboxInfo['state'][] = ['starting', 'running'];
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('ps')
-      .description('list sandboxes (running ones; --all for stopped and dead too)')
+    cmd
       .option('-a, --all', 'include stopped and dead sandboxes')
       .option('--label <k=v>', 'only sandboxes with this label')
       .option('--json', 'machine-readable output'),
   ).action(action(ps));
 }
 
+/** The daemon's sandboxes with `label` (all of them, or only the live ones). */
+export async function listSandboxes(
+  flags: DaemonFlags & { label?: string },
+  all: boolean,
+): Promise<SandboxInfo[]> {
+  const label = parseLabelFilter(flags.label);
+  const listed = await Sandbox.list({ ...clientConfig(flags), label });
+  return all ? listed : listed.filter((s) => LIVE_STATES.includes(s.state));
+}
+
 async function ps(flags: PsFlags): Promise<void> {
-  const all = await Sandbox.list({ ...clientConfig(flags), label: flags.label });
-  const shown = flags.all ? all : all.filter((s) => LIVE_STATES.includes(s.state));
+  const shown = await listSandboxes(flags, Boolean(flags.all));
   if (flags.json) return printJson(shown.map((s) => toWire(SANDBOX, s)));
   if (shown.length === 0) {
     process.stderr.write('no sandboxes: start one with `forkd create`\n');
     return;
   }
   printTable(
-    ['ID', 'STATE', 'IMAGE', 'MEMORY', 'CPUS', 'CREATED', 'EXPIRES', 'LABELS'],
+    ['ID', 'STATE', 'IMAGE', 'SNAPSHOT', 'MEMORY', 'CPUS', 'CREATED', 'EXPIRES', 'LABELS'],
     shown.map((s) => [
       s.id,
       s.reason ? `${s.state} (${s.reason})` : s.state,
-      s.image ?? s.snapshot ?? '-',
+      s.image ?? '-',
+      s.snapshot ?? '-',
       `${s.memoryMib}M`,
       String(s.cpus),
       shortTime(s.createdAt),

@@ -8,17 +8,16 @@ import type { Command } from 'commander';
 import { Snapshot } from '@forkd/sdk';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson } from './output.js';
+import { parseName } from './parse.js';
 
 interface RmiFlags extends DaemonFlags {
   force?: boolean;
   cascade?: boolean;
 }
 
-export function register(program: Command): void {
+export function register(cmd: Command): void {
   daemonOptions(
-    program
-      .command('rmi')
-      .description('remove a snapshot')
+    cmd
       .argument('<tag>', 'snapshot tag')
       .option(
         '--force',
@@ -29,7 +28,7 @@ export function register(program: Command): void {
   ).action(
     action(async (tag: string, flags: RmiFlags) => {
       const { force, cascade } = flags;
-      await Snapshot.remove(tag, { ...clientConfig(flags), force, cascade });
+      await Snapshot.remove(parseName(tag, 'the tag'), { ...clientConfig(flags), force, cascade });
       if (flags.json) printJson({ removed: tag });
       else process.stdout.write(`removed snapshot ${tag}${cascade ? ' and its subtree' : ''}\n`);
     }),

@@ -5,25 +5,23 @@
  */
 import type { Command } from 'commander';
 import { Sandbox as DaemonSandbox } from '@forkd/sdk';
-import { paths } from '../config.js';
-import { ForkdError } from '../errors.js';
-import { DEFAULT_IMAGE } from '../services/images/index.js';
-import { bootSandbox, destroySandbox, type Sandbox } from '../services/sandboxes/sandbox.js';
+import type { Sandbox } from '../services/sandboxes/sandbox.js';
+import { commandFailed, findDaemon, forwardsStdin, pumpStdin } from './client.js';
+import { commandExit, EXIT } from './exit.js';
+import { attach } from './exec.js';
+import { action, drained } from './output.js';
 import {
   collect,
-  commandFailed,
-  drained,
-  exitCodeOf,
-  findDaemon,
-  parseTimeout,
-  pumpStdin,
-} from './client.js';
-import { attach } from './exec.js';
-import { action } from './output.js';
-import { parseEnv, parseMemory } from './parse.js';
+  optionalName,
+  parseCommandTimeout,
+  parseCpus,
+  parseEnv,
+  parseMemory,
+  usage,
+} from './parse.js';
 
 interface RunOptions {
-  image: string;
+  image?: string;
   memory: string;
   cpus: string;
   env: string[];
@@ -32,18 +30,26 @@ interface RunOptions {
   json?: boolean;
 }
 
+/** The flags checked and parsed: what either way of booting needs. */
+interface RunRequest {
+  image?: string;
+  memoryMiB: number;
+  cpus: number;
+  env: Record<string, string>;
+  timeoutS?: number;
+  forwardStdin: boolean;
+}
+
 /** A booted sandbox, wherever it runs: run the command once, then destroy it. */
 interface Booted {
   run(): Promise<number>;
   destroy(): Promise<void>;
 }
 
-export function register(program: Command): void {
-  program
-    .command('run')
-    .description('boot a sandbox, run one command in it, tear it down')
+export function register(cmd: Command): void {
+  cmd
     .argument('<command...>', 'command and arguments (after --)')
-    .option('--image <name>', 'image to boot', DEFAULT_IMAGE)
+    .option('--image <name>', 'image to boot (default: busybox)')
     .option('--memory <size>', 'guest memory, e.g. 256M or 1G', '256M')
     .option('--cpus <n>', 'virtual CPUs', '1')
     .option('-e, --env <K=V>', 'environment variable (repeatable)', collect, [])
@@ -51,11 +57,11 @@ export function register(program: Command): void {
     .option('-i, --stdin', 'forward stdin even when it is a terminal')
     .action(
       action(async (argv: string[], opts: RunOptions) => {
-        const timeoutS = parseTimeout(opts.timeout);
+        const req = runRequest(opts);
         const boot = (await findDaemon()) ? bootThroughDaemon : bootInProcess;
         const stop = interruptible();
         try {
-          const sandbox = await boot(argv, opts, timeoutS, stop.signal);
+          const sandbox = await boot(argv, req, stop.signal);
           stop.onInterrupt(() => sandbox.destroy());
           try {
             return await sandbox.run();
@@ -63,7 +69,7 @@ export function register(program: Command): void {
             await sandbox.destroy();
           }
         } catch (e) {
-          if (stop.signal.aborted) return 130;
+          if (stop.signal.aborted) return EXIT.interrupted;
           throw e;
         } finally {
           stop.dispose();
@@ -72,25 +78,37 @@ export function register(program: Command): void {
     );
 }
 
-function wantsStdin(opts: RunOptions): boolean {
-  return Boolean(opts.stdin) || !process.stdin.isTTY;
+function runRequest(opts: RunOptions): RunRequest {
+  return {
+    image: optionalName(opts.image, '--image'),
+    memoryMiB: parseMemory(opts.memory),
+    cpus: parseCpus(opts.cpus),
+    env: parseEnv(opts.env),
+    timeoutS: parseCommandTimeout(opts.timeout),
+    forwardStdin: forwardsStdin(opts.stdin),
+  };
 }
 
+/** Without a daemon the VM runs in this process: only then are the services loaded. */
 async function bootInProcess(
   argv: string[],
-  opts: RunOptions,
-  timeoutS: number | undefined,
+  req: RunRequest,
   signal: AbortSignal,
 ): Promise<Booted> {
+  const [{ paths }, { DEFAULT_IMAGE }, { bootSandbox, destroySandbox }] = await Promise.all([
+    import('../config.js'),
+    import('../services/images/index.js'),
+    import('../services/sandboxes/sandbox.js'),
+  ]);
   const sandbox = await bootSandbox(paths(), {
-    image: opts.image,
-    memoryMiB: parseMemory(opts.memory),
-    cpus: Number(opts.cpus),
-    env: parseEnv(opts.env),
+    image: req.image ?? DEFAULT_IMAGE,
+    memoryMiB: req.memoryMiB,
+    cpus: req.cpus,
+    env: req.env,
     signal,
   });
   return {
-    run: () => runIn(sandbox, argv, timeoutS, wantsStdin(opts)),
+    run: () => runIn(sandbox, argv, req.timeoutS, req.forwardStdin),
     destroy: () => destroySandbox(sandbox),
   };
 }
@@ -101,15 +119,14 @@ async function bootInProcess(
  */
 async function bootThroughDaemon(
   argv: string[],
-  opts: RunOptions,
-  timeoutS: number | undefined,
+  req: RunRequest,
   signal: AbortSignal,
 ): Promise<Booted> {
   const sandbox = await DaemonSandbox.create({
-    image: opts.image,
-    memoryMib: parseMemory(opts.memory),
-    cpus: Number(opts.cpus),
-    env: parseEnv(opts.env),
+    image: req.image,
+    memoryMib: req.memoryMiB,
+    cpus: req.cpus,
+    env: req.env,
   });
   if (signal.aborted) {
     await sandbox.kill().catch(() => undefined);
@@ -117,7 +134,11 @@ async function bootThroughDaemon(
   }
   return {
     run: () =>
-      attach(sandbox, argv, { timeoutS, forwardStdin: wantsStdin(opts), forwardSignals: false }),
+      attach(sandbox.commands, argv, {
+        timeoutS: req.timeoutS,
+        forwardStdin: req.forwardStdin,
+        forwardSignals: false,
+      }),
     destroy: () => sandbox.kill().catch(() => undefined),
   };
 }
@@ -130,8 +151,8 @@ function interruptible() {
   const controller = new AbortController();
   let cleanup: (() => Promise<void>) | undefined;
   const onSignal = () => {
-    controller.abort(new ForkdError('bad_request', 'interrupted'));
-    if (cleanup) void cleanup().finally(() => process.exit(130));
+    controller.abort(usage('interrupted'));
+    if (cleanup) void cleanup().finally(() => process.exit(EXIT.interrupted));
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
@@ -170,7 +191,7 @@ async function runIn(
     }
     const result = await exec.result;
     await drained();
-    return exitCodeOf(result, timeoutS);
+    return commandExit(result, timeoutS);
   } catch (e) {
     return commandFailed(e, argv);
   } finally {

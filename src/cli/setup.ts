@@ -8,10 +8,8 @@ import { setupGuest } from '../services/guest.js';
 import { buildBusyboxImage, DEFAULT_IMAGE, listImages } from '../services/images/index.js';
 import { action, printJson } from './output.js';
 
-export function register(program: Command): void {
-  program
-    .command('setup')
-    .description('install the guest kernel, build the initramfs and the default busybox image')
+export function register(cmd: Command): void {
+  cmd
     .option('--kernel-deb <path>', 'use this linux-image .deb instead of downloading one with apt')
     .option('--force', 'reinstall the kernel and rebuild the initramfs')
     .option('--json', 'machine-readable output')

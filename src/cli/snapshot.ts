@@ -9,18 +9,20 @@
  */
 import type { Command } from 'commander';
 import { Sandbox, Snapshot, type SnapshotInfo } from '@forkd/sdk';
-import { ForkdError } from '../errors.js';
+import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { commandExit, EXIT } from './exit.js';
+import { action, formatBytes, printJson, printTable } from './output.js';
 import {
-  clientConfig,
   collect,
-  daemonOptions,
-  exitCodeOf,
+  parseCount,
+  parseCpus,
+  parseEnv,
   parseLabels,
-  type DaemonFlags,
-} from './client.js';
-import { formatBytes } from './images.js';
-import { action, printJson, printTable } from './output.js';
-import { parseEnv, parseMemory } from './parse.js';
+  parseMemory,
+  parseName,
+  usage,
+} from './parse.js';
+import { LIMITS } from './rules.js';
 import { formatLabels, shortTime, snapshotJson, usable, whyUnusable } from './snapshots.js';
 
 interface CreateFlags extends DaemonFlags {
@@ -43,13 +45,7 @@ interface DiffFlags extends DaemonFlags {
   exec?: string;
 }
 
-/** The exit code of a command a person interrupted (128 + SIGINT), as a shell reports it. */
-const INTERRUPTED = 130;
-
-export function register(program: Command): void {
-  const snapshot = program
-    .command('snapshot')
-    .description('make, inspect, verify snapshots and size their VMM pools');
+export function register(snapshot: Command): void {
   daemonOptions(
     snapshot
       .command('create')
@@ -124,15 +120,6 @@ export function register(program: Command): void {
   ).action(action(diff));
 }
 
-/** A whole number of at least `min` given for `flag`; anything else is bad usage. */
-export function parseCount(text: string, flag: string, min = 0): number {
-  const n = Number(text);
-  if (!/^\d+$/.test(text.trim()) || n < min) {
-    throw new ForkdError('bad_request', `${flag} must be a whole number of at least ${min}`);
-  }
-  return n;
-}
-
 /** A repeatable flag's values, or undefined when it was not given. */
 const nonEmpty = (values: string[]): string[] | undefined => (values.length ? values : undefined);
 
@@ -140,22 +127,25 @@ const optional = <T>(text: string | undefined, parse: (s: string) => T): T | und
   text === undefined ? undefined : parse(text);
 
 function createOptions(flags: CreateFlags) {
-  if (!flags.tag) throw new ForkdError('bad_request', 'missing --tag TAG (the snapshot name)');
+  if (!flags.tag) throw usage('missing --tag TAG (the snapshot name)');
   if (flags.waitFor !== undefined && flags.waitPort !== undefined) {
-    throw new ForkdError('bad_request', 'give --wait-for CMD or --wait-port N, not both');
+    throw usage('give --wait-for CMD or --wait-port N, not both');
   }
   return {
     ...clientConfig(flags),
-    tag: flags.tag,
-    image: flags.image,
-    memoryMib: optional(flags.memory, parseMemory),
-    cpus: optional(flags.cpus, (s) => parseCount(s, '--cpus', 1)),
+    tag: parseName(flags.tag, '--tag'),
+    image: optional(flags.image, (s) => parseName(s, '--image')),
+    memoryMib: optional(flags.memory, (s) => parseMemory(s)),
+    cpus: optional(flags.cpus, (s) => parseCpus(s)),
     env: parseEnv(flags.env),
     warm: nonEmpty(flags.warm),
     start: nonEmpty(flags.start),
     waitFor: flags.waitFor,
-    waitPort: optional(flags.waitPort, (s) => parseCount(s, '--wait-port', 1)),
-    waitTimeoutMs: optional(flags.waitTimeout, (s) => parseCount(s, '--wait-timeout', 1) * 1000),
+    waitPort: optional(flags.waitPort, (s) => parseCount(s, '--wait-port', LIMITS.waitPort)),
+    waitTimeoutMs: optional(
+      flags.waitTimeout,
+      (s) => parseCount(s, '--wait-timeout', LIMITS.waitTimeoutS) * 1000,
+    ),
     labels: parseLabels(flags.label),
   };
 }
@@ -187,7 +177,7 @@ async function create(flags: CreateFlags): Promise<number | void> {
     process.stderr.write(
       `forkd: interrupted: the daemon stops making snapshot ${opts.tag} and removes what it had made\n`,
     );
-    return INTERRUPTED;
+    return EXIT.interrupted;
   } finally {
     stop();
   }
@@ -203,7 +193,7 @@ function describe(s: SnapshotInfo): string {
 }
 
 async function info(tag: string, flags: DaemonFlags): Promise<void> {
-  const s = (await Snapshot.get(tag, clientConfig(flags))).info;
+  const s = (await Snapshot.get(parseName(tag, 'the tag'), clientConfig(flags))).info;
   if (flags.json) return printJson(snapshotJson(s));
   printFields([
     ['tag', s.tag],
@@ -237,14 +227,16 @@ function printFields(fields: [string, string][]): void {
 }
 
 async function verify(tag: string, flags: DaemonFlags): Promise<number> {
-  const report = await (await Snapshot.get(tag, clientConfig(flags))).verify();
+  const report = await (
+    await Snapshot.get(parseName(tag, 'the tag'), clientConfig(flags))
+  ).verify();
   if (flags.json) printJson(report);
   else if (report.ok) process.stdout.write(`snapshot ${tag}: ok\n`);
   else {
     for (const p of report.problems) process.stdout.write(`${p.file}: ${p.problem}\n`);
     process.stderr.write(`forkd: snapshot ${tag} has ${report.problems.length} problem(s)\n`);
   }
-  return report.ok ? 0 : 1;
+  return report.ok ? EXIT.ok : EXIT.failure;
 }
 
 async function pool(
@@ -252,8 +244,8 @@ async function pool(
   size: string,
   flags: DaemonFlags & { prewarm?: boolean },
 ): Promise<void> {
-  const n = parseCount(size, 'the pool size');
-  const snapshot = await Snapshot.get(tag, clientConfig(flags));
+  const n = parseCount(size, 'the pool size', LIMITS.poolSize);
+  const snapshot = await Snapshot.get(parseName(tag, 'the tag'), clientConfig(flags));
   const state = await snapshot.setPool(n, { prewarm: Boolean(flags.prewarm) });
   if (flags.json) printJson(state);
   else {
@@ -263,8 +255,11 @@ async function pool(
 }
 
 async function compact(tag: string, flags: DaemonFlags & { to?: string }): Promise<void> {
-  if (!flags.to) throw new ForkdError('bad_request', 'missing --to NEW (the standalone tag)');
-  const flat = await (await Snapshot.get(tag, clientConfig(flags))).compact(flags.to);
+  if (!flags.to) throw usage('missing --to NEW (the standalone tag)');
+  const to = parseName(flags.to, '--to');
+  const flat = await (
+    await Snapshot.get(parseName(tag, 'the tag'), clientConfig(flags))
+  ).compact(to);
   if (flags.json) printJson(snapshotJson(flat.info));
   else process.stdout.write(`${describe(flat.info)}\n`);
 }
@@ -272,9 +267,9 @@ async function compact(tag: string, flags: DaemonFlags & { to?: string }): Promi
 function diffOptions(flags: DiffFlags): { from: string; tag: string; exec: string } {
   const { from, tag, exec } = flags;
   if (!from || !tag || !exec) {
-    throw new ForkdError('bad_request', 'snapshot diff needs --from TAG, --tag NEW and --exec CMD');
+    throw usage('snapshot diff needs --from TAG, --tag NEW and --exec CMD');
   }
-  return { from, tag, exec };
+  return { from: parseName(from, '--from'), tag: parseName(tag, '--tag'), exec };
 }
 
 /**
@@ -295,7 +290,7 @@ async function diff(flags: DiffFlags): Promise<number> {
     });
     if (run.exitCode !== 0) {
       process.stderr.write(`forkd: \`${exec}\` failed in a child of ${from}: nothing branched\n`);
-      return exitCodeOf(run, undefined);
+      return commandExit(run, undefined);
     }
     const { snapshot } = await child.branch({ tag, signal: interrupt.signal });
     if (flags.json) printJson(snapshotJson(snapshot.info));
@@ -303,10 +298,10 @@ async function diff(flags: DiffFlags): Promise<number> {
   } catch (e) {
     if (!interrupt.signal.aborted) throw e;
     process.stderr.write(`forkd: interrupted: killing the child of ${from}\n`);
-    return INTERRUPTED;
+    return EXIT.interrupted;
   } finally {
     stop();
     await child.kill().catch(() => undefined);
   }
-  return 0;
+  return EXIT.ok;
 }

@@ -7,16 +7,10 @@ import type { Command } from 'commander';
 import { Snapshot, type SnapshotInfo } from '@forkd/sdk';
 import { SNAPSHOT, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
-import { formatBytes } from './images.js';
-import { action, printJson, printTable } from './output.js';
+import { action, formatBytes, printJson, printTable } from './output.js';
 
-export function register(program: Command): void {
-  daemonOptions(
-    program
-      .command('snapshots')
-      .description('list snapshots')
-      .option('--json', 'machine-readable output'),
-  ).action(action(listSnapshots));
+export function register(cmd: Command): void {
+  daemonOptions(cmd.option('--json', 'machine-readable output')).action(action(listSnapshots));
 }
 
 async function listSnapshots(flags: DaemonFlags): Promise<void> {

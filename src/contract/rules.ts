@@ -17,7 +17,7 @@ export const NAME_PATTERN = '^[a-z0-9][a-z0-9._-]{0,62}$';
 export const NAME_RULE = new RegExp(NAME_PATTERN);
 /** How the name rule reads in an error message. */
 export const NAME_RULE_TEXT =
-  '1–63 characters of a-z, 0-9, ".", "_" or "-", starting with a letter or digit';
+  '1 to 63 characters of a-z, 0-9, ".", "_" and "-", starting with a letter or digit';
 
 /** `sbx-` and 12 hex digits. */
 export const SANDBOX_ID_PATTERN = '^sbx-[0-9a-f]{12}$';
@@ -40,7 +40,13 @@ export const LIMITS = {
   imageSizeMiB: { min: 16, max: 1048576 },
   /** How long `snapshot create` waits for its readiness check. */
   waitTimeoutS: { min: 1, max: 3600 },
+  /** The guest port `snapshot create` waits for. */
+  waitPort: { min: 1, max: 65535 },
 } as const satisfies Record<string, IntRange>;
+
+/** Labels and environment variables of a request: how many, and how long a value. */
+export const LABELS_MAX = { count: 64, valueLength: 256 } as const;
+export const ENV_MAX = { count: 256, valueLength: 32768 } as const;
 
 export const DEFAULTS = { memoryMiB: 256, cpus: 1 } as const;
 

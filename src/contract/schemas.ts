@@ -5,10 +5,12 @@
  */
 import Type, { type Static, type TSchema } from 'typebox';
 import {
+  ENV_MAX,
   ENV_NAME_PATTERN,
   EXEC_ID_PATTERN,
   FORK_MAX,
   LABEL_KEY_PATTERN,
+  LABELS_MAX,
   LIMITS,
   NAME_PATTERN,
   POOL_MAX,
@@ -40,9 +42,9 @@ export const GuestPath = Type.String({ pattern: '^/[^\\u0000]*$', maxLength: 409
 const LabelKey = LABEL_KEY_PATTERN;
 export const Labels = Type.Record(
   Type.String({ pattern: LabelKey }),
-  Type.String({ maxLength: 256 }),
+  Type.String({ maxLength: LABELS_MAX.valueLength }),
   {
-    maxProperties: 64,
+    maxProperties: LABELS_MAX.count,
     additionalProperties: false,
     description: 'free-form key → value labels',
   },
@@ -50,9 +52,9 @@ export const Labels = Type.Record(
 const EnvName = ENV_NAME_PATTERN;
 export const Env = Type.Record(
   Type.String({ pattern: EnvName }),
-  Type.String({ maxLength: 32768 }),
+  Type.String({ maxLength: ENV_MAX.valueLength }),
   {
-    maxProperties: 256,
+    maxProperties: ENV_MAX.count,
     additionalProperties: false,
   },
 );
@@ -380,8 +382,7 @@ export const CreateSnapshot = Type.Object(
     ),
     wait_port: Type.Optional(
       Type.Integer({
-        minimum: 1,
-        maximum: 65535,
+        ...between(LIMITS.waitPort),
         description: 'wait until a guest TCP port listens',
       }),
     ),

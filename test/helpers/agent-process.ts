@@ -11,6 +11,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { before, after } from 'node:test';
+import { AgentClient } from '../../src/drivers/agent/client.js';
 import { dial } from '../../src/drivers/agent/connection.js';
 import {
   LineReader,
@@ -72,6 +74,24 @@ export async function startAgent(): Promise<AgentProcess> {
     throw e;
   }
   return proc;
+}
+
+/**
+ * One agent and a client connected to it for a whole test file: started before its tests,
+ * closed and stopped after them (also when they fail).
+ */
+export function agentForFile(): { agent(): AgentProcess; client(): AgentClient } {
+  let agent: AgentProcess | undefined;
+  let client: AgentClient | undefined;
+  before(async () => {
+    agent = await startAgent();
+    client = await AgentClient.connect(agent.socketPath);
+  });
+  after(async () => {
+    client?.close();
+    await agent?.stop();
+  });
+  return { agent: () => agent!, client: () => client! };
 }
 
 async function waitForSocket(child: ChildProcess, path: string, output: () => string) {

@@ -60,6 +60,17 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
         422,
         "The command does not exist in the sandbox image.",
     ),
+    "cwd_not_found": CatalogEntry(
+        422,
+        (
+            "The working directory of a command does not exist in the sandbox (or is no "
+            "directory)."
+        ),
+    ),
+    "user_not_found": CatalogEntry(
+        422,
+        "The user a command should run as is not in the sandbox image's /etc/passwd.",
+    ),
     "unsupported": CatalogEntry(
         501,
         (
@@ -260,6 +271,26 @@ class CommandNotFoundError(ForkdError):
     status = 422
 
 
+class CwdNotFoundError(ForkdError):
+    """The working directory of a command does not exist in the sandbox (or is no directory).
+
+    Code ``cwd_not_found``, HTTP 422.
+    """
+
+    code = "cwd_not_found"
+    status = 422
+
+
+class UserNotFoundError(ForkdError):
+    """The user a command should run as is not in the sandbox image's /etc/passwd.
+
+    Code ``user_not_found``, HTTP 422.
+    """
+
+    code = "user_not_found"
+    status = 422
+
+
 class UnsupportedError(ForkdError):
     """The sandbox's guest agent is older than this forkd and does not know the request;
     recreate its snapshot or image.
@@ -371,6 +402,8 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "payload_too_large": PayloadTooLargeError,
     "unsupported_media_type": UnsupportedMediaTypeError,
     "command_not_found": CommandNotFoundError,
+    "cwd_not_found": CwdNotFoundError,
+    "user_not_found": UserNotFoundError,
     "unsupported": UnsupportedError,
     "setup_required": SetupRequiredError,
     "capacity": CapacityError,
@@ -402,6 +435,8 @@ __all__ = [
     "PayloadTooLargeError",
     "UnsupportedMediaTypeError",
     "CommandNotFoundError",
+    "CwdNotFoundError",
+    "UserNotFoundError",
     "UnsupportedError",
     "SetupRequiredError",
     "CapacityError",

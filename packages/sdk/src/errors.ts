@@ -45,6 +45,15 @@ export const ERROR_CATALOG = {
       'Wrong Content-Type: JSON routes take application/json, uploads application/octet-stream.',
   },
   command_not_found: { status: 422, meaning: 'The command does not exist in the sandbox image.' },
+  cwd_not_found: {
+    status: 422,
+    meaning:
+      'The working directory of a command does not exist in the sandbox (or is no directory).',
+  },
+  user_not_found: {
+    status: 422,
+    meaning: "The user a command should run as is not in the sandbox image's /etc/passwd.",
+  },
   unsupported: {
     status: 501,
     meaning:
@@ -275,6 +284,8 @@ export const {
   PayloadTooLargeError,
   UnsupportedMediaTypeError,
   CommandNotFoundError,
+  CwdNotFoundError,
+  UserNotFoundError,
   UnsupportedError,
   SetupRequiredError,
   DaemonUnreachableError,

@@ -5,18 +5,32 @@
  * start one, and an AbortSignal ends the request and its response body alike.
  */
 import * as http from 'node:http';
-import * as https from 'node:https';
+import type * as Https from 'node:https';
+import { createRequire } from 'node:module';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ResolvedConfig } from './config.js';
 import { DaemonUnreachableError, errorFromResponse, ForkdError } from './errors.js';
 import { VERSION } from './version.js';
 
+/**
+ * node:https (TLS, crypto) is loaded only by a client of an https:// daemon: on the local
+ * socket it would be a good part of a short CLI call's start-up.
+ */
+let https: typeof Https | undefined;
+function httpsModule(): typeof Https {
+  return (https ??= createRequire(import.meta.url)('node:https') as typeof Https);
+}
+
 /** Keep-alive pools shared by every client (they key connections by host or socket path). */
-const AGENTS = {
+const AGENTS: { http: http.Agent; https?: Https.Agent } = {
   http: new http.Agent({ keepAlive: true }),
-  https: new https.Agent({ keepAlive: true }),
 };
+
+function agentFor(kind: 'http' | 'https'): http.Agent {
+  if (kind === 'http') return AGENTS.http;
+  return (AGENTS.https ??= new (httpsModule().Agent)({ keepAlive: true }));
+}
 
 /** Error bodies larger than this are cut: we only need the JSON error. */
 const ERROR_BODY_LIMIT = 64 * 1024;
@@ -171,15 +185,18 @@ export class Transport {
       },
     };
     if (ep.kind === 'unix') {
-      return http.request({ ...common, socketPath: ep.socketPath, path, agent: AGENTS.http });
+      // An empty servername (TLS only) spares node's agent its IP-address check, whose
+      // regular expressions cost a short CLI call several ms to compile.
+      const unix = { ...common, socketPath: ep.socketPath, path, agent: AGENTS.http };
+      return http.request({ ...unix, servername: '' } as http.RequestOptions);
     }
-    const mod = ep.kind === 'https' ? https : http;
+    const mod = ep.kind === 'https' ? httpsModule() : http;
     return mod.request({
       ...common,
       host: ep.host,
       port: ep.port,
       path: ep.basePath + path,
-      agent: AGENTS[ep.kind],
+      agent: agentFor(ep.kind),
     });
   }
 

@@ -83,6 +83,9 @@ class RunningExec implements ExecHandle {
   private readonly pid = deferred<number>();
   private readonly outcome = deferred<ExecResult>();
   private readonly hasStdin: boolean;
+  /** Named in a cwd_not_found / user_not_found error. */
+  private readonly cwd?: string;
+  private readonly user?: string;
   private id = 0;
 
   constructor(
@@ -93,6 +96,8 @@ class RunningExec implements ExecHandle {
     this.started = quiet(this.pid.promise);
     this.result = quiet(this.outcome.promise);
     this.hasStdin = req.stdin === true;
+    this.cwd = req.cwd;
+    this.user = req.user;
     try {
       validate(req);
       this.id = conn.open(
@@ -164,7 +169,7 @@ class RunningExec implements ExecHandle {
         this.outcome.resolve(toResult(msg));
         break;
       case 'error':
-        this.fail(agentError(msg, 'exec', command));
+        this.fail(agentError(msg, 'exec', command, { cwd: this.cwd, user: this.user }));
         break;
     }
   }

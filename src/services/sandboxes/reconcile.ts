@@ -16,7 +16,7 @@ import { reapLiveForks } from '../../drivers/qemu/live.js';
 import { isQemuOf, readQemuPid, Vm } from '../../drivers/qemu/vm.js';
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
 import { connectGuest, memPathOf, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
-import { removeLeftovers } from './leftovers.js';
+import { keepConsoleLog, removeLeftovers } from './leftovers.js';
 import type { ServiceLog } from './log.js';
 
 export interface ReconcileContext {
@@ -126,6 +126,7 @@ async function reapFrozenForks(ctx: ReconcileContext, row: SandboxRow, vm: Vm): 
 
 async function bury(ctx: ReconcileContext, row: SandboxRow, reason: string, pid?: number) {
   ctx.log.warn({ sandbox: row.id, reason }, 'sandbox is dead');
+  await keepConsoleLog(ctx.paths.home, row.id, row.dir).catch(() => undefined);
   await removeLeftovers(row.dir, pid ?? row.pid);
   ctx.rows.update(row.id, { state: 'dead', reason, pid: null });
 }

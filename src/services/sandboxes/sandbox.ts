@@ -5,10 +5,12 @@
  * (src/services/sandboxes/) adds the store, timeouts, caps and crash recovery on top.
  */
 import { randomBytes } from 'node:crypto';
+import { totalmem } from 'node:os';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { DEFAULTS, LIMITS } from '../../contract/rules.js';
+import { ForkdError } from '../../errors.js';
 import { AgentClient } from '../../drivers/agent/client.js';
 import { detectAccel, hostTscKhz } from '../../drivers/qemu/accel.js';
 import { createOverlay } from '../../drivers/qemu/disk.js';
@@ -53,6 +55,26 @@ export function newSandboxId(): string {
   return `sbx-${randomBytes(6).toString('hex')}`;
 }
 
+/**
+ * A guest larger than the host's RAM is refused before QEMU starts: QEMU would fail late
+ * and obscurely (`ftruncate: Invalid argument`, `unable to map backing store`).
+ */
+function checkHostMemory(memoryMiB: number): void {
+  const hostMiB = Math.floor(totalmem() / (1024 * 1024));
+  if (memoryMiB <= hostMiB) return;
+  throw new ForkdError(
+    'bad_request',
+    `memory_mib ${memoryMiB} is more than this host's ${hostMiB} MiB of RAM`,
+    {
+      field: 'memory_mib',
+      value: memoryMiB,
+      min: LIMITS.memoryMiB.min,
+      max: hostMiB,
+      limit: 'host',
+    },
+  );
+}
+
 /** Memory and CPUs of a request with defaults applied; `bad_request` when out of range. */
 export function resolveResources(req: Pick<BootRequest, 'memoryMiB' | 'cpus'>): {
   memoryMiB: number;
@@ -62,6 +84,7 @@ export function resolveResources(req: Pick<BootRequest, 'memoryMiB' | 'cpus'>): 
   const cpus = req.cpus ?? DEFAULTS.cpus;
   checkRange('memory_mib', memoryMiB, LIMITS.memoryMiB);
   checkRange('cpus', cpus, LIMITS.cpus);
+  checkHostMemory(memoryMiB);
   return { memoryMiB, cpus };
 }
 

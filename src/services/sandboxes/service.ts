@@ -38,7 +38,13 @@ import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
 import { openDownload, readTail, toWireStat } from './files.js';
 import { Gate } from './gate.js';
-import { lastConsoleLine, removeLeftovers } from './leftovers.js';
+import {
+  forgetLogs,
+  keepConsoleLog,
+  keptLogPath,
+  lastConsoleLine,
+  removeLeftovers,
+} from './leftovers.js';
 import { silentLog, type ServiceLog } from './log.js';
 import { reconcile, type ReconcileReport } from './reconcile.js';
 
@@ -392,11 +398,12 @@ export class SandboxManager implements SandboxService, SandboxHost {
     await this.running(id).agent.remove(path, opts);
   }
 
-  /** The last 1 MiB of the guest console; an ended sandbox's files are gone with it. */
+  /** The last 1 MiB of the guest console; an ended sandbox's is kept until its row goes. */
   async consoleLog(id: string): Promise<string> {
     const row = this.row(id);
-    if (row.state === 'stopped' || row.state === 'dead') throw notRunning(row);
-    return readTail(vmFiles(row.dir).console, CONSOLE_TAIL_BYTES);
+    const ended = row.state === 'stopped' || row.state === 'dead';
+    const path = ended ? keptLogPath(this.opts.paths.home, id) : vmFiles(row.dir).console;
+    return readTail(path, CONSOLE_TAIL_BYTES);
   }
 
   /** Sandboxes per state, for /metrics. */
@@ -449,6 +456,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       await live.vm.kill();
       this.rows.update(id, { state, reason, pid: null });
       this.live.delete(id);
+      await keepConsoleLog(this.opts.paths.home, id, live.dir).catch(() => undefined);
       await rm(live.dir, { recursive: true, force: true });
     })().finally(() => this.ending.delete(id));
     this.ending.set(id, ending);
@@ -464,6 +472,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const reason = await deathReason(live.dir, exit);
     this.rows.update(live.id, { state: 'dead', reason, pid: null });
     this.log.warn({ sandbox: live.id, reason }, 'sandbox died');
+    await keepConsoleLog(this.opts.paths.home, live.id, live.dir).catch(() => undefined);
     await removeLeftovers(live.dir).catch((e: unknown) =>
       this.log.error({ sandbox: live.id, err: e }, 'could not clean up a dead sandbox'),
     );
@@ -473,6 +482,9 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const before = new Date(Date.now() - (this.opts.retainEndedMs ?? 24 * 3600 * 1000));
     const n = this.rows.pruneEnded(before.toISOString());
     if (n > 0) this.log.info({ count: n }, 'forgot ended sandboxes');
+    void forgetLogs(this.opts.paths.home, (id) => this.rows.get(id) !== undefined).catch(
+      () => undefined,
+    );
   }
 
   private row(id: string): SandboxRow {

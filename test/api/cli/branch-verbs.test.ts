@@ -83,7 +83,7 @@ test('branch: a failed child exits 1 naming it; bad usage exits 2 before the dae
   assert.match(mode.stderr, /--mode must be copy or live, not "fast"/);
   assert.deepEqual(fake.serviceCalls(), []);
   const missing = await forkd('branch', 'sbx-0000000000ff');
-  assert.equal(missing.code, 1);
+  assert.equal(missing.code, 3);
   assert.match(missing.stderr, /\[sandbox_not_found\]/);
 });
 
@@ -100,7 +100,7 @@ test('branch --mode live reaches the daemon and the line names the mode', async 
 
 // ---- tree -----------------------------------------------------------------------------
 
-test('tree: images → snapshots → sandboxes and child snapshots, with states', async () => {
+test('tree: a branch hangs under the sandbox it came from, its forks under it', async () => {
   fake.reset();
   await chain();
   const r = await forkd('tree');
@@ -112,29 +112,66 @@ test('tree: images → snapshots → sandboxes and child snapshots, with states'
   assert.deepEqual(lines, [
     `image ${SEED.image}`,
     `├── snapshot ${SEED.snapshot} (ready)`,
-    '│   ├── snapshot b1 (ready)',
-    '│   │   └── sandbox CHILD (running)',
     '│   └── sandbox CHILD (running)',
+    '│       └── snapshot b1 (ready)',
+    '│           └── sandbox CHILD (running)',
     `├── snapshot ${SEED.brokenSnapshot} (ready)`,
     `└── sandbox ${SEED.sandbox} (running)`,
   ]);
 });
 
-test('tree TAG: only its subtree, hung under its parent; --json the flat nodes', async () => {
+test('tree: two branches of one sandbox are siblings; a branch of a branch nests', async () => {
+  fake.reset();
+  await chain(); // warm → child → b1 → grandchild
+  const [child, grandchild] = (await json<{ id: string; snapshot: string }[]>('ps'))
+    .filter((s) => s.snapshot)
+    .map((s) => s.id);
+  assert.equal((await forkd('branch', child!, '--tag', 'b2')).code, 0);
+  assert.equal((await forkd('branch', grandchild!, '--tag', 'b3')).code, 0);
+  const drawn = async () =>
+    out(await forkd('tree', SEED.snapshot))
+      .trimEnd()
+      .replaceAll(child!, 'CHILD')
+      .replaceAll(grandchild!, 'GRANDCHILD')
+      .split('\n');
+  assert.deepEqual(await drawn(), [
+    `(image ${SEED.image})`,
+    `└── snapshot ${SEED.snapshot} (ready)`,
+    '    └── sandbox CHILD (running)',
+    '        ├── snapshot b1 (ready)',
+    '        │   └── sandbox GRANDCHILD (running)',
+    '        │       └── snapshot b3 (ready)',
+    '        └── snapshot b2 (ready)',
+  ]);
+  // Its source gone, a branch hangs under the snapshot the source was forked from.
+  assert.equal((await forkd('kill', child!)).code, 0);
+  assert.deepEqual(await drawn(), [
+    `(image ${SEED.image})`,
+    `└── snapshot ${SEED.snapshot} (ready)`,
+    '    ├── snapshot b1 (ready)',
+    '    │   └── sandbox GRANDCHILD (running)',
+    '    │       └── snapshot b3 (ready)',
+    '    └── snapshot b2 (ready)',
+  ]);
+});
+
+test('tree TAG: only what came from it, hung under its origin; --json the drawn edges', async () => {
   fake.reset();
   await chain();
   const r = await forkd('tree', 'b1');
   assert.equal(r.code, 0, r.stderr);
   const lines = out(r).trimEnd().split('\n');
-  assert.deepEqual(lines.slice(0, 2), [`(snapshot ${SEED.snapshot})`, '└── snapshot b1 (ready)']);
+  assert.match(lines[0]!, /^\(sandbox sbx-0{9}1[0-9a-f]{2}\)$/);
+  assert.equal(lines[1], '└── snapshot b1 (ready)');
   assert.equal(lines.length, 3);
-  assert.deepEqual(calls('lineage').at(-1)!.args, ['b1']);
-  const { nodes } = await json<{ nodes: { kind: string; id: string; created_at: string }[] }>(
-    'tree',
-  );
-  assert.ok(nodes.some((n) => n.kind === 'snapshot' && n.id === 'b1' && 'created_at' in n));
+  const { nodes } = await json<{
+    nodes: { kind: string; id: string; parent: { kind: string } | null; created_at: string }[];
+  }>('tree');
+  const b1 = nodes.find((n) => n.kind === 'snapshot' && n.id === 'b1');
+  assert.ok(b1 && 'created_at' in b1);
+  assert.equal(b1.parent?.kind, 'sandbox');
   const missing = await forkd('tree', 'nope');
-  assert.equal(missing.code, 1);
+  assert.equal(missing.code, 3);
   assert.match(missing.stderr, /\[snapshot_not_found\]/);
 });
 
@@ -172,7 +209,7 @@ test('snapshot diff: a failing command branches nothing, kills the child, exits 
   assert.deepEqual(calls('branch'), []);
   assert.deepEqual(await live(), before);
   const taken = await diff(SEED.brokenSnapshot, 'true');
-  assert.equal(taken.code, 1);
+  assert.equal(taken.code, 4);
   assert.match(taken.stderr, /\[name_taken\]/);
   assert.deepEqual(await live(), before, 'killed after a failed branch too');
   assert.equal((await diff('y')).code, 2);
@@ -200,7 +237,7 @@ test('rmi refuses to orphan (naming the dependents); --cascade --force removes t
   fake.reset();
   await chain();
   const refused = await forkd('rmi', SEED.snapshot);
-  assert.equal(refused.code, 1);
+  assert.equal(refused.code, 4);
   assert.match(refused.stderr, /built on warm: b1\b.*\[snapshot_in_use\]/);
   const r = await forkd('rmi', SEED.snapshot, '--cascade', '--force');
   assert.deepEqual([r.code, out(r)], [0, 'removed snapshot warm and its subtree\n']);

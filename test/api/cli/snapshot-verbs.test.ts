@@ -76,7 +76,7 @@ test('snapshot create: bad usage exits 2; a daemon refusal exits 1 with its code
   assert.equal((await forkd('snapshot', 'create', '--tag', 'x', '--cpus', 'two')).code, 2);
   assert.deepEqual(fake.serviceCalls(), []);
   const taken = await forkd('snapshot', 'create', '--tag', SEED.snapshot);
-  assert.equal(taken.code, 1);
+  assert.equal(taken.code, 4);
   assert.match(taken.stderr, /\[name_taken\]/);
   const failed = await forkd('snapshot', 'create', '--tag', 'bad', '--warm', 'false');
   assert.equal(failed.code, 1);
@@ -142,7 +142,7 @@ test('snapshot info: fields, files with logical and physical sizes; --json', asy
     ['memory', 'vmstate', 'disk.qcow2'],
   );
   const missing = await forkd('snapshot', 'info', 'nope');
-  assert.equal(missing.code, 1);
+  assert.equal(missing.code, 3);
   assert.match(missing.stderr, /\[snapshot_not_found\]/);
 });
 
@@ -193,7 +193,7 @@ test('rmi refuses while children run, --force kills them', async () => {
   fake.reset();
   await forkd('fork', SEED.snapshot, '-n', '2');
   const refused = await forkd('rmi', SEED.snapshot);
-  assert.equal(refused.code, 1);
+  assert.equal(refused.code, 4);
   assert.match(refused.stderr, /\[snapshot_in_use\]/);
   const forced = await forkd('rmi', SEED.snapshot, '--force');
   assert.deepEqual([forced.code, out(forced)], [0, 'removed snapshot warm\n']);

@@ -1,12 +1,15 @@
 /**
  * The CLI's daemon verbs end to end, as a user runs them: `forkd create/ps/exec/cp/logs/
- * kill/images/run` against a real `forkd daemon` child process on this file's own
- * FORKD_HOME (found through its default socket, as a user's would be), with real VMs.
+ * kill/images/run/tree` against a real `forkd daemon` child process on this file's own
+ * FORKD_HOME (found through its default socket, as a user's would be), with real VMs: 20 MB
+ * copied both ways byte for byte, trees with -r, cp's missing-directory rules, a missing
+ * user or cwd reported as such, the logs of a stopped sandbox, kill --label, the tree of
+ * branches of branches.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Sandbox } from '@forkd/sdk';
 import { forkd as runCli, type CliResult } from '../../helpers/cli.js';
@@ -113,7 +116,7 @@ test('kill --all, and failures named with their code', async () => {
   const a = (await json<SandboxJson>(['create'])).id;
   const b = (await json<SandboxJson>(['create'])).id;
   const missing = await forkd(['kill', 'sbx-000000000000', a]);
-  assert.equal(missing.code, 1);
+  assert.equal(missing.code, 3);
   assert.equal(missing.stdout.toString(), `${a}\n`);
   assert.match(missing.stderr, /sbx-000000000000: .*\[sandbox_not_found\]/);
   const rest = await json<{ killed: string[] }>(['kill', '--all']);
@@ -124,13 +127,13 @@ test('kill --all, and failures named with their code', async () => {
 
 test('errors: unknown sandbox, bad input, and a daemon that is not there', async () => {
   const unknown = await forkd(['exec', 'sbx-000000000000', '--', 'true']);
-  assert.equal(unknown.code, 1);
+  assert.equal(unknown.code, 3);
   assert.match(unknown.stderr, /\[sandbox_not_found\]/);
   const bad = await forkd(['create', '--memory', '8']);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /\[bad_request\]/);
   const nowhere = await forkd(['ps', '--url', `unix:${join(home.dir, 'nobody.sock')}`]);
-  assert.equal(nowhere.code, 1);
+  assert.equal(nowhere.code, 5);
   assert.match(nowhere.stderr, /forkd daemon.*\[daemon_unreachable\]/);
 });
 
@@ -144,6 +147,113 @@ test('images lists through the daemon; run goes through it and cleans up', async
   assert.equal(all.find((s) => s.id === id)?.state, 'stopped', 'the daemon ran it and killed it');
   const missing = await forkd(['run', '--', 'no-such-command']);
   assert.equal(missing.code, 127);
+});
+
+test('cp: 20 MB both ways byte-identical; -r trees; missing directories named, -p makes them', async () => {
+  const id = (await json<SandboxJson>(['create'])).id;
+  const big = join(home.dir, 'big.bin');
+  const data = randomBytes(20 * 1000 * 1000);
+  await writeFile(big, data);
+  ok(await forkd(['cp', big, `${id}:/root/big.bin`]), 'cp up 20 MB');
+  const back = join(home.dir, 'big-back.bin');
+  ok(await forkd(['cp', `${id}:/root/big.bin`, back]), 'cp down 20 MB');
+  assert.ok((await readFile(back)).equals(data), '20 MB round trip is byte-identical');
+
+  const noDir = await forkd(['cp', big, `${id}:/no/such/dir/x`]);
+  assert.equal(noDir.code, 3, noDir.stderr);
+  assert.match(noDir.stderr, new RegExp(`${id}:/no/such/dir: no such directory in the sandbox`));
+  ok(await forkd(['cp', '-p', back, `${id}:/no/such/dir/x`]), 'cp -p');
+  const hostNoDir = await forkd(['cp', `${id}:/root/big.bin`, join(home.dir, 'none', 'x')]);
+  assert.equal(hostNoDir.code, 2, hostNoDir.stderr);
+  assert.match(
+    hostNoDir.stderr,
+    new RegExp(`${join(home.dir, 'none')}: no such directory on this host`),
+  );
+  assert.doesNotMatch(hostNoDir.stderr, /forkd-\d+\.part|internal/, "names the user's path");
+
+  const tree = join(home.dir, 'tree');
+  await mkdir(join(tree, 'sub'), { recursive: true });
+  await writeFile(join(tree, 'run.sh'), '#!/bin/sh\necho ran\n', { mode: 0o755 });
+  await writeFile(join(tree, 'sub', 'data.bin'), data.subarray(0, 100_000));
+  await symlink('run.sh', join(tree, 'link'));
+  const dirOnly = await forkd(['cp', tree, `${id}:/root/`]);
+  assert.equal(dirOnly.code, 2);
+  assert.match(dirOnly.stderr, /is a directory \(copy it with -r\)/);
+  ok(await forkd(['cp', '-r', tree, `${id}:/root/`]), 'cp -r up');
+  const ran = await forkd([
+    'exec',
+    id,
+    '--',
+    'sh',
+    '-c',
+    'cd /root/tree && ./link && wc -c < sub/data.bin',
+  ]);
+  assert.equal(ran.stdout.toString(), 'ran\n100000\n', ran.stderr);
+  const down = join(home.dir, 'tree-back');
+  ok(await forkd(['cp', '-r', `${id}:/root/tree`, down]), 'cp -r down');
+  assert.deepEqual((await readdir(down)).sort(), ['link', 'run.sh', 'sub']);
+  assert.ok((await readFile(join(down, 'sub', 'data.bin'))).equals(data.subarray(0, 100_000)));
+  ok(await forkd(['kill', id]), 'kill');
+});
+
+test('exec: a missing user and a missing cwd are reported as such, not as a missing command', async () => {
+  const id = (await json<SandboxJson>(['create'])).id;
+  const user = await forkd(['exec', id, '--user', 'nosuchuser', '--', 'true']);
+  assert.equal(user.code, 126, user.stderr);
+  assert.match(
+    user.stderr,
+    /--user nosuchuser: no such user in the sandbox image's \/etc\/passwd.*\[user_not_found\]/,
+  );
+  const cwd = await forkd(['exec', id, '--cwd', '/missing', '--', 'true']);
+  assert.equal(cwd.code, 126, cwd.stderr);
+  assert.match(cwd.stderr, /--cwd \/missing: no such directory in the sandbox \[cwd_not_found\]/);
+  const command = await forkd(['exec', id, '--', 'no-such-command']);
+  assert.equal(command.code, 127);
+  assert.match(command.stderr, /no-such-command: command not found in image/);
+  ok(await forkd(['kill', id]), 'kill');
+});
+
+test('logs of a stopped sandbox; kill --label; ps shows the snapshot; memory past the host', async () => {
+  const a = (await json<SandboxJson>(['create', '--label', 'batch=7'])).id;
+  const b = (await json<SandboxJson>(['create', '--label', 'batch=7'])).id;
+  const c = (await json<SandboxJson>(['create', '--label', 'batch=8'])).id;
+  const killed = await json<{ killed: string[] }>(['kill', '--label', 'batch=7']);
+  assert.deepEqual(killed.killed.sort(), [a, b].sort());
+  const logs = await forkd(['logs', a]);
+  ok(logs, 'logs of a stopped sandbox');
+  assert.match(logs.stdout.toString(), /forkd-agent/);
+  const table = (await forkd(['ps'])).stdout.toString();
+  assert.match(table, /^ID\s+STATE\s+IMAGE\s+SNAPSHOT\s+MEMORY/);
+  assert.match(table, new RegExp(`${c}\\s+running\\s+busybox\\s+-\\s+256M`));
+  const huge = await forkd(['create', '--memory', '64G']);
+  assert.equal(huge.code, 2, huge.stderr);
+  assert.match(huge.stderr, /--memory must be between 64M and the host's [\d.]+G \[bad_request\]/);
+  ok(await forkd(['kill', c]), 'kill');
+});
+
+test('tree: branches of one sandbox are siblings under it, a branch of a branch nests', async () => {
+  ok(await forkd(['snapshot', 'create', '--tag', 'tw', '--warm', 'echo w > /w']), 'snapshot');
+  const src = (await forkd(['fork', 'tw'])).stdout.toString().trim();
+  ok(await forkd(['branch', src, '--tag', 'tb1']), 'branch 1');
+  ok(await forkd(['branch', src, '--tag', 'tb2']), 'branch 2');
+  const kid = (await forkd(['fork', 'tb1'])).stdout.toString().trim();
+  ok(await forkd(['branch', kid, '--tag', 'tb3']), 'branch of a branch');
+  const drawn = (await forkd(['tree', 'tw'])).stdout.toString();
+  assert.equal(
+    drawn.replaceAll(src, 'SRC').replaceAll(kid, 'KID'),
+    [
+      '(image busybox)',
+      '└── snapshot tw (ready)',
+      '    └── sandbox SRC (running)',
+      '        ├── snapshot tb1 (ready)',
+      '        │   └── sandbox KID (running)',
+      '        │       └── snapshot tb3 (ready)',
+      '        └── snapshot tb2 (ready)',
+      '',
+    ].join('\n'),
+  );
+  ok(await forkd(['kill', src, kid]), 'kill');
+  ok(await forkd(['rmi', 'tw', '--cascade']), 'rmi');
 });
 
 test('nothing is left behind', async () => {

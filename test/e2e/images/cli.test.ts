@@ -40,7 +40,7 @@ test('build from a dir, list, remove: human and --json output', async (t) => {
   const again = await forkd(['image', 'build', '--from-dir', dir, '--name', 'tree', '--json'], {
     env,
   });
-  assert.equal(again.code, 1);
+  assert.equal(again.code, 4);
   assert.equal(JSON.parse(again.stderr).error.code, 'name_taken');
   assert.equal(again.stdout.length, 0);
 
@@ -48,7 +48,7 @@ test('build from a dir, list, remove: human and --json output', async (t) => {
   assert.equal(removed.code, 0, removed.stderr);
   assert.deepEqual(await imagesDirEntries(p), []);
   const missing = await forkd(['image', 'rm', 'tree'], { env });
-  assert.equal(missing.code, 1);
+  assert.equal(missing.code, 3);
   assert.match(missing.stderr, /image_not_found/);
 });
 

@@ -207,7 +207,7 @@ test('a sandbox whose QEMU dies on its own becomes dead, with a reason, and is c
   const dead = await m.get(sb.id);
   assert.match(dead.reason ?? '', /QEMU exited on its own \(killed by SIGKILL\)/);
   await until('its files to go', async () => !existsSync(`${home.paths.sandboxes}/${sb.id}`));
-  await assert.rejects(m.consoleLog(sb.id), (e) => isForkdError(e, 'sandbox_not_running'));
+  assert.match(await m.consoleLog(sb.id), /\S/, 'the console log is kept after the death');
   await assertNoLeftovers(home);
 });
 
