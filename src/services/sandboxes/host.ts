@@ -20,6 +20,9 @@ export interface Lease {
   readonly diskBase: string | null;
   /** After a branch is published the sandbox's disk layers on that snapshot. */
   setDiskBase(tag: string): void;
+  /** Why its disk chain could not be repaired (null: healthy), shown as its `reason`. */
+  readonly diskProblem: string | null;
+  setDiskProblem(reason: string | null): void;
 }
 
 /** What a forked sandbox's `starting` row is made from. */

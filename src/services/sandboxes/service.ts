@@ -200,6 +200,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
       info: toWire(row),
       diskBase: row.disk_base,
       setDiskBase: (tag) => void this.rows.update(id, { disk_base: tag }),
+      diskProblem: row.disk_problem,
+      setDiskProblem: (reason) => void this.rows.update(id, { disk_problem: reason }),
     };
   }
 
@@ -542,5 +544,7 @@ export function toWire(row: SandboxRow): SandboxT {
     pid: row.pid,
   };
   if (row.reason !== null) wire.reason = row.reason;
+  // A running sandbox with a reason is one whose disk chain a repair could not mend.
+  if (row.disk_problem !== null && row.state === 'running') wire.reason = row.disk_problem;
   return wire;
 }

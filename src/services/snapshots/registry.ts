@@ -11,8 +11,10 @@ import type { PoolStateT, SnapshotT, VerifyResultT } from '../../contract/schema
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import type { Store } from '../../store/db.js';
+import { crashPoint } from '../../util/crash.js';
 import type { ServiceLog } from '../sandboxes/log.js';
 import {
+  listTags,
   publishSnapshot,
   readManifest,
   snapshotDir,
@@ -52,7 +54,10 @@ export class SnapshotRegistry {
     return this.opts.store.snapshots;
   }
 
-  /** Remove what a crash mid-write left (rows still `writing`, staging dirs). */
+  /**
+   * Remove what a crash mid-write left: rows still `writing`, staging dirs, and snapshot
+   * dirs with no `ready` row (a crash between the rename into place and the row update).
+   */
   async start(): Promise<void> {
     for (const row of this.rows.list('writing')) {
       this.opts.log.warn(
@@ -62,6 +67,11 @@ export class SnapshotRegistry {
       this.rows.delete(row.tag);
     }
     await sweepStaging(this.opts.paths);
+    for (const tag of await listTags(this.opts.paths)) {
+      if (this.isPublished(tag)) continue;
+      this.opts.log.warn({ snapshot: tag }, 'removing the files of a snapshot never published');
+      await rm(snapshotDir(this.opts.paths, tag), { recursive: true, force: true });
+    }
   }
 
   /** Tags whose rows say `ready` with their pool settings, to refill pools at start. */
@@ -125,6 +135,7 @@ export class SnapshotRegistry {
     try {
       await ready; // a live branch's memory file is complete once its copy is
       const manifest = await publishSnapshot(this.opts.paths, staging, meta);
+      crashPoint('publish:renamed');
       this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
       return manifest;
     } catch (e) {
