@@ -19,11 +19,10 @@ import {
   readManifest,
   snapshotDir,
   sweepStaging,
-  unbootableReason,
   validateTag,
-  verifySnapshot,
   type SnapshotManifest,
 } from './files.js';
+import { restoreProblem, verifyChain } from './chain.js';
 import { ancestors, descendants } from './lineage.js';
 
 /** A manifest before publishing: what the writer knows (the files are checksummed then). */
@@ -192,7 +191,7 @@ export class SnapshotRegistry {
   }
 
   async verify(tag: string): Promise<VerifyResultT> {
-    const problems = await verifySnapshot(this.opts.paths, await this.manifest(tag));
+    const problems = await verifyChain(this.opts.paths, await this.manifest(tag));
     return { ok: problems.length === 0, problems };
   }
 
@@ -217,19 +216,20 @@ export class SnapshotRegistry {
     return readManifest(this.opts.paths, tag);
   }
 
-  /** The manifest of a snapshot that can be restored (snapshot_not_bootable naming why). */
+  /**
+   * The manifest of a snapshot that can be restored: `snapshot_not_bootable` naming the
+   * file of its own that is wrong, `snapshot_broken` naming the layer of its chain.
+   */
   async bootable(tag: string): Promise<SnapshotManifest> {
     const m = await this.manifest(tag);
-    const reason = await unbootableReason(this.opts.paths, m);
-    if (reason) {
-      throw new ForkdError(
-        'snapshot_not_bootable',
-        `snapshot "${tag}" is not bootable: ${reason}`,
-        {
-          tag,
-          reason,
-        },
-      );
+    const bad = await restoreProblem(this.opts.paths, m);
+    if (bad) {
+      const what = bad.code === 'snapshot_broken' ? 'is broken' : 'is not bootable';
+      throw new ForkdError(bad.code, `snapshot "${tag}" ${what}: ${bad.reason}`, {
+        tag,
+        reason: bad.reason,
+        ...(bad.file ? { layer: bad.file } : {}),
+      });
     }
     return m;
   }
@@ -237,7 +237,7 @@ export class SnapshotRegistry {
   /** The REST shape; `all` (every published manifest) is read here when not given. */
   async toWire(m: SnapshotManifest, all?: Map<string, SnapshotManifest>): Promise<SnapshotT> {
     const manifests = all ?? (await this.manifests());
-    const reason = await unbootableReason(this.opts.paths, m);
+    const reason = (await restoreProblem(this.opts.paths, m))?.reason ?? null;
     const files = Object.values(m.files);
     const wire: SnapshotT = {
       tag: m.tag,
