@@ -258,6 +258,30 @@ export async function foldBack(vm: Vm, frozen: string): Promise<boolean> {
 }
 
 /**
+ * Fold the layer the VM's top layer sits on into the top one, when its header names
+ * `header` (a snapshot about to be removed while this VM layers on it). Returns the file
+ * the folded layer was opened from (the VM no longer uses it), or null when the top layer
+ * already names `below` (a fold a crash interrupted finished in QEMU meanwhile).
+ */
+export async function foldUnderTop(
+  vm: Vm,
+  header: string,
+  below: string | null,
+): Promise<string | null> {
+  const named = await topBackingName(vm);
+  if (named === (below ?? '')) return null;
+  if (named !== header) {
+    throw new ForkdError('internal', `the disk layers on ${named}, not on ${header}`);
+  }
+  const top = await topNodeName(vm);
+  const under = await backingNode(vm, top);
+  const file = (await namedNodes(vm)).find((x) => x['node-name'] === under)?.file;
+  if (!under || !file) throw new ForkdError('internal', `no layer under ${top} to fold`);
+  await foldBack(vm, under);
+  return file;
+}
+
+/**
  * Forget a layer made for a switch that never happened: its node (if it was opened) and
  * its file. Never the layer the VM writes to.
  */

@@ -191,6 +191,20 @@ export class SandboxManager implements SandboxService, SandboxHost {
       .map((r) => r.id);
   }
 
+  forkedFrom(tag: string): string[] {
+    return this.rows
+      .active()
+      .filter((r) => r.snapshot === tag)
+      .map((r) => r.id);
+  }
+
+  layeredOn(tag: string): string[] {
+    return this.rows
+      .active()
+      .filter((r) => r.disk_base === tag && r.snapshot !== tag)
+      .map((r) => r.id);
+  }
+
   async lease(id: string): Promise<Lease> {
     const { vm } = this.running(id);
     const row = this.row(id);
