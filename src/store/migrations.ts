@@ -87,6 +87,8 @@ export const MIGRATIONS: readonly string[] = [
      created_at   TEXT NOT NULL
    );
    ALTER TABLE sandboxes ADD COLUMN disk_problem TEXT;`,
+  // 6: why a snapshot failed (a branch cut off by a crash is kept, `failed`, with the reason).
+  `ALTER TABLE snapshots ADD COLUMN reason TEXT;`,
 ];
 
 /** Run the migrations `db` has not seen yet, each in its own transaction. */

@@ -130,8 +130,12 @@ export function conformance(kind: string, subject: () => Subject): void {
       assert.equal(r.sandboxes.length, 2);
       for (const child of r.sandboxes) {
         assert.deepEqual([child.state, child.snapshot], ['running', s.snapshot]);
-        assert.deepEqual(child.labels, { conf: 'fork' });
+        assert.equal(child.labels.conf, 'fork');
       }
+      // Children of one request are found by it, even had the daemon died before answering.
+      const request = r.sandboxes.map((c) => c.labels['forkd.request']);
+      assert.match(request[0] ?? '', /^req-/);
+      assert.equal(new Set(request).size, 1, 'siblings carry one request id');
       assert.equal((await snapshots.get(s.snapshot)).children_alive, 2);
       await assert.rejects(snapshots.remove(s.snapshot, {}), rejectsWith('snapshot_in_use'));
     } finally {

@@ -517,6 +517,8 @@ export class FakeServices {
       });
     }
     const result: ForkOutcome = { sandboxes: [], failed: [] };
+    // As the real fork does: every child of one request carries its id (the caller's, or new).
+    const labels = { 'forkd.request': `req-${hex12(this.counter)}`, ...req.labels };
     for (let index = 0; index < n; index++) {
       if (this.failingChildren.has(index)) {
         const message = `child ${index} did not come up: see /var/lib/forkd/sandboxes/x/console.log`;
@@ -526,7 +528,7 @@ export class FakeServices {
       const id = `sbx-${hex12(this.counter++)}`;
       const child = sandboxRecord(id, source.image ?? SEED.image, {
         snapshot: tag,
-        labels: req.labels ?? {},
+        labels,
       });
       this.sandboxes.set(id, child);
       result.sandboxes.push(child);

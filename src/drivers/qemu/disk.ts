@@ -257,6 +257,17 @@ export async function foldBack(vm: Vm, frozen: string): Promise<boolean> {
   return true;
 }
 
+/** The files the VM's disk has open: every layer of its chain, and the image. */
+export async function openFiles(vm: Vm): Promise<Set<string>> {
+  const nodes = await namedNodes(vm);
+  return new Set(nodes.filter((x) => x.drv === 'file').map((x) => x.file));
+}
+
+/** Whether a file name is one of a sandbox's layers (overlay.qcow2, overlay-N.qcow2). */
+export function isLayerFile(name: string): boolean {
+  return /^overlay(-\d+)?\.qcow2$/.test(name);
+}
+
 /**
  * Fold the layer the VM's top layer sits on into the top one, when its header names
  * `header` (a snapshot about to be removed while this VM layers on it). Returns the file

@@ -6,9 +6,17 @@
  * back into it (so its header no longer names a disk that was never published); a branch
  * that was published only needs its row cleared. A repair that fails leaves the intent
  * (retried at the next start) and marks the sandbox with the reason and the way out.
+ * Then layer files no disk uses (litter of crashes before intents existed) are removed.
  */
-import { rm } from 'node:fs/promises';
-import { discardLayer, foldBack, topNodeName } from '../../drivers/qemu/disk.js';
+import { readdir, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import {
+  discardLayer,
+  foldBack,
+  isLayerFile,
+  openFiles,
+  topNodeName,
+} from '../../drivers/qemu/disk.js';
 import type { BranchIntent, BranchIntentRows } from '../../store/intents.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
 import type { ServiceLog } from '../sandboxes/log.js';
@@ -91,4 +99,43 @@ async function recoverOne(
     ctx.log.warn({ sandbox: intent.sandbox, err: e }, 'could not repair the disk chain');
     return 'broken';
   }
+}
+
+/**
+ * Remove layer files in running sandboxes' dirs that their QEMU does not have open and no
+ * unsettled intent names: layers of branches a crash cut off (one may name a snapshot that
+ * never existed). Runs at start, before any branch can be making a layer.
+ */
+export async function sweepStrayLayers(ctx: {
+  rows: BranchIntentRows;
+  sandboxes: SandboxHost;
+  log: ServiceLog;
+}): Promise<string[]> {
+  const kept = new Set(ctx.rows.list().flatMap((i) => [i.frozen_file, i.next_file]));
+  const removed: string[] = [];
+  for (const sb of await ctx.sandboxes.list({ state: 'running' })) {
+    const source = await ctx.sandboxes.lease(sb.id).catch(() => undefined);
+    if (!source) continue;
+    // Compared by inode, not by name: a layer opened under another spelling stays.
+    const open = await inodes([...(await openFiles(source.vm))]);
+    const dir = source.vm.spec.dir;
+    for (const name of (await readdir(dir)).filter(isLayerFile)) {
+      const file = join(dir, name);
+      const [ino] = await inodes([file]);
+      if (kept.has(file) || ino === undefined || open.has(ino)) continue;
+      await rm(file, { force: true });
+      removed.push(file);
+    }
+  }
+  if (removed.length) ctx.log.warn({ removed }, 'removed disk layers no sandbox uses');
+  return removed;
+}
+
+async function inodes(files: string[]): Promise<Set<string>> {
+  const out = new Set<string>();
+  for (const f of files) {
+    const st = await stat(f).catch(() => undefined);
+    if (st) out.add(`${st.dev}:${st.ino}`);
+  }
+  return out;
 }

@@ -22,7 +22,7 @@ import { ForkdError } from '../../errors.js';
 import type { BranchIntentRows } from '../../store/intents.js';
 import { abandonBranch, captureBranch, type BranchCapture } from './capture.js';
 import { BranchModes } from './mode.js';
-import { recoverIntents } from './recover.js';
+import { recoverIntents, sweepStrayLayers } from './recover.js';
 
 export interface BranchServiceOptions {
   paths: Paths;
@@ -51,14 +51,11 @@ export class BranchManager implements BranchService {
     return this.opts.snapshots.registry;
   }
 
-  /** Finish or undo the disk switches of branches a crash cut short. Call once before serving. */
+  /** Settle the disk switches of branches a crash cut short, sweep stray layers. Call once before serving. */
   async start(): Promise<void> {
-    await recoverIntents({
-      rows: this.opts.intents,
-      sandboxes: this.opts.sandboxes,
-      published: (tag) => this.registry.isPublished(tag),
-      log: this.log,
-    });
+    const ctx = { rows: this.opts.intents, sandboxes: this.opts.sandboxes, log: this.log };
+    await recoverIntents({ ...ctx, published: (tag) => this.registry.isPublished(tag) });
+    await sweepStrayLayers(ctx);
   }
 
   async branch(id: string, req: BranchRequestT, caller: Caller): Promise<BranchOutcome> {
@@ -89,6 +86,7 @@ export class BranchManager implements BranchService {
         warn,
       });
       const meta = await this.meta(tag, source, req);
+      this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
       const published = this.publish(source, captured, meta, warn);
       const { capture } = captured;
       const answer = async (wait: boolean) => {

@@ -110,8 +110,10 @@ export class SnapshotManager implements SnapshotService {
    * Remove a snapshot (with `cascade` its subtree, deepest first: never a dangling chain).
    * Sandboxes forked from it are refused, or killed with `force`; running sources that
    * merely layer on it (they were branched into it) get its layer folded in and run on.
+   * A `failed` one (a branch cut off) has no files anything depends on: its row goes.
    */
   async remove(tag: string, opts: { force?: boolean; cascade?: boolean }): Promise<void> {
+    if (this.registry.isFailed(tag)) return this.registry.delete(tag); // nothing depends on it
     await this.registry.manifest(tag);
     const manifests = await this.registry.manifests();
     const below = descendants(tag, manifests);

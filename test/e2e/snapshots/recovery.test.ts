@@ -4,14 +4,17 @@
  * recorded, with the new layer made but not switched to, right after the switch (copy
  * mode, and live mode in the middle of its copy), after publish renamed the snapshot into
  * place, and during the start-up repair itself — twice in a row on one sandbox and across
- * two, restarting each time. Afterwards every listed snapshot forks and verifies, both
- * sources run with their data, no stray layer is left, and a new branch forks fine.
+ * two, restarting each time. Afterwards every listed snapshot forks and verifies (or is
+ * `failed` with a reason: a `--no-wait` branch cut off), both sources run with their
+ * data, no stray layer is left (not even one planted naming a snapshot that never
+ * existed), and a new branch forks fine.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Sandbox, Snapshot } from '@forkd/sdk';
+import { createLayerOver } from '../../../src/drivers/qemu/disk.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
 
@@ -81,10 +84,18 @@ async function write(id: string, file: string): Promise<void> {
   await sb.commands.run(`echo ${file} > ${file}; sync`);
 }
 
-/** Every listed snapshot verifies and forks a child that answers. */
+/**
+ * Every listed snapshot is `ready` (verifies, forks a child that answers) or `failed` with
+ * a reason (a branch cut off: removed here); returns the ready ones.
+ */
 async function assertEverySnapshotForks(): Promise<string[]> {
   const tags: string[] = [];
   for (const info of await Snapshot.list({ url: url() })) {
+    if (info.state === 'failed') {
+      assert.match(info.reason ?? '', /forkd rmi/, info.tag);
+      await Snapshot.remove(info.tag, { url: url() });
+      continue;
+    }
     const snap = await Snapshot.get(info.tag, { url: url() });
     assert.equal(snap.info.bootable, true, `${info.tag}: ${snap.info.reason}`);
     assert.deepEqual((await snap.verify()).problems, [], info.tag);
@@ -138,7 +149,36 @@ test('daemon killed at every step of a branch, twice in a row, on two sandboxes:
   await restart('fold:started');
   await assertSourceHealthy(b, bFiles);
 
-  // Nothing half-made is listed; every layer file left is one the disk uses.
+  // Litter from before intents: a layer naming a snapshot that never existed goes at start.
+  const ghost = join(home.paths.sandboxes, a, 'overlay-99.qcow2');
+  const never = join(home.paths.snapshots, 'never', 'disk.qcow2');
+  await createLayerOver(ghost, never, 64 << 20);
+  // A --no-wait branch answered `writing`, then cut off while publishing: listed `failed`.
+  await writeFile(crashFile, 'publish:renamed');
+  const d = daemon as DaemonProcess;
+  const answered = await Sandbox.branch(b, { url: d.url, tag: 'b-nowait', noWait: true });
+  assert.equal(answered.snapshot.info.state, 'writing');
+  await d.exited;
+  await restart();
+  const cut = await Snapshot.get('b-nowait', { url: url() });
+  assert.equal(cut.info.state, 'failed');
+  assert.match(cut.info.reason ?? '', /daemon stopped before this branch was published/);
+
+  // A fork -n 3 cut off once its first child is up: its children are found by the request.
+  await writeFile(crashFile, 'fork:child-up');
+  const d2 = daemon as DaemonProcess;
+  const base = await Snapshot.create({ url: d2.url, tag: 'fork-base' });
+  const cutFork = base.fork({ n: 3, labels: { 'forkd.request': 'cut-run' } }).catch((e) => e);
+  await d2.exited;
+  assert.ok((await cutFork) instanceof Error, 'the fork should not have answered');
+  await restart();
+  const kids = await Sandbox.list({ url: url(), label: 'forkd.request=cut-run' });
+  assert.ok(kids.length >= 1, 'the children of the cut-off fork are not found by its request');
+  for (const k of kids) assert.ok(k.state === 'running' || k.reason, JSON.stringify(k));
+  for (const k of kids) await Sandbox.kill(k.id, { url: url() }).catch(() => undefined);
+  await Snapshot.remove('fork-base', { url: url() });
+
+  // Nothing half-made is listed as ready; every layer file left is one the disk uses.
   assert.deepEqual(await assertEverySnapshotForks(), []);
   for (const id of [a, b]) assert.equal((await layerFiles(id)).length, 1, `stray layers in ${id}`);
   assert.deepEqual(
