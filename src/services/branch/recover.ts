@@ -18,6 +18,7 @@ import {
   topNodeName,
 } from '../../drivers/qemu/disk.js';
 import type { BranchIntent, BranchIntentRows } from '../../store/intents.js';
+import { failPoint } from '../../util/crash.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
 import type { ServiceLog } from '../sandboxes/log.js';
 
@@ -37,6 +38,7 @@ export async function undoIntent(
   try {
     const layer = { node: intent.next_node, file: intent.next_file, size: intent.size };
     if ((await topNodeName(source.vm)) === intent.next_node) {
+      failPoint('repair:fold');
       await foldBack(source.vm, intent.frozen_node);
       // Folded in, the frozen layer has no user left: the snapshot it was for never was.
       await rm(intent.frozen_file, { force: true });

@@ -3,7 +3,8 @@
  * (FORKD_CRASH_FILE arms one crash point at a time: src/util/crash.ts) — with the intent
  * recorded, with the new layer made but not switched to, right after the switch (copy
  * mode, and live mode in the middle of its copy), after publish renamed the snapshot into
- * place, and during the start-up repair itself — twice in a row on one sandbox and across
+ * place, and during the start-up repair itself (and once with that repair failing: the
+ * source is marked, with the reason, until the next start mends it) — twice in a row on one sandbox and across
  * two, restarting each time. Afterwards every listed snapshot forks and verifies (or is
  * `failed` with a reason: a `--no-wait` branch cut off), both sources run with their
  * data, no stray layer is left (not even one planted naming a snapshot that never
@@ -13,7 +14,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Sandbox, Snapshot } from '@forkd/sdk';
+import { Sandbox, SandboxBrokenError, Snapshot } from '@forkd/sdk';
 import { createLayerOver } from '../../../src/drivers/qemu/disk.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
@@ -148,6 +149,22 @@ test('daemon killed at every step of a branch, twice in a row, on two sandboxes:
   await branchCrashingAt(b, 'b-fold', 'branch:switched');
   await restart('fold:started');
   await assertSourceHealthy(b, bFiles);
+
+  // A repair that fails: the source runs on, marked with the reason and the way out, and
+  // cannot be branched; the next start repairs it and clears the mark.
+  await branchCrashingAt(a, 'a-unrepaired', 'branch:switched');
+  await writeFile(crashFile, 'repair:fold');
+  daemon = await startDaemon(home);
+  const marked = await Sandbox.connect(a, { url: url() });
+  assert.equal(marked.info.state, 'running');
+  assert.match(marked.info.reason ?? '', /disk chain broken.*forkd kill/);
+  await assert.rejects(
+    Sandbox.branch(a, { url: url(), tag: 'a-refused' }),
+    (e: unknown) => e instanceof SandboxBrokenError,
+  );
+  await (daemon as DaemonProcess).stop();
+  await restart();
+  await assertSourceHealthy(a, aFiles);
 
   // Litter from before intents: a layer naming a snapshot that never existed goes at start.
   const ghost = join(home.paths.sandboxes, a, 'overlay-99.qcow2');
