@@ -49,6 +49,8 @@ const BY_CODE: Record<ErrorCode, number> = {
   snapshot_in_use: EXIT.refused,
   image_in_use: EXIT.refused,
   unsupported: EXIT.refused,
+  sandbox_broken: EXIT.refused,
+  snapshot_broken: EXIT.refused,
   name_taken: EXIT.refused,
   unauthorized: EXIT.refused,
   guest_permission_denied: EXIT.refused,

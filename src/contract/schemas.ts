@@ -99,7 +99,12 @@ export const Sandbox = Type.Object(
     created_at: Type.String({ format: 'date-time' }),
     expires_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
     pid: Type.Union([Type.Integer(), Type.Null()], { description: 'host pid of its QEMU' }),
-    reason: Type.Optional(Type.String({ description: 'why it is stopped or dead' })),
+    reason: Type.Optional(
+      Type.String({
+        description:
+          'why it is stopped or dead; on a running sandbox, why its disk chain is broken and the command that fixes it',
+      }),
+    ),
   },
   { $id: 'Sandbox' },
 );

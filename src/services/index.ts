@@ -68,6 +68,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     paths,
     sandboxes,
     snapshots,
+    intents: store.intents,
     qemuVersion,
     log: logOf('branch'),
     branchMode: opts.branchMode,

@@ -1,12 +1,13 @@
 /**
  * forkd.db: one SQLite file per FORKD_HOME (better-sqlite3, WAL), opened by the daemon.
- * Holds sandboxes, snapshots, lineage and the audit log; images live on disk as their own
+ * Holds sandboxes, snapshots, lineage, branch intents and the audit log; images live on disk as their own
  * source of truth (src/services/images). Readable by its owner only: rows carry sandbox env.
  */
 import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { AuditRows } from './audit.js';
+import { BranchIntentRows } from './intents.js';
 import { migrate } from './migrations.js';
 import { SandboxRows } from './sandboxes.js';
 import { SnapshotRows } from './snapshots.js';
@@ -21,6 +22,7 @@ export class Store {
   readonly sandboxes: SandboxRows;
   readonly snapshots: SnapshotRows;
   readonly audit: AuditRows;
+  readonly intents: BranchIntentRows;
 
   private constructor(
     readonly db: Database.Database,
@@ -29,6 +31,7 @@ export class Store {
     this.sandboxes = new SandboxRows(db);
     this.snapshots = new SnapshotRows(db);
     this.audit = new AuditRows(db, opts.auditFile);
+    this.intents = new BranchIntentRows(db);
   }
 
   /** Open (creating and migrating as needed) the database at `path`. */

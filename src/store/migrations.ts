@@ -73,6 +73,22 @@ export const MIGRATIONS: readonly string[] = [
    UPDATE sandboxes SET disk_base = snapshot;`,
   // 4: whether a snapshot's pool is pre-warmed.
   `ALTER TABLE snapshots ADD COLUMN pool_prewarm INTEGER NOT NULL DEFAULT 0;`,
+  // 5: a branch's disk switch is recorded before it is made, so a daemon killed anywhere in
+  // it (or in its repair) finishes or undoes it at start; a sandbox whose chain could not be
+  // repaired says why.
+  `CREATE TABLE branch_intents (
+     tag          TEXT PRIMARY KEY,
+     sandbox      TEXT NOT NULL,
+     frozen_node  TEXT NOT NULL,
+     frozen_file  TEXT NOT NULL,
+     next_node    TEXT NOT NULL,
+     next_file    TEXT NOT NULL,
+     size         INTEGER NOT NULL,
+     created_at   TEXT NOT NULL
+   );
+   ALTER TABLE sandboxes ADD COLUMN disk_problem TEXT;`,
+  // 6: why a snapshot failed (a branch cut off by a crash is kept, `failed`, with the reason).
+  `ALTER TABLE snapshots ADD COLUMN reason TEXT;`,
 ];
 
 /** Run the migrations `db` has not seen yet, each in its own transaction. */

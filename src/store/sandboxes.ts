@@ -28,6 +28,8 @@ export interface SandboxRow {
    * after each branch the new one. Removing that snapshot would break this sandbox.
    */
   disk_base: string | null;
+  /** Set when its disk chain could not be repaired after an interrupted branch: why. */
+  disk_problem: string | null;
 }
 
 type Encoded = Omit<SandboxRow, 'labels' | 'env'> & { labels: string; env: string };
@@ -57,8 +59,8 @@ export class SandboxRows {
     this.byState = db.prepare('SELECT * FROM sandboxes WHERE state = ? ORDER BY created_at, id');
   }
 
-  insert(row: Omit<SandboxRow, 'updated_at' | 'disk_base'>): SandboxRow {
-    const full = { ...row, disk_base: row.snapshot, updated_at: now() };
+  insert(row: Omit<SandboxRow, 'updated_at' | 'disk_base' | 'disk_problem'>): SandboxRow {
+    const full = { ...row, disk_base: row.snapshot, disk_problem: null, updated_at: now() };
     this.db
       .prepare(
         `INSERT INTO sandboxes (id, state, image, snapshot, parent, memory_mib, cpus, labels,
@@ -88,7 +90,9 @@ export class SandboxRows {
   /** Set some fields of a row (and updated_at); returns the new row. */
   update(
     id: string,
-    fields: Partial<Pick<SandboxRow, 'state' | 'pid' | 'expires_at' | 'reason' | 'disk_base'>>,
+    fields: Partial<
+      Pick<SandboxRow, 'state' | 'pid' | 'expires_at' | 'reason' | 'disk_base' | 'disk_problem'>
+    >,
   ): SandboxRow | undefined {
     const keys = Object.keys(fields) as (keyof typeof fields)[];
     const sets = [...keys.map((k) => `${k} = @${k}`), 'updated_at = @updated_at'].join(', ');

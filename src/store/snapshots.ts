@@ -17,6 +17,10 @@ export interface SnapshotRow {
   pool_size: number;
   /** 1 when the pool's VMs are pre-warmed (SQLite has no booleans). */
   pool_prewarm: number;
+  /** A branch's manifest-to-be (JSON), kept so a failed one can still be shown. */
+  manifest: string;
+  /** Why it failed. */
+  reason: string | null;
   created_at: string;
   updated_at: string;
 }
@@ -52,7 +56,12 @@ export class SnapshotRows {
 
   update(
     tag: string,
-    fields: Partial<Pick<SnapshotRow, 'state' | 'size_bytes' | 'pool_size' | 'pool_prewarm'>>,
+    fields: Partial<
+      Pick<
+        SnapshotRow,
+        'state' | 'size_bytes' | 'pool_size' | 'pool_prewarm' | 'manifest' | 'reason'
+      >
+    >,
   ): void {
     const sets = Object.keys(fields).map((k) => `${k} = @${k}`);
     this.db

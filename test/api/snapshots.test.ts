@@ -199,7 +199,8 @@ test('fork of n: 201 ForkResult; the service gets the fork command and the princ
   for (const s of body.sandboxes) {
     assert.match(s.id, /^sbx-[0-9a-f]{12}$/);
     assert.equal(s.snapshot, SEED.snapshot);
-    assert.deepEqual(s.labels, { run: '7' });
+    // The fork adds the request's id, shared by the siblings (found by it after a crash).
+    assert.deepEqual({ ...s.labels, 'forkd.request': 'id' }, { run: '7', 'forkd.request': 'id' });
   }
   assert.deepEqual(lastCall(), {
     service: 'snapshots',

@@ -18,6 +18,8 @@ export interface DaemonProcess {
   /** `unix:` URL of its socket, for the SDK and the CLI's FORKD_URL. */
   url: string;
   pid: number;
+  /** Settles when the process has exited (killed, crashed or stopped). */
+  exited: Promise<void>;
   /** Its log (stdout and stderr), for failure messages. */
   output(): string;
   /** SIGTERM and wait; SIGKILL after 15 s. Safe to call twice. */
@@ -35,9 +37,11 @@ export async function startDaemon(home: TestHome, args: string[] = []): Promise<
   child.stdout?.on('data', keep);
   child.stderr?.on('data', keep);
   const url = `unix:${join(home.dir, 'run', 'forkd.sock')}`;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const daemon: DaemonProcess = {
     url,
     pid: child.pid ?? -1,
+    exited,
     output: () => output,
     stop: () => stop(child),
   };

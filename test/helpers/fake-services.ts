@@ -185,7 +185,7 @@ export class FakeServices {
   private images = new Map<string, ImageT>();
   private snapshots = new Map<string, SnapshotT>();
   private counter = 0x100;
-  /** The snapshot a branched sandbox's disk layers on (it pins that snapshot). */
+  /** The snapshot a branched sandbox's disk layers on (removing it folds it into the source). */
   private readonly diskBases = new Map<string, string>();
 
   constructor() {
@@ -517,6 +517,8 @@ export class FakeServices {
       });
     }
     const result: ForkOutcome = { sandboxes: [], failed: [] };
+    // As the real fork does: every child of one request carries its id (the caller's, or new).
+    const labels = { 'forkd.request': `req-${hex12(this.counter)}`, ...req.labels };
     for (let index = 0; index < n; index++) {
       if (this.failingChildren.has(index)) {
         const message = `child ${index} did not come up: see /var/lib/forkd/sandboxes/x/console.log`;
@@ -526,7 +528,7 @@ export class FakeServices {
       const id = `sbx-${hex12(this.counter++)}`;
       const child = sandboxRecord(id, source.image ?? SEED.image, {
         snapshot: tag,
-        labels: req.labels ?? {},
+        labels,
       });
       this.sandboxes.set(id, child);
       result.sandboxes.push(child);
@@ -547,16 +549,25 @@ export class FakeServices {
         { tag, snapshots: dependents },
       );
     }
-    const removed = [tag, ...dependents];
-    const children = removed.flatMap((t) => this.children(t));
-    if (children.length && !force) {
-      throw new ForkdError('snapshot_in_use', `${children.length} sandboxes run from ${tag}`, {
+    const removed = [...dependents, tag];
+    // Only sandboxes forked from them; a source that merely layers on one gets it folded in.
+    const forked = removed.flatMap((t) => this.children(t).filter((c) => c.snapshot === t));
+    if (forked.length && !force) {
+      throw new ForkdError('snapshot_in_use', `${forked.length} sandboxes run from ${tag}`, {
         tag,
-        sandboxes: children.map((c) => c.id),
+        sandboxes: forked.map((c) => c.id),
       });
     }
-    for (const c of children) this.stop(c.id);
-    for (const t of removed) this.snapshots.delete(t);
+    for (const c of forked) this.stop(c.id);
+    for (const t of removed) {
+      const parent = this.snapshot(t).parent;
+      for (const [id, base] of this.diskBases) {
+        if (base !== t) continue;
+        if (parent) this.diskBases.set(id, parent);
+        else this.diskBases.delete(id);
+      }
+      this.snapshots.delete(t);
+    }
   }
 
   private checkFreeTag(tag: string): void {
@@ -566,7 +577,7 @@ export class FakeServices {
   /**
    * A branch of a running sandbox: a snapshot chained on the one the sandbox's disk layers
    * on (standalone for a booted one), `writing` with no_wait, and `fork` children of it;
-   * from then on the source's disk layers on the branch, which it pins.
+   * from then on the source's disk layers on the branch (removing it folds it in).
    */
   private async branch(id: string, req: BranchRequestT): Promise<BranchOutcome> {
     const source = this.running(id);

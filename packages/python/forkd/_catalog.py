@@ -25,11 +25,25 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
         409,
         "The sandbox is still starting, or has stopped or died: it cannot do that now.",
     ),
+    "sandbox_broken": CatalogEntry(
+        409,
+        (
+            "The sandbox's disk chain could not be repaired after an interrupted branch: "
+            "restart the daemon to retry, or kill it."
+        ),
+    ),
     "exec_not_found": CatalogEntry(404, "No running exec with that id in this sandbox."),
     "snapshot_not_found": CatalogEntry(404, "No snapshot with that tag."),
     "snapshot_not_bootable": CatalogEntry(
         409,
         "The snapshot is missing a file or a file changed size: it cannot be restored.",
+    ),
+    "snapshot_broken": CatalogEntry(
+        409,
+        (
+            "A layer of the snapshot's disk chain is missing or is not the one its manifest "
+            "records: it cannot be forked."
+        ),
     ),
     "snapshot_in_use": CatalogEntry(
         409,
@@ -161,6 +175,17 @@ class SandboxNotRunningError(ForkdError):
     status = 409
 
 
+class SandboxBrokenError(ForkdError):
+    """The sandbox's disk chain could not be repaired after an interrupted branch: restart the
+    daemon to retry, or kill it.
+
+    Code ``sandbox_broken``, HTTP 409.
+    """
+
+    code = "sandbox_broken"
+    status = 409
+
+
 class ExecNotFoundError(ForkdError):
     """No running exec with that id in this sandbox.
 
@@ -188,6 +213,17 @@ class SnapshotNotBootableError(ForkdError):
     """
 
     code = "snapshot_not_bootable"
+    status = 409
+
+
+class SnapshotBrokenError(ForkdError):
+    """A layer of the snapshot's disk chain is missing or is not the one its manifest records:
+    it cannot be forked.
+
+    Code ``snapshot_broken``, HTTP 409.
+    """
+
+    code = "snapshot_broken"
     status = 409
 
 
@@ -391,9 +427,11 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "image_not_found": ImageNotFoundError,
     "sandbox_not_found": SandboxNotFoundError,
     "sandbox_not_running": SandboxNotRunningError,
+    "sandbox_broken": SandboxBrokenError,
     "exec_not_found": ExecNotFoundError,
     "snapshot_not_found": SnapshotNotFoundError,
     "snapshot_not_bootable": SnapshotNotBootableError,
+    "snapshot_broken": SnapshotBrokenError,
     "snapshot_in_use": SnapshotInUseError,
     "image_in_use": ImageInUseError,
     "guest_file_not_found": GuestFileNotFoundError,
@@ -424,9 +462,11 @@ __all__ = [
     "ImageNotFoundError",
     "SandboxNotFoundError",
     "SandboxNotRunningError",
+    "SandboxBrokenError",
     "ExecNotFoundError",
     "SnapshotNotFoundError",
     "SnapshotNotBootableError",
+    "SnapshotBrokenError",
     "SnapshotInUseError",
     "ImageInUseError",
     "GuestFileNotFoundError",

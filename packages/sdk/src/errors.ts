@@ -21,11 +21,21 @@ export const ERROR_CATALOG = {
     status: 409,
     meaning: 'The sandbox is still starting, or has stopped or died: it cannot do that now.',
   },
+  sandbox_broken: {
+    status: 409,
+    meaning:
+      "The sandbox's disk chain could not be repaired after an interrupted branch: restart the daemon to retry, or kill it.",
+  },
   exec_not_found: { status: 404, meaning: 'No running exec with that id in this sandbox.' },
   snapshot_not_found: { status: 404, meaning: 'No snapshot with that tag.' },
   snapshot_not_bootable: {
     status: 409,
     meaning: 'The snapshot is missing a file or a file changed size: it cannot be restored.',
+  },
+  snapshot_broken: {
+    status: 409,
+    meaning:
+      "A layer of the snapshot's disk chain is missing or is not the one its manifest records: it cannot be forked.",
   },
   snapshot_in_use: {
     status: 409,
@@ -273,9 +283,11 @@ export const {
   ImageNotFoundError,
   SandboxNotFoundError,
   SandboxNotRunningError,
+  SandboxBrokenError,
   ExecNotFoundError,
   SnapshotNotFoundError,
   SnapshotNotBootableError,
+  SnapshotBrokenError,
   SnapshotInUseError,
   ImageInUseError,
   GuestFileNotFoundError,

@@ -4,8 +4,11 @@
  * sandbox's disk is a chain: its image (raw), frozen layers of the snapshots it came from,
  * and the overlay it writes to now. Services decide when; this module knows how.
  */
-import { join } from 'node:path';
+import { existsSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
 import { ForkdError } from '../../errors.js';
+import { crashPoint } from '../../util/crash.js';
 import { run } from '../../util/exec.js';
 import { monitor, type Vm } from './vm.js';
 
@@ -52,6 +55,60 @@ export async function createLayerOver(
  */
 export async function rebaseOnto(disk: string, base: string): Promise<void> {
   await run(QEMU_IMG, ['rebase', '-q', '-f', 'qcow2', '-b', base, '-F', 'raw', disk]);
+}
+
+/** One file of a disk chain as its header says: the backing file it names (null: none). */
+export interface LayerHeader {
+  file: string;
+  backing: string | null;
+}
+
+/** A disk chain read from the layers' headers, top first; `missing` is the first file absent. */
+export interface ChainOnDisk {
+  layers: LayerHeader[];
+  missing: string | null;
+}
+
+interface ImgInfo {
+  filename: string;
+  'backing-filename'?: string;
+}
+
+/**
+ * Read the chain under `file` from the headers (`qemu-img info --backing-chain`, `-U`: a
+ * running sandbox may hold a layer open). When a layer is missing the whole read fails,
+ * so then it is walked one header at a time to name the first file that is not there.
+ */
+export async function readChain(file: string): Promise<ChainOnDisk> {
+  try {
+    const { stdout } = await run(QEMU_IMG, [
+      'info',
+      '-U',
+      '--backing-chain',
+      '--output=json',
+      file,
+    ]);
+    const infos = JSON.parse(stdout) as ImgInfo[];
+    return { layers: infos.map(toHeader), missing: null };
+  } catch {
+    return walkChain(file);
+  }
+}
+
+async function walkChain(file: string): Promise<ChainOnDisk> {
+  const layers: LayerHeader[] = [];
+  for (let f: string | null = file; f !== null;) {
+    if (!existsSync(f)) return { layers, missing: f };
+    const { stdout } = await run(QEMU_IMG, ['info', '-U', '--output=json', f]);
+    const header = toHeader(JSON.parse(stdout) as ImgInfo);
+    layers.push(header);
+    f = header.backing === null ? null : resolve(dirname(header.file), header.backing);
+  }
+  return { layers, missing: null };
+}
+
+function toHeader(i: ImgInfo): LayerHeader {
+  return { file: i.filename, backing: i['backing-filename'] ?? null };
 }
 
 /** A disk layer of a running VM: its QMP node, its file, the disk's virtual size. */
@@ -142,43 +199,130 @@ export async function topBackingName(vm: Vm): Promise<string> {
   return (await topBlock(vm)).image?.['backing-filename'] ?? '';
 }
 
+/** The node name of the layer the VM's disk writes to now. */
+export async function topNodeName(vm: Vm): Promise<string> {
+  return (await topBlock(vm))['node-name'] as string;
+}
+
+interface BlockGraph {
+  nodes: { id: number; type: string; name: string }[];
+  edges: { parent: number; child: number; name: string }[];
+}
+
 /**
- * Fold the frozen layer under the VM's top layer back into the top one (`block-stream`,
- * while the VM runs): the top layer then sits directly on what the frozen one sat on, and
- * its header names that. For a branch that failed after the switch: its top layer names a
- * disk that was never published. Returns false when the top layer is the first one.
+ * The node a layer sits on, read from QEMU's block graph: node numbers say nothing once a
+ * fold has dropped a layer from the middle (the layer under disk2 may be the image).
  */
-export async function foldBack(vm: Vm): Promise<boolean> {
-  const node = (await topBlock(vm))['node-name'] as string;
-  const n = layerNumber(node);
-  if (n === 0) return false;
-  const nodes = await monitor(vm).execute<NodeInfo[]>('query-named-block-nodes', { flat: true });
-  const frozen = nodes.find((x) => x['node-name'] === `disk${n - 1}`);
-  const base =
-    n >= 2
-      ? `disk${n - 2}`
-      : nodes.find((x) => x.drv !== 'file' && x.file === frozen?.backing_file)?.['node-name'];
-  const below = frozen?.image?.['backing-filename'];
-  if (!frozen || !base || !below) {
-    throw new ForkdError('internal', `cannot find the layers under ${node} to repair its chain`);
+async function backingNode(vm: Vm, node: string): Promise<string | undefined> {
+  const g = await monitor(vm).execute<BlockGraph>('x-debug-query-block-graph');
+  const me = g.nodes.find((n) => n.name === node && n.type === 'block-driver');
+  const edge = g.edges.find((e) => e.parent === me?.id && e.name === 'backing');
+  return g.nodes.find((n) => n.id === edge?.child)?.name;
+}
+
+async function namedNodes(vm: Vm): Promise<NodeInfo[]> {
+  return monitor(vm).execute<NodeInfo[]>('query-named-block-nodes', { flat: true });
+}
+
+/** Whether the VM still has a block node of that name. */
+export async function hasNode(vm: Vm, node: string): Promise<boolean> {
+  return (await namedNodes(vm)).some((x) => x['node-name'] === node);
+}
+
+/**
+ * Fold the frozen layer `frozen` under the VM's top layer back into the top one
+ * (`block-stream`, while the VM runs): the top layer then sits directly on what the frozen
+ * one sat on, and its header names that. For a branch that failed after the switch: its top
+ * layer names a disk that was never published. Idempotent, so a repair cut short by a crash
+ * is simply run again: a fold job still in QEMU is waited for, a finished one is not redone.
+ * Returns whether it folded anything.
+ */
+export async function foldBack(vm: Vm, frozen: string): Promise<boolean> {
+  const top = await topNodeName(vm);
+  const job = `fold-${top}`;
+  const jobs = await monitor(vm).execute<{ id: string }[]>('query-jobs');
+  if (jobs.some((j) => j.id === job)) {
+    await waitJob(vm, job);
+    return true;
   }
-  await streamInto(vm, node, base, below);
+  if ((await backingNode(vm, top)) !== frozen) return false;
+  const base = await backingNode(vm, frozen);
+  const below = (await namedNodes(vm)).find((x) => x['node-name'] === frozen)?.image?.[
+    'backing-filename'
+  ];
+  if (!base || !below) {
+    throw new ForkdError('internal', `cannot find the layers under ${top} to repair its chain`);
+  }
+  await streamInto(vm, top, base, below);
   return true;
+}
+
+/** The files the VM's disk has open: every layer of its chain, and the image. */
+export async function openFiles(vm: Vm): Promise<Set<string>> {
+  const nodes = await namedNodes(vm);
+  return new Set(nodes.filter((x) => x.drv === 'file').map((x) => x.file));
+}
+
+/** Whether a file name is one of a sandbox's layers (overlay.qcow2, overlay-N.qcow2). */
+export function isLayerFile(name: string): boolean {
+  return /^overlay(-\d+)?\.qcow2$/.test(name);
+}
+
+/**
+ * Fold the layer the VM's top layer sits on into the top one, when its header names
+ * `header` (a snapshot about to be removed while this VM layers on it). Returns the file
+ * the folded layer was opened from (the VM no longer uses it), or null when the top layer
+ * already names `below` (a fold a crash interrupted finished in QEMU meanwhile).
+ */
+export async function foldUnderTop(
+  vm: Vm,
+  header: string,
+  below: string | null,
+): Promise<string | null> {
+  const named = await topBackingName(vm);
+  if (named === (below ?? '')) return null;
+  if (named !== header) {
+    throw new ForkdError('internal', `the disk layers on ${named}, not on ${header}`);
+  }
+  const top = await topNodeName(vm);
+  const under = await backingNode(vm, top);
+  const file = (await namedNodes(vm)).find((x) => x['node-name'] === under)?.file;
+  if (!under || !file) throw new ForkdError('internal', `no layer under ${top} to fold`);
+  await foldBack(vm, under);
+  return file;
+}
+
+/**
+ * Forget a layer made for a switch that never happened: its node (if it was opened) and
+ * its file. Never the layer the VM writes to.
+ */
+export async function discardLayer(vm: Vm, layer: Layer): Promise<void> {
+  if ((await topNodeName(vm)) === layer.node) {
+    throw new ForkdError('internal', `layer ${layer.node} is the one the disk writes to`);
+  }
+  if (await hasNode(vm, layer.node)) await closeLayer(vm, layer);
+  await rm(layer.file, { force: true });
 }
 
 const STREAM_POLL_MS = 50;
 
 /** Copy into `node` what the layers between it and `base` hold, then drop those layers. */
 async function streamInto(vm: Vm, node: string, base: string, header: string): Promise<void> {
-  const qmp = monitor(vm);
   const job = `fold-${node}`;
-  await qmp.execute('block-stream', {
+  await monitor(vm).execute('block-stream', {
     'job-id': job,
     device: node,
     'base-node': base,
     'backing-file': header,
     'auto-dismiss': false,
   });
+  crashPoint('fold:started');
+  await waitJob(vm, job);
+}
+
+/** Wait for a block job to conclude, dismiss it, and fail with its error if it had one. */
+async function waitJob(vm: Vm, job: string): Promise<void> {
+  const qmp = monitor(vm);
   for (;;) {
     const jobs = await qmp.execute<{ id: string; status: string; error?: string }[]>('query-jobs');
     const j = jobs.find((x) => x.id === job);

@@ -4,7 +4,8 @@
  * frozen (it goes on writing to a fresh layer), the pages it wrote are copied, its device
  * state saved, and it is resumed. The frozen layer becomes the snapshot's disk (a qcow2
  * layer over the snapshot it was built on: a chain); the memory file is standalone.
- * Also the repair of a source whose branch failed after its disk was switched.
+ * The disk switch is recorded as an intent before anything is made (recover.ts undoes it
+ * if the branch fails, now or after a crash).
  */
 import { link, rm } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -15,42 +16,49 @@ import {
   type CaptureResult,
   type RamRegion,
 } from '../../drivers/qemu/capture.js';
-import {
-  createLayerOver,
-  foldBack,
-  nextLayer,
-  topBackingName,
-  topLayer,
-} from '../../drivers/qemu/disk.js';
-import type { Vm } from '../../drivers/qemu/vm.js';
+import { createLayerOver, nextLayer, topLayer } from '../../drivers/qemu/disk.js';
+import type { BranchIntent, BranchIntentRows } from '../../store/intents.js';
+import { crashPoint } from '../../util/crash.js';
+import type { Lease } from '../sandboxes/host.js';
 import { snapshotDir, SNAPSHOT_FILES, stagingDir } from '../snapshots/files.js';
+import { undoIntent } from './recover.js';
 
 export interface BranchCapture {
   staging: string;
   capture: CaptureResult;
+  intent: BranchIntent;
+}
+
+export interface CaptureOptions {
+  mode: CaptureMode;
+  whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
+  intents: BranchIntentRows;
+  /** Told when a failed branch's disk chain could not be repaired. */
+  warn: (err: unknown) => void;
 }
 
 /**
- * Capture `vm` into a staging dir for `tag` and resume it. On failure the staging dir is
- * removed and the source runs on (the capture resumes it whatever happens). In live mode
- * the memory file is complete only once `capture.pages` settles.
+ * Capture the leased sandbox into a staging dir for `tag` and resume it. On failure the
+ * staging dir is removed, the disk switch undone, and the source runs on (the capture
+ * resumes it whatever happens). In live mode the memory file is complete only once
+ * `capture.pages` settles.
  */
 export async function captureBranch(
   p: Paths,
-  vm: Vm,
+  source: Lease,
   tag: string,
-  opts: {
-    mode: CaptureMode;
-    whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
-    /** Told when a failed branch's disk chain could not be repaired. */
-    warn: (err: unknown) => void;
-  },
+  opts: CaptureOptions,
 ): Promise<BranchCapture> {
+  const { vm } = source;
   const staging = await stagingDir(p, tag);
+  let intent: BranchIntent | undefined;
   try {
     const top = await topLayer(vm);
     const next = nextLayer(vm, top);
+    intent = recordIntent(opts.intents, source.id, tag, top, next);
+    crashPoint('branch:intent');
     await createLayerOver(next.file, join(snapshotDir(p, tag), SNAPSHOT_FILES.disk), top.size);
+    crashPoint('branch:layer');
     const capture = await captureVm(
       vm,
       {
@@ -59,44 +67,47 @@ export async function captureBranch(
       },
       { resume: true, mode: opts.mode, disk: { top, next }, whileStopped: opts.whileStopped },
     );
+    crashPoint('branch:switched');
     // One inode, two names: the sandbox keeps the frozen layer open as its backing file,
     // the snapshot owns it as its disk and outlives the sandbox's directory.
     await link(top.file, join(staging, SNAPSHOT_FILES.disk));
-    return { staging, capture };
+    return { staging, capture, intent };
   } catch (e) {
-    await abandonBranch(p, vm, tag, staging, opts.warn);
+    await abandonBranch(source, staging, intent, opts);
     throw e;
   }
 }
 
-/**
- * Undo a branch that failed: its staging dir goes, and if the source's disk was already
- * switched to a new layer, its chain is repaired ({@link repairBacking}).
- */
-export async function abandonBranch(
-  p: Paths,
-  vm: Vm,
+function recordIntent(
+  rows: BranchIntentRows,
+  sandbox: string,
   tag: string,
-  staging: string,
-  warn: (err: unknown) => void,
-): Promise<void> {
-  await rm(staging, { recursive: true, force: true });
-  await repairBacking(p, vm, (t) => t !== tag).catch(warn);
+  top: { node: string; file: string; size: number },
+  next: { node: string; file: string },
+): BranchIntent {
+  const intent = {
+    tag,
+    sandbox,
+    frozen_node: top.node,
+    frozen_file: top.file,
+    next_node: next.node,
+    next_file: next.file,
+    size: top.size,
+  };
+  rows.record(intent);
+  return { ...intent, created_at: new Date().toISOString() };
 }
 
 /**
- * A branch that failed after the source's disk was switched (or a daemon killed there)
- * leaves the source writing to a layer whose header names the snapshot's disk, never
- * published. Fold the frozen layer under it back into it, so no chain ever names a
- * missing file or the sandbox's own directory. Returns whether it had to.
+ * Undo a branch that failed: its staging dir goes, and its recorded disk switch is undone
+ * (the new layer discarded, or, once switched, the frozen layer folded back into it).
  */
-export async function repairBacking(
-  p: Paths,
-  vm: Vm,
-  published: (tag: string) => boolean,
-): Promise<boolean> {
-  const header = await topBackingName(vm);
-  const m = new RegExp(`^${p.snapshots}/([^/]+)/${SNAPSHOT_FILES.disk}$`).exec(header);
-  if (!m || published(m[1] as string)) return false;
-  return foldBack(vm);
+export async function abandonBranch(
+  source: Lease,
+  staging: string,
+  intent: BranchIntent | undefined,
+  opts: Pick<CaptureOptions, 'intents' | 'warn'>,
+): Promise<void> {
+  await rm(staging, { recursive: true, force: true });
+  if (intent) await undoIntent(source, intent, opts.intents).catch(opts.warn);
 }

@@ -2,8 +2,9 @@
  * The branch service: a running sandbox becomes a new snapshot while it keeps running
  * (capture.ts), published through the snapshot registry; with `fork` its children are
  * forked by the snapshot service. The source is leased once from the sandbox service
- * (SandboxHost), and after publishing its disk layers on the new snapshot. At start it
- * repairs the disk chains of sources whose branch a crash cut short.
+ * (SandboxHost), and after publishing its disk layers on the new snapshot. The disk switch
+ * is recorded before it is made; at start the ones a crash left are finished or undone
+ * (recover.ts).
  */
 import { FORK_MAX } from '../../contract/rules.js';
 import type { BranchModeT, BranchRequestT } from '../../contract/schemas.js';
@@ -17,13 +18,18 @@ import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import { validateTag } from '../snapshots/files.js';
 import type { SnapshotMeta } from '../snapshots/registry.js';
 import type { SnapshotManager } from '../snapshots/service.js';
-import { abandonBranch, captureBranch, repairBacking, type BranchCapture } from './capture.js';
+import { ForkdError } from '../../errors.js';
+import type { BranchIntentRows } from '../../store/intents.js';
+import { abandonBranch, captureBranch, type BranchCapture } from './capture.js';
 import { BranchModes } from './mode.js';
+import { recoverIntents, sweepStrayLayers } from './recover.js';
 
 export interface BranchServiceOptions {
   paths: Paths;
   sandboxes: SandboxHost;
   snapshots: SnapshotManager;
+  /** Where branches record their disk switch before making it. */
+  intents: BranchIntentRows;
   qemuVersion: () => Promise<string>;
   log?: ServiceLog;
   /** The mode of a branch that names none (default `auto`: live where the host can). */
@@ -45,19 +51,11 @@ export class BranchManager implements BranchService {
     return this.opts.snapshots.registry;
   }
 
-  /** Repair the sources of branches a crash cut short. Call once before serving. */
+  /** Settle the disk switches of branches a crash cut short, sweep stray layers. Call once before serving. */
   async start(): Promise<void> {
-    const published = (tag: string) => this.registry.isPublished(tag);
-    for (const sb of await this.opts.sandboxes.list({ state: 'running' })) {
-      try {
-        const { vm } = await this.opts.sandboxes.lease(sb.id);
-        if (await repairBacking(this.opts.paths, vm, published)) {
-          this.log.warn({ sandbox: sb.id }, 'repaired the disk chain of an interrupted branch');
-        }
-      } catch (e) {
-        this.log.warn({ sandbox: sb.id, err: e }, 'could not check the disk chain');
-      }
-    }
+    const ctx = { rows: this.opts.intents, sandboxes: this.opts.sandboxes, log: this.log };
+    await recoverIntents({ ...ctx, published: (tag) => this.registry.isPublished(tag) });
+    await sweepStrayLayers(ctx);
   }
 
   async branch(id: string, req: BranchRequestT, caller: Caller): Promise<BranchOutcome> {
@@ -65,18 +63,30 @@ export class BranchManager implements BranchService {
     validateTag(tag);
     if (req.fork !== undefined) checkRange('fork', req.fork, { min: 0, max: FORK_MAX });
     const source = await this.opts.sandboxes.lease(id);
+    if (source.diskProblem !== null) {
+      throw new ForkdError(
+        'sandbox_broken',
+        `sandbox ${id} cannot be branched: ${source.diskProblem}`,
+        {
+          sandbox: id,
+          reason: source.diskProblem,
+        },
+      );
+    }
     const mode = await this.modes.choose(req.mode);
     this.registry.reserve(tag, id);
     let captured: BranchCapture | undefined;
     try {
       const warn = (err: unknown) =>
         this.log.warn({ sandbox: id, snapshot: tag, err }, 'could not repair the disk chain');
-      captured = await captureBranch(this.opts.paths, source.vm, tag, {
+      captured = await captureBranch(this.opts.paths, source, tag, {
         mode,
         whileStopped: this.opts.whileStopped,
+        intents: this.opts.intents,
         warn,
       });
       const meta = await this.meta(tag, source, req);
+      this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
       const published = this.publish(source, captured, meta, warn);
       const { capture } = captured;
       const answer = async (wait: boolean) => {
@@ -137,14 +147,15 @@ export class BranchManager implements BranchService {
     meta: SnapshotMeta,
     warn: (err: unknown) => void,
   ) {
-    const { staging, capture } = captured;
+    const { staging, capture, intent } = captured;
     return this.registry.publish(meta.tag, staging, meta, capture.pages).then(
       (m) => {
         source.setDiskBase(meta.tag);
+        this.opts.intents.clear(meta.tag);
         return m;
       },
       async (e: unknown) => {
-        await abandonBranch(this.opts.paths, source.vm, meta.tag, staging, warn);
+        await abandonBranch(source, staging, intent, { intents: this.opts.intents, warn });
         throw e;
       },
     );

@@ -18,8 +18,11 @@ export interface Lease {
   readonly info: SandboxT;
   /** The snapshot its disk layers on now (null: straight on its image). */
   readonly diskBase: string | null;
-  /** After a branch is published the sandbox's disk layers on that snapshot. */
-  setDiskBase(tag: string): void;
+  /** After a branch is published the sandbox's disk layers on that snapshot (null: image). */
+  setDiskBase(tag: string | null): void;
+  /** Why its disk chain could not be repaired (null: healthy), shown as its `reason`. */
+  readonly diskProblem: string | null;
+  setDiskProblem(reason: string | null): void;
 }
 
 /** What a forked sandbox's `starting` row is made from. */
@@ -51,6 +54,10 @@ export interface SandboxHost {
   createForked(init: ForkInit, start: SandboxStarter, caller: Caller): Promise<SandboxT>;
   /** Running sandboxes that depend on a snapshot: forked from it, or branched into it. */
   childrenOf(tag: string): string[];
+  /** Running sandboxes forked from a snapshot (their first overlay sits on its disk). */
+  forkedFrom(tag: string): string[];
+  /** Running sources whose disk layers on a snapshot they were branched into, not forked from. */
+  layeredOn(tag: string): string[];
   kill(id: string): Promise<void>;
   list(filter: { state?: SandboxT['state'] }): Promise<SandboxT[]>;
 }

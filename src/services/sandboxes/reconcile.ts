@@ -88,6 +88,7 @@ async function adopt(
   );
   const vm = await Vm.adopt(spec, pid, { pollMs: ctx.pollMs });
   try {
+    await refuseUnrestored(vm);
     await resumeIfPaused(ctx, row, vm);
     await reapFrozenForks(ctx, row, vm);
     const agent =
@@ -101,6 +102,17 @@ async function adopt(
   } catch (e) {
     vm.detach(); // the caller kills the verified pid
     throw e;
+  }
+}
+
+/**
+ * A fork child whose daemon died before it loaded the snapshot's state waits in
+ * `-incoming` for ever (the state came on a descriptor of the dead daemon): it is buried
+ * with that reason, under its request's label, at once rather than after a boot timeout.
+ */
+async function refuseUnrestored(vm: Vm): Promise<void> {
+  if ((await vm.status()) === 'inmigrate') {
+    throw new Error('the daemon stopped before its restore from the snapshot finished');
   }
 }
 

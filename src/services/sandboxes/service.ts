@@ -197,6 +197,20 @@ export class SandboxManager implements SandboxService, SandboxHost {
       .map((r) => r.id);
   }
 
+  forkedFrom(tag: string): string[] {
+    return this.rows
+      .active()
+      .filter((r) => r.snapshot === tag)
+      .map((r) => r.id);
+  }
+
+  layeredOn(tag: string): string[] {
+    return this.rows
+      .active()
+      .filter((r) => r.disk_base === tag && r.snapshot !== tag)
+      .map((r) => r.id);
+  }
+
   async lease(id: string): Promise<Lease> {
     const { vm } = this.running(id);
     const row = this.row(id);
@@ -206,6 +220,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
       info: toWire(row),
       diskBase: row.disk_base,
       setDiskBase: (tag) => void this.rows.update(id, { disk_base: tag }),
+      diskProblem: row.disk_problem,
+      setDiskProblem: (reason) => void this.rows.update(id, { disk_problem: reason }),
     };
   }
 
@@ -554,5 +570,7 @@ export function toWire(row: SandboxRow): SandboxT {
     pid: row.pid,
   };
   if (row.reason !== null) wire.reason = row.reason;
+  // A running sandbox with a reason is one whose disk chain a repair could not mend.
+  if (row.disk_problem !== null && row.state === 'running') wire.reason = row.disk_problem;
   return wire;
 }

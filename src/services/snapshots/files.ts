@@ -135,8 +135,8 @@ export async function unbootableReason(p: Paths, m: SnapshotManifest): Promise<s
   return null;
 }
 
-/** Re-hash every file against the manifest; returns the files that differ. */
-export async function verifySnapshot(
+/** Re-hash every file of one snapshot against its manifest; returns the files that differ. */
+export async function verifyFiles(
   p: Paths,
   m: SnapshotManifest,
 ): Promise<{ file: string; problem: string }[]> {

@@ -17,6 +17,7 @@ import { detectAccel } from '../../drivers/qemu/accel.js';
 import { createOverlay } from '../../drivers/qemu/disk.js';
 import { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
+import { crashPoint } from '../../util/crash.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import {
@@ -150,8 +151,9 @@ export async function forkChildren(
   req: ForkRequest,
   caller: Caller,
 ): Promise<ForkOutcome> {
+  const labels = withRequestLabel(req.labels);
   const settled = await Promise.allSettled(
-    Array.from({ length: req.n }, () => forkOne(ctx, m, req, caller)),
+    Array.from({ length: req.n }, () => forkOne(ctx, m, { ...req, labels }, caller)),
   );
   const result: ForkOutcome = { sandboxes: [], failed: [] };
   settled.forEach((s, index) => {
@@ -163,6 +165,19 @@ export async function forkChildren(
     result.sandboxes = [];
   }
   return result;
+}
+
+/** The label every child of one fork request carries (the caller's value, or a fresh id). */
+export const REQUEST_LABEL = 'forkd.request';
+
+/**
+ * Children of one request are found by it even if the daemon dies before answering
+ * (`forkd ps --label forkd.request=ID`): a caller that wants to look for them after a
+ * crash passes its own value; otherwise each request gets a fresh one.
+ */
+function withRequestLabel(labels: Record<string, string> | undefined): Record<string, string> {
+  if (labels?.[REQUEST_LABEL]) return labels;
+  return { ...labels, [REQUEST_LABEL]: `req-${randomBytes(6).toString('hex')}` };
 }
 
 function forkOne(ctx: ForkContext, m: SnapshotManifest, req: ForkRequest, caller: Caller) {
@@ -182,7 +197,9 @@ function forkOne(ctx: ForkContext, m: SnapshotManifest, req: ForkRequest, caller
     async ({ id, env, signal, onStarted }) => {
       const child = pooled ?? (await prepareChild(ctx.paths, m, id));
       onStarted(child.vm);
-      return restoreChild(child, { env, signal });
+      const up = await restoreChild(child, { env, signal });
+      crashPoint('fork:child-up');
+      return up;
     },
     caller,
   );

@@ -11,17 +11,19 @@ import type { PoolStateT, SnapshotT, VerifyResultT } from '../../contract/schema
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import type { Store } from '../../store/db.js';
+import type { SnapshotRow } from '../../store/snapshots.js';
+import { crashPoint } from '../../util/crash.js';
 import type { ServiceLog } from '../sandboxes/log.js';
 import {
+  listTags,
   publishSnapshot,
   readManifest,
   snapshotDir,
   sweepStaging,
-  unbootableReason,
   validateTag,
-  verifySnapshot,
   type SnapshotManifest,
 } from './files.js';
+import { restoreProblem, verifyChain } from './chain.js';
 import { ancestors, descendants } from './lineage.js';
 
 /** A manifest before publishing: what the writer knows (the files are checksummed then). */
@@ -44,7 +46,6 @@ export class SnapshotRegistry {
   private readonly creating = new Set<string>();
   /** What a `no_wait` branch answered, shown by get() until it is ready or failed. */
   private readonly pending = new Map<string, SnapshotT>();
-  private readonly failed = new Map<string, string>();
 
   constructor(private readonly opts: RegistryOptions) {}
 
@@ -52,16 +53,24 @@ export class SnapshotRegistry {
     return this.opts.store.snapshots;
   }
 
-  /** Remove what a crash mid-write left (rows still `writing`, staging dirs). */
+  /**
+   * Remove what a crash mid-write left: rows still `writing`, staging dirs, and snapshot
+   * dirs with no `ready` row (a crash between the rename into place and the row update).
+   */
   async start(): Promise<void> {
     for (const row of this.rows.list('writing')) {
-      this.opts.log.warn(
-        { snapshot: row.tag },
-        'removing a snapshot whose creation was interrupted',
-      );
-      this.rows.delete(row.tag);
+      this.opts.log.warn({ snapshot: row.tag }, 'a snapshot write was interrupted');
+      // A branch leaves a trace (its source may have answered `no_wait` already); a create
+      // that died with its parent VM leaves nothing.
+      if (row.source === null) this.rows.delete(row.tag);
+      else this.rows.update(row.tag, { state: 'failed', reason: INTERRUPTED(row.tag) });
     }
     await sweepStaging(this.opts.paths);
+    for (const tag of await listTags(this.opts.paths)) {
+      if (this.isPublished(tag)) continue;
+      this.opts.log.warn({ snapshot: tag }, 'removing the files of a snapshot never published');
+      await rm(snapshotDir(this.opts.paths, tag), { recursive: true, force: true });
+    }
   }
 
   /** Tags whose rows say `ready` with their pool settings, to refill pools at start. */
@@ -125,11 +134,12 @@ export class SnapshotRegistry {
     try {
       await ready; // a live branch's memory file is complete once its copy is
       const manifest = await publishSnapshot(this.opts.paths, staging, meta);
+      crashPoint('publish:renamed');
       this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
       return manifest;
     } catch (e) {
-      this.failed.set(tag, e instanceof Error ? e.message : String(e));
-      this.rows.update(tag, { state: 'failed' });
+      const reason = e instanceof Error ? e.message : String(e);
+      this.rows.update(tag, { state: 'failed', reason });
       await rm(staging, { recursive: true, force: true });
       throw e;
     } finally {
@@ -143,45 +153,64 @@ export class SnapshotRegistry {
     await rm(snapshotDir(this.opts.paths, tag), { recursive: true, force: true });
   }
 
+  /** Keep what a branch's manifest will say, so it can be shown even if it fails. */
+  describe(meta: SnapshotMeta): void {
+    this.rows.update(meta.tag, { manifest: JSON.stringify(meta) });
+  }
+
+  isFailed(tag: string): boolean {
+    return this.rows.get(tag)?.state === 'failed';
+  }
+
   /** The answer for a snapshot still being checksummed (`no_wait`). */
   writing(meta: SnapshotMeta, sourceDir: string): SnapshotT {
-    const wire: SnapshotT = {
-      ...meta,
-      state: 'writing',
-      bootable: false,
-      files: [],
-      logical_bytes: 0,
-      physical_bytes: 0,
-      children_alive: 0,
-      pool: { size: 0, ready: 0, prewarm: false },
-      depth: 0,
-      ancestors: [],
-      dependents: [],
-      reason: `being written from sandbox ${basename(sourceDir)}`,
-    };
+    const wire = unpublishedWire(
+      meta,
+      'writing',
+      `being written from sandbox ${basename(sourceDir)}`,
+    );
     this.pending.set(meta.tag, wire);
     return wire;
+  }
+
+  /** A failed snapshot as listed: what its writer described, the state, the reason. */
+  private failedWire(row: SnapshotRow): SnapshotT {
+    const described = JSON.parse(row.manifest) as Partial<SnapshotMeta>;
+    const meta: SnapshotMeta = {
+      image: null,
+      parent: row.parent,
+      source_sandbox: row.source,
+      kernel: '',
+      qemu: '',
+      accel: 'tcg',
+      memory_mib: 0,
+      cpus: 0,
+      created_at: row.created_at,
+      labels: {},
+      ...described,
+      tag: row.tag,
+    };
+    return unpublishedWire(meta, 'failed', row.reason ?? 'failed');
   }
 
   async list(): Promise<SnapshotT[]> {
     const all = await this.manifests(); // read once: every snapshot's chain is drawn from it
     const out: SnapshotT[] = [];
     for (const m of all.values()) out.push(await this.toWire(m, all));
+    for (const row of this.rows.list('failed')) out.push(this.failedWire(row));
     return out;
   }
 
   async get(tag: string): Promise<SnapshotT> {
     const pending = this.pending.get(tag);
-    const state = this.rows.get(tag)?.state;
-    if (pending && (state === 'writing' || state === 'failed')) {
-      const reason = this.failed.get(tag);
-      return { ...pending, state, ...(reason ? { reason } : {}) };
-    }
+    const row = this.rows.get(tag);
+    if (row?.state === 'failed') return this.failedWire(row);
+    if (pending && row?.state === 'writing') return pending;
     return this.toWire(await this.manifest(tag));
   }
 
   async verify(tag: string): Promise<VerifyResultT> {
-    const problems = await verifySnapshot(this.opts.paths, await this.manifest(tag));
+    const problems = await verifyChain(this.opts.paths, await this.manifest(tag));
     return { ok: problems.length === 0, problems };
   }
 
@@ -206,19 +235,20 @@ export class SnapshotRegistry {
     return readManifest(this.opts.paths, tag);
   }
 
-  /** The manifest of a snapshot that can be restored (snapshot_not_bootable naming why). */
+  /**
+   * The manifest of a snapshot that can be restored: `snapshot_not_bootable` naming the
+   * file of its own that is wrong, `snapshot_broken` naming the layer of its chain.
+   */
   async bootable(tag: string): Promise<SnapshotManifest> {
     const m = await this.manifest(tag);
-    const reason = await unbootableReason(this.opts.paths, m);
-    if (reason) {
-      throw new ForkdError(
-        'snapshot_not_bootable',
-        `snapshot "${tag}" is not bootable: ${reason}`,
-        {
-          tag,
-          reason,
-        },
-      );
+    const bad = await restoreProblem(this.opts.paths, m);
+    if (bad) {
+      const what = bad.code === 'snapshot_broken' ? 'is broken' : 'is not bootable';
+      throw new ForkdError(bad.code, `snapshot "${tag}" ${what}: ${bad.reason}`, {
+        tag,
+        reason: bad.reason,
+        ...(bad.file ? { layer: bad.file } : {}),
+      });
     }
     return m;
   }
@@ -226,7 +256,7 @@ export class SnapshotRegistry {
   /** The REST shape; `all` (every published manifest) is read here when not given. */
   async toWire(m: SnapshotManifest, all?: Map<string, SnapshotManifest>): Promise<SnapshotT> {
     const manifests = all ?? (await this.manifests());
-    const reason = await unbootableReason(this.opts.paths, m);
+    const reason = (await restoreProblem(this.opts.paths, m))?.reason ?? null;
     const files = Object.values(m.files);
     const wire: SnapshotT = {
       tag: m.tag,
@@ -254,6 +284,31 @@ export class SnapshotRegistry {
     if (reason) wire.reason = reason;
     return wire;
   }
+}
+
+const INTERRUPTED = (tag: string) =>
+  `the daemon stopped before this branch was published; its source was repaired: remove it with \`forkd rmi ${tag}\``;
+
+/** The REST shape of a snapshot with no published files (being written, or failed). */
+function unpublishedWire(
+  meta: SnapshotMeta,
+  state: 'writing' | 'failed',
+  reason: string,
+): SnapshotT {
+  return {
+    ...meta,
+    state,
+    bootable: false,
+    files: [],
+    logical_bytes: 0,
+    physical_bytes: 0,
+    children_alive: 0,
+    pool: { size: 0, ready: 0, prewarm: false },
+    depth: 0,
+    ancestors: [],
+    dependents: [],
+    reason,
+  };
 }
 
 function physicalBytes(m: SnapshotManifest): number {

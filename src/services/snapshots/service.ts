@@ -23,11 +23,12 @@ import type { SandboxHost } from '../sandboxes/host.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import { flattenInto } from './compact.js';
 import { createSnapshot } from './create.js';
-import { stagingDir, validateTag } from './files.js';
+import { stagingDir, validateTag, type SnapshotManifest } from './files.js';
 import { discardChild, forkChildren, prepareChild, prewarmChild } from './fork.js';
 import { descendants, lineageOf } from './lineage.js';
 import { Pool } from './pool.js';
 import { SnapshotRegistry } from './registry.js';
+import { unpinSources } from './unpin.js';
 
 export interface SnapshotServiceOptions {
   paths: Paths;
@@ -105,9 +106,17 @@ export class SnapshotManager implements SnapshotService {
     return this.registry.verify(tag);
   }
 
+  /**
+   * Remove a snapshot (with `cascade` its subtree, deepest first: never a dangling chain).
+   * Sandboxes forked from it are refused, or killed with `force`; running sources that
+   * merely layer on it (they were branched into it) get its layer folded in and run on.
+   * A `failed` one (a branch cut off) has no files anything depends on: its row goes.
+   */
   async remove(tag: string, opts: { force?: boolean; cascade?: boolean }): Promise<void> {
+    if (this.registry.isFailed(tag)) return this.registry.delete(tag); // nothing depends on it
     await this.registry.manifest(tag);
-    const below = descendants(tag, await this.registry.manifests());
+    const manifests = await this.registry.manifests();
+    const below = descendants(tag, manifests);
     const subtree = opts.cascade ? [...below, tag] : [tag];
     const dependents = opts.cascade ? [] : below;
     if (dependents.length > 0) {
@@ -117,18 +126,19 @@ export class SnapshotManager implements SnapshotService {
         { tag, snapshots: dependents },
       );
     }
-    const children = subtree.flatMap((t) => this.opts.sandboxes.childrenOf(t));
-    if (children.length > 0 && !opts.force) {
+    const forked = subtree.flatMap((t) => this.opts.sandboxes.forkedFrom(t));
+    if (forked.length > 0 && !opts.force) {
       throw new ForkdError(
         'snapshot_in_use',
-        `snapshot "${tag}" has ${children.length} running sandbox(es): ${children.join(', ')}; kill them or use --force`,
-        { tag, sandboxes: children },
+        `snapshot "${tag}" has ${forked.length} sandbox(es) forked from it: ${forked.join(', ')}; kill them or use --force`,
+        { tag, sandboxes: forked },
       );
     }
-    await Promise.all(children.map((id) => this.opts.sandboxes.kill(id)));
+    await Promise.all(forked.map((id) => this.opts.sandboxes.kill(id)));
+    const ctx = { paths: this.opts.paths, sandboxes: this.opts.sandboxes, log: this.log };
     for (const t of subtree) {
-      // deepest first: never a dangling chain
       await this.pool.drop(t);
+      await unpinSources(ctx, manifests.get(t) as SnapshotManifest);
       await this.registry.delete(t);
     }
   }
