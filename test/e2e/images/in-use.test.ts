@@ -27,7 +27,7 @@ const rootfs = () => join(home.paths.images, 'bb2', 'rootfs.ext4');
 
 async function refused(args: string[], user: RegExp): Promise<void> {
   const r = await forkd(args, { env: home.env });
-  assert.equal(r.code, 1, r.stderr);
+  assert.equal(r.code, 4, r.stderr); // refused: image_in_use (docs/cli.md, Exit codes)
   assert.match(r.stderr, /\[image_in_use\]/);
   assert.match(r.stderr, user);
   assert.ok(existsSync(rootfs()), 'the image is gone');
