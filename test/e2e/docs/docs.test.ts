@@ -14,9 +14,9 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, symlink, writeFile, cp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { CLI } from '../helpers/cli.js';
-import { startDaemon } from '../helpers/daemon-process.js';
-import { makeTestHome, type TestHome } from '../helpers/home.js';
+import { CLI } from '../../helpers/cli.js';
+import { startDaemon } from '../../helpers/daemon-process.js';
+import { makeTestHome, type TestHome } from '../../helpers/home.js';
 
 const REPO = process.cwd();
 const FILES = [
