@@ -170,6 +170,13 @@ def assert_no_leftovers(home: TestHome) -> None:
         raise AssertionError(f"left behind: QEMU pids {home.qemus()}, sandboxes {home.sandbox_dirs()}")
 
 
+def user_labels(labels: "dict[str, str]") -> "dict[str, str]":
+    """A sandbox's labels without ``forkd.request``, which the daemon sets on every sandbox it
+    starts (so the sandboxes of a request a crash cut short can be found by it)."""
+    assert labels.get("forkd.request"), f"no forkd.request label in {labels}"
+    return {k: v for k, v in labels.items() if k != "forkd.request"}
+
+
 def start_module_daemon(args: Optional[List[str]] = None) -> DaemonProcess:
     """A home and a daemon for one test module, torn down at the module's end, even when
     this set-up itself fails half way (module cleanups run then too, last added first)."""

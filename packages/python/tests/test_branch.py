@@ -67,7 +67,7 @@ class SnapshotTest(unittest.TestCase):
         self.addCleanup(kill_all, result.sandboxes)
         self.assertEqual((len(result.sandboxes), result.failed), (3, []))
         for child in result.sandboxes:
-            self.assertEqual((child.info.snapshot, child.info.labels), (TAG, {"kind": "child"}))
+            self.assertEqual((child.info.snapshot, support.user_labels(child.info.labels)), (TAG, {"kind": "child"}))
             self.assertEqual(child.files.read("/root/warm.txt"), "warmed\n")
             first = count(child)
             # The process started before the capture counts on in every child.

@@ -137,7 +137,7 @@ class SandboxTest(unittest.TestCase):
         sbx = create(labels={"find": "me"})
         try:
             same = Sandbox.connect(sbx.id, url=DAEMON.url)
-            self.assertEqual((same.id, same.sandbox_id, same.info.labels), (sbx.id, sbx.id, {"find": "me"}))
+            self.assertEqual((same.id, same.sandbox_id, support.user_labels(same.info.labels)), (sbx.id, sbx.id, {"find": "me"}))
             listed = Sandbox.list(label="find=me", url=DAEMON.url)
             self.assertEqual([s.id for s in listed], [sbx.id])
             self.assertIn(sbx.id, [s.id for s in Sandbox.list(state="running", url=DAEMON.url)])
