@@ -191,23 +191,21 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   /** Running sandboxes that depend on a snapshot: forked from it, or branched into it. */
   childrenOf(tag: string): string[] {
-    return this.rows
-      .active()
-      .filter((r) => r.snapshot === tag || r.disk_base === tag)
-      .map((r) => r.id);
+    return this.activeIds((r) => r.snapshot === tag || r.disk_base === tag);
   }
 
   forkedFrom(tag: string): string[] {
-    return this.rows
-      .active()
-      .filter((r) => r.snapshot === tag)
-      .map((r) => r.id);
+    return this.activeIds((r) => r.snapshot === tag);
   }
 
   layeredOn(tag: string): string[] {
+    return this.activeIds((r) => r.disk_base === tag && r.snapshot !== tag);
+  }
+
+  private activeIds(which: (row: SandboxRow) => boolean): string[] {
     return this.rows
       .active()
-      .filter((r) => r.disk_base === tag && r.snapshot !== tag)
+      .filter(which)
       .map((r) => r.id);
   }
 

@@ -168,8 +168,9 @@ export class SnapshotManager implements SnapshotService {
   }
 
   async lineage(tag?: string): Promise<LineageT> {
-    if (tag) await this.registry.manifest(tag);
     const manifests = await this.registry.manifests();
+    // An unknown (or unpublished) tag: manifest() throws the catalog error naming it.
+    if (tag && !manifests.has(tag)) await this.registry.manifest(tag);
     return lineageOf(manifests, await this.opts.sandboxes.list({}), tag);
   }
 
