@@ -348,7 +348,8 @@ export class FakeServices {
 
   /**
    * What a streamed command does in the fake guest, by argv[0]: `lines A B` prints one line per
-   * argument with a delay; `sleep` prints ticks until killed; `crash` fails with a host path
+   * argument with a delay; `sleep` prints ticks until killed; `silent` prints nothing until
+   * killed; `crash` fails with a host path
    * in the error after one line; `missing` does not exist; anything else echoes its args
    * (and exits as exitCodeOf says).
    */
@@ -360,6 +361,8 @@ export class FakeServices {
         yield out(`tick ${i}\n`);
         await sleep(this.streamDelayMs);
       }
+    } else if (cmd === 'silent') {
+      while (!ex.killed) await sleep(this.streamDelayMs);
     } else if (cmd === 'crash') {
       yield out('about to crash\n');
       throw new Error('agent socket /var/lib/forkd/sandboxes/sbx-1/agent.sock closed');
