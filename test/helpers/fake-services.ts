@@ -131,6 +131,18 @@ function snapshotRecord(tag: string, over: Partial<SnapshotT> = {}): SnapshotT {
   };
 }
 
+/** A branch's memory is a diff over its parent's, as the real services store it. */
+function fakeMemory(parent: string | null, depth: number): NonNullable<SnapshotT['memory']> {
+  return {
+    kind: parent ? 'diff' : 'full',
+    parent,
+    logical_bytes: 256 * MiB,
+    stored_bytes: parent ? 6 * MiB : 61 * MiB,
+    materialized_bytes: 0,
+    depth: parent ? depth : 0,
+  };
+}
+
 function fileStat(path: string, kind: FileStatT['kind'], size: number): FileStatT {
   return { name: path.split('/').pop() ?? '', kind, size, mode: 0o644, mtime_ms: 0 };
 }
@@ -309,6 +321,7 @@ export class FakeServices {
       depth: ancestors.length,
       ancestors,
       dependents: this.dependents(tag),
+      memory: fakeMemory(s.parent, ancestors.length),
     };
   }
 
