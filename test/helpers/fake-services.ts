@@ -127,6 +127,7 @@ function snapshotRecord(tag: string, over: Partial<SnapshotT> = {}): SnapshotT {
     depth: 0,
     ancestors: [],
     dependents: [],
+    memory: fakeMemory(over.parent ?? null, over.parent ? 1 : 0),
     ...over,
   };
 }
