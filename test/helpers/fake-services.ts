@@ -127,7 +127,20 @@ function snapshotRecord(tag: string, over: Partial<SnapshotT> = {}): SnapshotT {
     depth: 0,
     ancestors: [],
     dependents: [],
+    memory: fakeMemory(over.parent ?? null, over.parent ? 1 : 0),
     ...over,
+  };
+}
+
+/** A branch's memory is a diff over its parent's, as the real services store it. */
+function fakeMemory(parent: string | null, depth: number): NonNullable<SnapshotT['memory']> {
+  return {
+    kind: parent ? 'diff' : 'full',
+    parent,
+    logical_bytes: 256 * MiB,
+    stored_bytes: parent ? 6 * MiB : 61 * MiB,
+    materialized_bytes: 0,
+    depth: parent ? depth : 0,
   };
 }
 
@@ -309,6 +322,7 @@ export class FakeServices {
       depth: ancestors.length,
       ancestors,
       dependents: this.dependents(tag),
+      memory: fakeMemory(s.parent, ancestors.length),
     };
   }
 

@@ -42,6 +42,7 @@ export type {
   SandboxState,
   SnapshotFileInfo,
   SnapshotInfo,
+  SnapshotMemoryInfo,
   SnapshotState,
   VerifyReport,
   VersionInfo,
