@@ -137,6 +137,8 @@ export class BranchManager implements BranchService {
       cpus: source.info.cpus,
       created_at: new Date().toISOString(),
       labels: req.labels ?? {},
+      network: source.vm.spec.net ? 'nat' : 'none',
+      ...(source.info.network ? { egress: source.info.network.egress } : {}),
     };
   }
 

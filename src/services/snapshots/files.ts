@@ -12,6 +12,8 @@ import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import { checkName } from '../checks.js';
+import type { Egress } from '../network/policy.js';
+import type { NetworkMode } from '../network/service.js';
 
 /** Bumped only when an older forkd could not restore the new layout. */
 export const SNAPSHOT_FORMAT_VERSION = 1;
@@ -44,6 +46,10 @@ export interface SnapshotManifest {
   created_at: string;
   labels: Record<string, string>;
   files: Record<SnapshotFileRole, FileEntry>;
+  /** Whether its VM has a NIC (forks must match: the NIC is in the device state); absent: none. */
+  network?: NetworkMode;
+  /** The egress policy its forks inherit. */
+  egress?: Egress;
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */
