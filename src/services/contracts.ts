@@ -188,6 +188,8 @@ export interface NetworkApi {
   patch(id: string, egress: EgressPolicyT): Promise<SandboxNetworkT>;
   publish(id: string, port: number, hostPort?: number): Promise<PublishedPortT>;
   unpublish(id: string, port: number): Promise<void>;
+  /** Denials so far per running sandbox, for /metrics. */
+  deniedCounts(): Promise<Record<string, number>>;
   /** Where the daemon connects to reach a guest port (the HTTP route through the daemon). */
   reach(id: string, port: number): Promise<{ host: string; port: number }>;
 }

@@ -33,11 +33,11 @@ const HOP_BY_HOP = new Set([
   'trailer',
   'authorization',
 ]);
-const PROXY_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
+const PROXY_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+/** The rest of the path (`*`) is the guest's; the schema names the two parameters it checks. */
 const ProxyParams = Type.Object({
   id: SandboxParams.properties.id,
   port: PortParams.properties.port,
-  '*': Type.String(),
 });
 
 /** A port from the path (the schema checked its digits). */

@@ -112,6 +112,12 @@ async function wire(ns: Netns): Promise<void> {
   ]);
 }
 
+/** Whether any process runs in the namespace (an adopted sandbox's QEMU). */
+export async function netnsInUse(ns: Netns): Promise<boolean> {
+  const { stdout } = await run('ip', ['netns', 'pids', ns.name]).catch(() => ({ stdout: '' }));
+  return stdout.trim() !== '';
+}
+
 /** Delete a namespace (its veth, rules and conntrack go with it). Idempotent. */
 export async function deleteNetns(ns: Netns): Promise<void> {
   await run('ip', ['link', 'del', ns.veth]).catch(() => undefined);

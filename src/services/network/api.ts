@@ -35,6 +35,10 @@ export class SandboxNetworks implements NetworkApi {
     await this.network.unpublish(id, port);
   }
 
+  deniedCounts(): Promise<Record<string, number>> {
+    return this.network.deniedCounts();
+  }
+
   async reach(id: string, port: number) {
     const { vm } = await this.sandboxes.lease(id);
     return this.network.reach(id, vm, port);

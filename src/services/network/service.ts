@@ -20,6 +20,7 @@ import {
   createNetns,
   deleteNetns,
   listNetns,
+  netnsInUse,
   netnsOf,
   type Netns,
 } from '../../drivers/net/netns.js';
@@ -115,15 +116,17 @@ export class NetworkService {
   }
 
   /**
-   * Install the host table, delete namespaces no running sandbox holds (a crashed daemon's
-   * leftovers: `keep` lists the indexes adopted sandboxes use) and fill the pool.
+   * Install the host table, delete the namespaces no process runs in (an earlier daemon's
+   * pool, or sandboxes that ended while no daemon ran) and fill the pool. A namespace an
+   * adopted sandbox's QEMU still runs in is kept.
    */
-  async start(keep: Set<number> = new Set()): Promise<void> {
+  async start(): Promise<void> {
     this.isolation = (await NetworkService.detect()).isolation;
     if (this.isolation !== 'netns') return;
     this.forwarding = await installHostTable();
     for (const index of await listNetns()) {
-      if (!keep.has(index)) await deleteNetns(netnsByIndex(index));
+      const ns = netnsOf(index);
+      if (!(await netnsInUse(ns))) await deleteNetns(ns);
     }
     this.refill();
   }
@@ -134,9 +137,13 @@ export class NetworkService {
 
   /**
    * The NIC of a sandbox about to start (undefined for `none`): as root a namespace of its
-   * own that lets nothing out until {@link enforce} installs its policy.
+   * own with `egress` in force (nothing out unless given), until {@link enforce} changes it.
    */
-  async lease(id: string, mode: NetworkMode): Promise<VmNet | undefined> {
+  async lease(
+    id: string,
+    mode: NetworkMode,
+    egress: Egress = NO_EGRESS,
+  ): Promise<VmNet | undefined> {
     if (mode === 'none') {
       this.sandboxes.set(id, { mode, egress: NO_EGRESS, dnsDenied: 0, ports: new PortForwards() });
       return undefined;
@@ -152,10 +159,10 @@ export class NetworkService {
     }
     const ns = this.pool.shift() ?? (await createNetns(this.taken()));
     this.refill();
-    const a: Attached = { mode, egress: NO_EGRESS, ns, dnsDenied: 0, ports: new PortForwards() };
+    const a: Attached = { mode, egress, ns, dnsDenied: 0, ports: new PortForwards() };
     this.sandboxes.set(id, a);
     try {
-      await applyPolicy(ns, egressRules(NO_EGRESS, hostAddresses()));
+      await applyPolicy(ns, egressRules(egress, hostAddresses()));
       a.dns = await DnsListener.listen({ host: ns.hostIp, port: DNS_PORT }, (m, q) =>
         this.answer(id, m, q),
       );
@@ -170,7 +177,10 @@ export class NetworkService {
   async enforce(id: string, inherited: Egress, override?: EgressInput): Promise<Egress> {
     const a = this.attached(id);
     const egress = mergeEgress(inherited, override);
-    if (a.ns) await applyPolicy(a.ns, egressRules(egress, hostAddresses()));
+    // A pool member leased with its snapshot's policy needs no second nft run on the fork path.
+    if (a.ns && !sameEgress(a.egress, egress)) {
+      await applyPolicy(a.ns, egressRules(egress, hostAddresses()));
+    }
     a.egress = egress;
     return egress;
   }
@@ -337,10 +347,6 @@ export class NetworkService {
   }
 }
 
-function netnsByIndex(index: number): Netns {
-  return netnsOf(index);
-}
-
 /** Every IPv4 address of the host (always denied to sandboxes). */
 function hostAddresses(): string[] {
   return Object.values(networkInterfaces())
@@ -348,4 +354,8 @@ function hostAddresses(): string[] {
     .filter((i) => i && i.family === 'IPv4')
     .map((i) => (i as { address: string }).address)
     .filter((a) => !a.startsWith('127.') && !a.startsWith('10.231.'));
+}
+
+function sameEgress(a: Egress, b: Egress): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
 }

@@ -50,7 +50,7 @@ import {
 import { silentLog, type ServiceLog } from './log.js';
 import { reconcile, type ReconcileReport } from './reconcile.js';
 import type { NetworkService } from '../network/service.js';
-import { OPEN_EGRESS } from '../network/policy.js';
+import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
 
 export interface SandboxServiceOptions {
   paths: Paths;
@@ -262,8 +262,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
   ): Promise<Sandbox> {
     const network = this.opts.network;
     const id = starting.id;
-    const vmNet = network ? await network.lease(id, net.mode) : undefined;
-    if (network && net.mode === 'nat') await network.enforce(id, OPEN_EGRESS, net.egress);
+    const egress = mergeEgress(OPEN_EGRESS, net.egress);
+    const vmNet = network ? await network.lease(id, net.mode, egress) : undefined;
     return bootSandbox(this.opts.paths, {
       id,
       image: starting.image as string,

@@ -14,7 +14,7 @@ import { ForkdError } from '../../errors.js';
 import { locateGuest } from '../guest.js';
 import { DEFAULT_IMAGE } from '../images/index.js';
 import { bootSandbox, destroySandbox, newSandboxId, type Sandbox } from '../sandboxes/sandbox.js';
-import { OPEN_EGRESS, type Egress } from '../network/policy.js';
+import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import type { NetworkService } from '../network/service.js';
 import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
 
@@ -42,10 +42,9 @@ export async function createSnapshot(
   const mode = ctx.network ? (req.network ?? 'nat') : 'none';
   try {
     ctx.onProgress(`booting a parent from image ${image} (network ${mode})`);
-    const net = await ctx.network?.lease(id, mode);
-    let egress: Egress | undefined;
-    if (ctx.network && mode === 'nat')
-      egress = await ctx.network.enforce(id, OPEN_EGRESS, req.egress);
+    const egress: Egress | undefined =
+      ctx.network && mode === 'nat' ? mergeEgress(OPEN_EGRESS, req.egress) : undefined;
+    const net = await ctx.network?.lease(id, mode, egress);
     sb = await bootSandbox(ctx.paths, {
       id,
       net,

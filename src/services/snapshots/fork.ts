@@ -161,7 +161,7 @@ export async function leaseNet(
   id: string,
 ): Promise<VmNet | undefined> {
   if (!network) return networkOf(m) === 'nat' ? { restrict: true } : undefined;
-  return network.lease(id, networkOf(m));
+  return network.lease(id, networkOf(m), m.egress ?? OPEN_EGRESS);
 }
 
 /** A fork may restate its snapshot's network mode but not change it. */
