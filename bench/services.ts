@@ -3,13 +3,13 @@
  * and branch benchmarks measure without HTTP in the way.
  */
 import { Store } from '../src/store/db.js';
-import { buildServices } from '../src/services/index.js';
+import { buildServices, type ServiceOptions } from '../src/services/index.js';
 import { makeBenchHome } from './home.js';
 
 export const caller = { principal: 'bench' };
 
 /** Start the store and the services on a temp home linking `images`. */
-export async function startBenchServices(images: string[]) {
+export async function startBenchServices(images: string[], extra: Partial<ServiceOptions> = {}) {
   const home = await makeBenchHome(images);
   const p = home.paths;
   try {
@@ -20,6 +20,7 @@ export async function startBenchServices(images: string[]) {
       maxBooting: 8,
       maxCreating: 4,
       qemuVersion: async () => 'bench',
+      ...extra,
     });
     await set.start();
     const close = async () => {

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-tools make gcc
   cpio xz-utils zstd kmod iproute2 util-linux ca-certificates
+  # guest networking: the egress policy is nftables rules in each sandbox's namespace
+  nftables
   # the Python SDK's type check and wheel build (packages/python)
   mypy python3-build python3-setuptools python3-wheel)
 

@@ -4,6 +4,7 @@
 #include "env.h"
 #include "handlers.h"
 #include "msg.h"
+#include "net.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +30,7 @@ struct config {
 	size_t entropy_len;
 	const char *hostname;
 	const struct json *env;
+	struct net_config net;
 };
 
 static bool read_env(const struct request *rq, const struct json **out)
@@ -57,8 +59,15 @@ static bool read_config(const struct request *rq, struct config *c)
 {
 	*c = (struct config){.time_ms = -1};
 	if (!req_uint(rq, "time_ms", false, INT64_MAX, &c->time_ms) ||
-	    !req_string(rq, "hostname", false, &c->hostname) || !read_env(rq, &c->env))
+	    !req_string(rq, "hostname", false, &c->hostname) || !read_env(rq, &c->env) ||
+	    !req_string(rq, "net_address", false, &c->net.address) ||
+	    !req_string(rq, "net_gateway", false, &c->net.gateway) ||
+	    !req_string(rq, "net_dns", false, &c->net.dns))
 		return false;
+	if (c->net.address && (!c->net.gateway || !c->net.dns)) {
+		reply_error(rq->id, "bad_request", "configure: \"net_address\" needs \"net_gateway\" and \"net_dns\"");
+		return false;
+	}
 	if (c->hostname && strlen(c->hostname) > 64) {
 		reply_error(rq->id, "bad_request", "configure: \"hostname\" is longer than 64 bytes");
 		return false;
@@ -118,12 +127,19 @@ static bool apply_env(const struct json *env)
 	return true;
 }
 
+/* --listen runs on a developer's host: its network is not ours to change. */
+static int configure_net(const struct net_config *n, const char **what)
+{
+	return agent_mode == MODE_LISTEN ? 0 : net_configure(n, what);
+}
+
 void handle_configure(const struct request *rq)
 {
 	struct config c;
 	if (!req_need_id(rq) || !read_config(rq, &c))
 		return;
 	int err;
+	const char *what = "";
 	if (c.time_ms >= 0 && (err = set_clock(c.time_ms)))
 		reply_errno(rq->id, err, "configure: set the clock");
 	else if (c.entropy && (err = add_entropy(c.entropy, c.entropy_len)))
@@ -132,6 +148,8 @@ void handle_configure(const struct request *rq)
 		reply_errno(rq->id, errno, "configure: set the hostname");
 	else if (c.env && !apply_env(c.env))
 		reply_errno(rq->id, ENOMEM, "configure: env");
+	else if (c.net.address && (err = configure_net(&c.net, &what)))
+		reply_errno(rq->id, err, "configure: network: %s", what);
 	else
 		reply_ok(rq->id);
 	free(c.entropy);

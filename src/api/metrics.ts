@@ -11,7 +11,7 @@
 import type { FastifyRequest } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import Type from 'typebox';
-import type { HostInfo, Services, SnapshotService } from '../services/contracts.js';
+import type { HostInfo, NetworkApi, Services, SnapshotService } from '../services/contracts.js';
 import { SandboxState, type SnapshotT } from '../contract/schemas.js';
 import type { Api, CountedMetric } from './types.js';
 
@@ -28,6 +28,21 @@ function sandboxGauge(registry: Registry, host: HostInfo): Gauge<'state'> {
       for (const state of new Set([...STATES, ...Object.keys(counts)])) {
         this.set({ state }, counts[state] ?? 0);
       }
+    },
+  });
+}
+
+/** Egress denials per running sandbox (bounded by the sandboxes running; gone ones drop). */
+function deniedGauge(registry: Registry, network: NetworkApi): void {
+  new Gauge({
+    name: 'forkd_sandbox_egress_denied',
+    help: 'Connections and DNS queries a running sandbox was refused, by sandbox',
+    labelNames: ['sandbox'],
+    registers: [registry],
+    async collect() {
+      const counts = await network.deniedCounts().catch(() => ({}));
+      this.reset();
+      for (const [sandbox, n] of Object.entries(counts)) this.set({ sandbox }, n);
     },
   });
 }
@@ -104,11 +119,15 @@ function countedOf(request: FastifyRequest): [CountedMetric, number][] {
 }
 
 /** Adds GET /metrics and the hooks that feed it. */
-export function installMetrics(app: Api, services: Pick<Services, 'host' | 'snapshots'>): void {
+export function installMetrics(
+  app: Api,
+  services: Pick<Services, 'host' | 'snapshots' | 'network'>,
+): void {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   sandboxGauge(registry, services.host);
   poolGauges(registry, services.snapshots);
+  if (services.network) deniedGauge(registry, services.network);
   const m = counters(registry);
   app.decorateRequest('counted', null);
   app.decorateRequest('pauseMs', null);

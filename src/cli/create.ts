@@ -5,6 +5,12 @@ import { SANDBOX, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson } from './output.js';
 import {
+  networkOptions,
+  parseEgress,
+  parseNetworkMode,
+  type NetworkFlags,
+} from './network-flags.js';
+import {
   collect,
   optionalName,
   parseCpus,
@@ -14,7 +20,7 @@ import {
   parseSandboxTimeout,
 } from './parse.js';
 
-interface CreateFlags extends DaemonFlags {
+interface CreateFlags extends DaemonFlags, NetworkFlags {
   image?: string;
   memory?: string;
   cpus?: string;
@@ -25,7 +31,7 @@ interface CreateFlags extends DaemonFlags {
 
 export function register(cmd: Command): void {
   daemonOptions(
-    cmd
+    networkOptions(cmd)
       .option('--image <name>', "image to boot (default: the daemon's)")
       .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
       .option('--cpus <n>', 'virtual CPUs')
@@ -44,6 +50,8 @@ export function register(cmd: Command): void {
         env: parseEnv(flags.env),
         timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
         labels: parseLabels(flags.label),
+        network: parseNetworkMode(flags.network),
+        egress: parseEgress(flags),
       });
       if (flags.json) printJson(toWire(SANDBOX, sandbox.info));
       else process.stdout.write(`${sandbox.id}\n`);

@@ -65,6 +65,7 @@ const BY_CODE: Record<ErrorCode, number> = {
   agent_unreachable: EXIT.failure,
   guest_error: EXIT.failure,
   internal: EXIT.failure,
+  port_unreachable: EXIT.failure,
 };
 
 /**

@@ -9,6 +9,7 @@ import { Snapshot, type ForkResult } from '@forkd/sdk';
 import { SANDBOX, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson } from './output.js';
+import { networkOptions, parseEgress, type NetworkFlags } from './network-flags.js';
 import {
   collect,
   parseCount,
@@ -20,7 +21,7 @@ import {
 } from './parse.js';
 import { LIMITS } from './rules.js';
 
-interface ForkFlags extends DaemonFlags {
+interface ForkFlags extends DaemonFlags, NetworkFlags {
   count: string;
   label: string[];
   env: string[];
@@ -30,7 +31,7 @@ interface ForkFlags extends DaemonFlags {
 
 export function register(cmd: Command): void {
   daemonOptions(
-    cmd
+    networkOptions(cmd, false)
       .argument('<tag>', 'snapshot tag')
       .option('-n, --count <n>', 'how many sandboxes (1-100)', '1')
       .option('--label <k=v>', 'label of every child (repeatable)', collect, [])
@@ -53,6 +54,7 @@ async function fork(tag: string, flags: ForkFlags): Promise<number> {
     envs: parseEnv(flags.env),
     timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
     allOrNothing: flags.allOrNothing,
+    egress: parseEgress(flags),
   });
   if (flags.json) printJson(forkJson(result));
   else report(result, flags.allOrNothing);

@@ -93,6 +93,16 @@ const VERBS: Verb[] = [
     load: () => import('./setup.js'),
   },
   { name: 'version', summary: 'print the forkd version', load: () => import('./version.js') },
+  {
+    name: 'port',
+    summary: 'publish a sandbox port on the host (or list, --remove)',
+    load: () => import('./port.js'),
+  },
+  {
+    name: 'network',
+    summary: "show a sandbox's network, or change its egress policy",
+    load: () => import('./network.js'),
+  },
 ];
 
 /** The verb a command line runs (`forkd help VERB` shows VERB's help, so it needs VERB). */

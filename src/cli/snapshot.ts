@@ -22,10 +22,16 @@ import {
   parseName,
   usage,
 } from './parse.js';
+import {
+  networkOptions,
+  parseEgress,
+  parseNetworkMode,
+  type NetworkFlags,
+} from './network-flags.js';
 import { LIMITS } from './rules.js';
 import { formatLabels, shortTime, snapshotJson, usable, whyUnusable } from './snapshots.js';
 
-interface CreateFlags extends DaemonFlags {
+interface CreateFlags extends DaemonFlags, NetworkFlags {
   image?: string;
   tag?: string;
   memory?: string;
@@ -47,8 +53,7 @@ interface DiffFlags extends DaemonFlags {
 
 export function register(snapshot: Command): void {
   daemonOptions(
-    snapshot
-      .command('create')
+    networkOptions(snapshot.command('create'))
       .description('boot an image, warm it up and capture it as a snapshot')
       .option('--tag <tag>', 'snapshot name: a-z, 0-9, ".", "_", "-"')
       .option('--image <name>', "image to boot (default: the daemon's)")
@@ -147,6 +152,8 @@ function createOptions(flags: CreateFlags) {
       (s) => parseCount(s, '--wait-timeout', LIMITS.waitTimeoutS) * 1000,
     ),
     labels: parseLabels(flags.label),
+    network: parseNetworkMode(flags.network),
+    egress: parseEgress(flags),
   };
 }
 

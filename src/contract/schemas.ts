@@ -84,6 +84,80 @@ export const SandboxState = Type.Union(
   { description: 'starting → running → stopped (killed by request or timeout) | dead (QEMU died)' },
 );
 
+export const NetworkMode = Type.Union([Type.Literal('none'), Type.Literal('nat')], {
+  description: "`nat` (default): a NIC with NAT in the sandbox's own namespace; `none`: no NIC",
+});
+export const EgressEntry = Type.String({
+  minLength: 1,
+  maxLength: 260,
+  description: 'a CIDR, an IPv4 address, a hostname or `*.domain`, each optionally with `:port`',
+});
+export const EgressPolicy = Type.Union(
+  [
+    Type.Literal('none'),
+    Type.Object(
+      {
+        allow_internet: Type.Optional(
+          Type.Boolean({ description: 'public addresses not on a list (default true)' }),
+        ),
+        allow_out: Type.Optional(Type.Array(EgressEntry, { maxItems: 256 })),
+        deny_out: Type.Optional(
+          Type.Array(EgressEntry, { maxItems: 256, description: 'wins over allow_out' }),
+        ),
+      },
+      strict,
+    ),
+  ],
+  {
+    description:
+      'egress policy: `none` (nothing out, DNS refused) or lists; fields not given are inherited',
+  },
+);
+export const Egress = Type.Object({
+  none: Type.Boolean(),
+  allow_internet: Type.Boolean(),
+  allow_out: Type.Array(Type.String()),
+  deny_out: Type.Array(Type.String()),
+});
+export const PublishedPort = Type.Object({
+  port: Type.Integer({ description: 'guest port' }),
+  host_port: Type.Integer(),
+  host: Type.String({ description: 'host address it listens on' }),
+});
+export const SandboxNetwork = Type.Object(
+  {
+    mode: NetworkMode,
+    isolation: Type.Optional(
+      Type.Union([Type.Literal('netns'), Type.Literal('user')], {
+        description: '`netns`: own namespace, policy enforced; `user`: rootless, restrict',
+      }),
+    ),
+    egress: Egress,
+    address: Type.Optional(Type.String({ description: 'guest IPv4 address (same in every fork)' })),
+    denied: Type.Integer({ description: 'connections and DNS queries refused so far' }),
+    ports: Type.Array(PublishedPort),
+  },
+  { $id: 'SandboxNetwork' },
+);
+export const PatchNetwork = Type.Object({ egress: EgressPolicy }, strict);
+export const PublishPort = Type.Object(
+  {
+    port: Type.Integer({ minimum: 1, maximum: 65535, description: 'guest port' }),
+    host_port: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 65535, description: 'default: a free one' }),
+    ),
+  },
+  strict,
+);
+export const PortParams = Type.Object(
+  {
+    id: SandboxId,
+    port: Type.String({ pattern: '^[1-9][0-9]{0,4}$', description: 'guest port, 1–65535' }),
+  },
+  strict,
+);
+export const PortList = Type.Object({ ports: Type.Array(PublishedPort) });
+
 export const Sandbox = Type.Object(
   {
     id: SandboxId,
@@ -104,6 +178,9 @@ export const Sandbox = Type.Object(
         description:
           'why it is stopped or dead; on a running sandbox, why its disk chain is broken and the command that fixes it',
       }),
+    ),
+    network: Type.Optional(
+      Type.Object({ mode: NetworkMode, egress: Egress }, { description: 'while it runs' }),
     ),
   },
   { $id: 'Sandbox' },
@@ -134,6 +211,8 @@ export const CreateSandbox = Type.Object(
     all_or_nothing: Type.Optional(
       Type.Boolean({ description: 'with n: if any child fails, kill the healthy ones too' }),
     ),
+    network: Type.Optional(NetworkMode),
+    egress: Type.Optional(EgressPolicy),
   },
   strict,
 );
@@ -409,6 +488,8 @@ export const CreateSnapshot = Type.Object(
     ),
     wait_timeout_s: Type.Optional(Type.Integer(between(LIMITS.waitTimeoutS))),
     labels: Type.Optional(Labels),
+    network: Type.Optional(NetworkMode),
+    egress: Type.Optional(EgressPolicy),
     stream: Type.Optional(
       Type.Boolean({ description: 'answer with NDJSON progress events, then the snapshot' }),
     ),
@@ -566,4 +647,9 @@ export const SHARED_SCHEMAS: TSchema[] = [
   SnapshotEvent,
   BranchResult,
   Lineage,
+  SandboxNetwork,
 ];
+export type NetworkModeT = Static<typeof NetworkMode>;
+export type EgressPolicyT = Static<typeof EgressPolicy>;
+export type SandboxNetworkT = Static<typeof SandboxNetwork>;
+export type PublishedPortT = Static<typeof PublishedPort>;

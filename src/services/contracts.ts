@@ -9,6 +9,10 @@ import type {
   BranchRequestT,
   BranchResultT,
   CreateSandboxT,
+  EgressPolicyT,
+  PublishedPortT,
+  SandboxNetworkT,
+  NetworkModeT,
   LineageT,
   ExecRequestT,
   ExecResultT,
@@ -79,6 +83,10 @@ export interface ForkRequest {
   env?: Record<string, string>;
   timeout_s?: number;
   all_or_nothing?: boolean;
+  /** Must match the snapshot's (its NIC is part of the device state). */
+  network?: NetworkModeT;
+  /** Merged over the snapshot's policy. */
+  egress?: EgressPolicyT;
 }
 
 /**
@@ -169,4 +177,19 @@ export interface Services {
   images: ImageService;
   audit: AuditLog;
   host: HostInfo;
+  /** Absent when the daemon runs without networking (every sandbox is `none`). */
+  network?: NetworkApi;
+}
+
+/** A running sandbox's network: its policy, its published ports, the daemon's way in. */
+export interface NetworkApi {
+  get(id: string): Promise<SandboxNetworkT>;
+  /** Change the egress policy at run time (merged over the current one). */
+  patch(id: string, egress: EgressPolicyT): Promise<SandboxNetworkT>;
+  publish(id: string, port: number, hostPort?: number): Promise<PublishedPortT>;
+  unpublish(id: string, port: number): Promise<void>;
+  /** Denials so far per running sandbox, for /metrics. */
+  deniedCounts(): Promise<Record<string, number>>;
+  /** Where the daemon connects to reach a guest port (the HTTP route through the daemon). */
+  reach(id: string, port: number): Promise<{ host: string; port: number }>;
 }

@@ -13,6 +13,7 @@ import { QEMU_IMG } from '../drivers/qemu/disk.js';
 import { probeLive } from '../drivers/qemu/live.js';
 import { run } from '../util/exec.js';
 import { locateGuest } from './guest.js';
+import { NetworkService } from './network/service.js';
 import { DEFAULT_IMAGE, getImage, hostBusybox } from './images/index.js';
 
 export type CheckStatus = 'pass' | 'warn' | 'fail';
@@ -64,6 +65,7 @@ const CHECKS: Check[] = [
   { id: 'userfaultfd', run: checkUserfaultfd },
   { id: 'live-branch', run: checkLiveBranch },
   { id: 'netns', run: checkNetns },
+  { id: 'network', run: checkNetwork },
   { id: 'root', run: checkRoot },
 ];
 
@@ -260,6 +262,16 @@ async function checkNetns(): Promise<Outcome> {
       'allow unshare(CLONE_NEWNET) for forkd (CAP_SYS_ADMIN; in a container, drop its seccomp filter)',
     );
   }
+}
+
+/** Which network mode `nat` sandboxes get here: their own namespace with nftables, or user. */
+async function checkNetwork(): Promise<Outcome> {
+  const { isolation, reason } = await NetworkService.detect();
+  if (isolation === 'netns') return pass(`nat mode: ${reason}`);
+  return warn(
+    `nat mode: ${reason}; egress policies are not enforced`,
+    'run the daemon as root with nftables installed (apt-get install nftables)',
+  );
 }
 
 async function checkRoot(): Promise<Outcome> {

@@ -17,6 +17,8 @@ import type { ServiceLog } from './sandboxes/log.js';
 import type { ReconcileReport } from './sandboxes/reconcile.js';
 import { SandboxManager } from './sandboxes/service.js';
 import { SnapshotManager } from './snapshots/service.js';
+import { NetworkService } from './network/service.js';
+import { SandboxNetworks } from './network/api.js';
 
 export interface ServiceOptions {
   paths: Paths;
@@ -33,6 +35,8 @@ export interface ServiceOptions {
   /** QEMU's version as manifests record it (default: asked of the binary, once). */
   qemuVersion?: () => Promise<string>;
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
+  /** Network options (DNS upstream, namespace pool size); `false`: no networking at all. */
+  network?: ConstructorParameters<typeof NetworkService>[0] | false;
 }
 
 export interface ServiceSet {
@@ -40,6 +44,7 @@ export interface ServiceSet {
   snapshots: SnapshotManager;
   branch: BranchManager;
   host: Host;
+  network?: NetworkService;
   /** What the routes are given. */
   services: Services;
   /** Reconcile with the host: re-adopt sandboxes, clean up, repair, refill pools. */
@@ -53,7 +58,25 @@ export interface ServiceSet {
 export function buildServices(opts: ServiceOptions): ServiceSet {
   const logOf = (component: string) => opts.log?.child?.({ component }) ?? opts.log;
   const { paths, store } = opts;
-  const sandboxes = new SandboxManager({ ...opts, log: logOf('sandboxes') });
+  const network =
+    opts.network === false
+      ? undefined
+      : new NetworkService({
+          log: logOf('network'),
+          onDenied: (sandbox, what) =>
+            store.audit.record({
+              at: new Date().toISOString(),
+              principal: 'sandbox',
+              method: 'EGRESS',
+              route: what,
+              target: sandbox,
+              status: 403,
+              code: 'egress_denied',
+              duration_ms: 0,
+            }),
+          ...(opts.network || {}),
+        });
+  const sandboxes = new SandboxManager({ ...opts, network, log: logOf('sandboxes') });
   const host = new Host(() => sandboxes.counts());
   const qemuVersion = opts.qemuVersion ?? (() => host.qemuVersion());
   const snapshots = new SnapshotManager({
@@ -63,6 +86,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     qemuVersion,
     log: logOf('snapshots'),
     maxCreating: opts.maxCreating,
+    network,
   });
   const branch = new BranchManager({
     paths,
@@ -81,14 +105,17 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     images: new ImageStore(paths),
     audit: store.audit,
     host,
+    ...(network ? { network: new SandboxNetworks(network, sandboxes) } : {}),
   };
   return {
     sandboxes,
     snapshots,
     branch,
     host,
+    network,
     services,
     start: async () => {
+      await network?.start();
       const recovered = await sandboxes.start();
       await snapshots.start();
       await branch.start();
@@ -98,11 +125,13 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       await snapshots.background; // a memory compaction under way finishes first
       await snapshots.pool.close(); // pool VMs are not sandboxes: they are not kept
       sandboxes.detach();
+      await network?.detach();
     },
     close: async () => {
       await snapshots.background;
       await snapshots.pool.close();
       await sandboxes.killAll();
+      await network?.close();
     },
   };
 }

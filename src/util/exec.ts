@@ -14,10 +14,17 @@ export interface RunResult {
 export function run(
   file: string,
   args: string[],
-  opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number; maxBuffer?: number } = {},
+  opts: {
+    cwd?: string;
+    env?: NodeJS.ProcessEnv;
+    timeoutMs?: number;
+    maxBuffer?: number;
+    /** Written to the tool's stdin (e.g. an `nft -f -` script). */
+    input?: string;
+  } = {},
 ): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    execFile(
+    const child = execFile(
       file,
       args,
       {
@@ -32,6 +39,7 @@ export function run(
         reject(toolError(file, args, err as NodeJS.ErrnoException, stderr));
       },
     );
+    if (opts.input !== undefined) child.stdin?.end(opts.input);
   });
 }
 

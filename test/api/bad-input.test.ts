@@ -277,6 +277,8 @@ function outOfRange(r: RouteRequest): BadCase[] {
 }
 
 function casesFor(r: RouteRequest): BadCase[] {
+  // The route to a guest port passes its query and body through: only its segments are ours.
+  if (r.route.endsWith('/*')) return badSegments(r);
   return [
     ...badSegments(r),
     ...badQueries(r),
@@ -300,7 +302,7 @@ after(async () => {
 });
 
 test('every route of the contract is in the table', () => {
-  assert.equal(validRequests().length, 31);
+  assert.equal(validRequests().length, 41);
 });
 
 for (const r of validRequests()) {

@@ -28,7 +28,7 @@ before(async () => {
 after(() => app.close());
 
 /** `/v1/sandboxes/:id` → `/v1/sandboxes/{id}`. */
-const openapiPath = (url: string) => url.replace(/:(\w+)/g, '{$1}');
+const openapiPath = (url: string) => url.replace(/:(\w+)/g, '{$1}').replace(/\/\*$/, '/{*}');
 
 const key = (method: string, url: string) => `${method.toUpperCase()} ${openapiPath(url)}`;
 

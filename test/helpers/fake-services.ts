@@ -6,6 +6,8 @@
  * request never reached a service. `failWith` makes one method throw. `validRequests` is one good request per
  * route against the seeded state: the route table the bad-input and auth tests walk.
  */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import type { InjectOptions } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -17,6 +19,7 @@ import type {
   ExecStream,
   ForkOutcome,
   ImageService,
+  NetworkApi,
   SandboxService,
   Services,
   SnapshotService,
@@ -216,6 +219,41 @@ export class FakeServices {
         accel: async () => 'tcg',
         sandboxCounts: () => this.counts(),
       },
+      network: this.recorded('network', this.networkService()),
+    };
+  }
+
+  private guestServer: Promise<number> | undefined;
+
+  /** A stand-in for a guest's HTTP server (the daemon route's target), made on first use. */
+  private guestPort(): Promise<number> {
+    this.guestServer ??= new Promise((resolve) => {
+      const server: Server = createServer((req, res) => res.end(`guest ${req.method} ${req.url}`));
+      server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
+      server.unref();
+    });
+    return this.guestServer;
+  }
+
+  private networkService(): NetworkApi {
+    const state = () => ({
+      mode: 'nat' as const,
+      isolation: 'netns' as const,
+      address: '10.0.2.15',
+      egress: { none: false, allow_internet: true, allow_out: [], deny_out: [] },
+      denied: 0,
+      ports: [],
+    });
+    return {
+      get: async (id) => (this.sandbox(id), state()),
+      patch: async (id) => (this.sandbox(id), state()),
+      publish: async (id, port, hostPort) => (
+        this.sandbox(id),
+        { port, host_port: hostPort ?? 40000, host: '127.0.0.1' }
+      ),
+      unpublish: async (id) => void this.sandbox(id),
+      deniedCounts: async () => ({}),
+      reach: async (id) => (this.sandbox(id), { host: '127.0.0.1', port: await this.guestPort() }),
     };
   }
 
@@ -794,6 +832,34 @@ export function validRequests(): RouteRequest[] {
       status: 204,
     },
     { method: 'GET', route: '/v1/sandboxes/:id/logs', url: `${S}/logs`, status: 200 },
+    { method: 'GET', route: '/v1/sandboxes/:id/network', url: `${S}/network`, status: 200 },
+    {
+      method: 'PATCH',
+      route: '/v1/sandboxes/:id/network',
+      url: `${S}/network`,
+      body: { egress: { allow_out: ['pypi.org'] } },
+      status: 200,
+    },
+    { method: 'GET', route: '/v1/sandboxes/:id/ports', url: `${S}/ports`, status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/ports',
+      url: `${S}/ports`,
+      body: { port: 8080 },
+      status: 201,
+    },
+    {
+      method: 'DELETE',
+      route: '/v1/sandboxes/:id/ports/:port',
+      url: `${S}/ports/8080`,
+      status: 204,
+    },
+    ...(['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const).map((method) => ({
+      method,
+      route: '/v1/sandboxes/:id/ports/:port/*',
+      url: `${S}/ports/8080/index.html`,
+      status: 200,
+    })),
     { method: 'GET', route: '/v1/images', url: '/v1/images', status: 200 },
     {
       method: 'POST',

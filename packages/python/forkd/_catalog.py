@@ -112,6 +112,10 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
     "guest_error": CatalogEntry(500, "The guest agent reported an error."),
     "timeout": CatalogEntry(504, "The operation did not finish in time."),
     "internal": CatalogEntry(500, "An unexpected failure inside forkd."),
+    "port_unreachable": CatalogEntry(
+        502,
+        "Nothing in the sandbox answered on that port (no server listens there).",
+    ),
 }
 
 
@@ -419,6 +423,16 @@ class InternalError(ForkdError):
     status = 500
 
 
+class PortUnreachableError(ForkdError):
+    """Nothing in the sandbox answered on that port (no server listens there).
+
+    Code ``port_unreachable``, HTTP 502.
+    """
+
+    code = "port_unreachable"
+    status = 502
+
+
 #: The exception class of every code.
 ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "bad_request": BadRequestError,
@@ -451,6 +465,7 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "guest_error": GuestErrorError,
     "timeout": TimeoutError,
     "internal": InternalError,
+    "port_unreachable": PortUnreachableError,
 }
 
 __all__ = [
@@ -486,4 +501,5 @@ __all__ = [
     "GuestErrorError",
     "TimeoutError",
     "InternalError",
+    "PortUnreachableError",
 ]

@@ -81,6 +81,10 @@ export const ERROR_CATALOG = {
   guest_error: { status: 500, meaning: 'The guest agent reported an error.' },
   timeout: { status: 504, meaning: 'The operation did not finish in time.' },
   internal: { status: 500, meaning: 'An unexpected failure inside forkd.' },
+  port_unreachable: {
+    status: 502,
+    meaning: 'Nothing in the sandbox answered on that port (no server listens there).',
+  },
 } as const;
 
 /**
@@ -306,6 +310,7 @@ export const {
   GuestErrorError,
   TimeoutError,
   InternalError,
+  PortUnreachableError,
 } = byName;
 
 /**

@@ -46,5 +46,10 @@ export type {
   SnapshotState,
   VerifyReport,
   VersionInfo,
+  NetworkMode,
+  EgressPolicy,
+  Egress,
+  PublishedPort,
+  SandboxNetwork,
 } from './types.js';
 export { VERSION } from './version.js';

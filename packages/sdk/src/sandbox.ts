@@ -8,8 +8,24 @@ import { Commands } from './commands.js';
 import { Forkd, type CallOptions } from './client.js';
 import type { ClientConfig } from './config.js';
 import { Files } from './files.js';
-import type { SandboxInfo, SandboxState } from './types.js';
-import { compact, fromWire, SANDBOX, toSeconds, type CreateSandboxBody } from './wire.js';
+import type {
+  EgressPolicy,
+  NetworkMode,
+  PublishedPort,
+  SandboxInfo,
+  SandboxNetwork,
+  SandboxState,
+} from './types.js';
+import {
+  compact,
+  egressToWire,
+  fromWire,
+  networkFromWire,
+  PUBLISHED_PORT,
+  sandboxFromWire,
+  toSeconds,
+  type CreateSandboxBody,
+} from './wire.js';
 
 /**
  * Options of the static calls: where the daemon is, and a signal.
@@ -39,6 +55,10 @@ export interface SandboxCreateOptions extends SandboxOptions {
   /** Kill it after this long (the daemon counts whole seconds; rounded up). */
   timeoutMs?: number;
   labels?: Record<string, string>;
+  /** `nat` (default): a NIC; `none`: no NIC. A fork takes its snapshot's. */
+  network?: NetworkMode;
+  /** Egress policy (default: internet on, host and private ranges off). */
+  egress?: EgressPolicy;
 }
 
 /**
@@ -65,7 +85,7 @@ let wrap: (client: Forkd, info: SandboxInfo) => Sandbox;
  * SDK's own modules: not exported from the package.
  *
  * @example
- * const children = result.sandboxes.map((s) => sandboxOf(client, fromWire(SANDBOX, s)));
+ * const children = result.sandboxes.map((s) => sandboxOf(client, sandboxFromWire(s)));
  */
 export function sandboxOf(client: Forkd, info: SandboxInfo): Sandbox {
   return wrap(client, info);
@@ -144,6 +164,8 @@ export class Sandbox {
       env: opts.env,
       timeout_s: opts.timeoutMs === undefined ? undefined : toSeconds(opts.timeoutMs),
       labels: opts.labels,
+      network: opts.network,
+      egress: egressToWire(opts.egress),
     });
     const wire = await client.transport.json({
       method: 'POST',
@@ -151,7 +173,7 @@ export class Sandbox {
       json: body,
       signal: opts.signal,
     });
-    return new Sandbox(client, fromWire(SANDBOX, wire));
+    return new Sandbox(client, sandboxFromWire(wire));
   }
 
   /**
@@ -178,7 +200,7 @@ export class Sandbox {
       query: { state: opts.state, label: opts.label },
       signal: opts.signal,
     });
-    return wire.sandboxes.map((s) => fromWire(SANDBOX, s));
+    return wire.sandboxes.map((s) => sandboxFromWire(s));
   }
 
   /**
@@ -290,6 +312,82 @@ export class Sandbox {
    * @example
    * { await using sbx = await Sandbox.create(); await sbx.commands.run('true'); } // killed here
    */
+  /**
+   * Its network: mode, egress policy, denials counted so far, published ports.
+   *
+   * @example
+   * const { denied } = await sbx.network();
+   */
+  async network(opts: CallOptions = {}): Promise<SandboxNetwork> {
+    const wire = await this.client.transport.json({
+      method: 'GET',
+      path: `${sandboxPath(this.id)}/network`,
+      signal: opts.signal,
+    });
+    return networkFromWire(wire);
+  }
+
+  /**
+   * Change its egress policy while it runs (fields left out are kept); new connections
+   * follow it at once.
+   *
+   * @example
+   * await sbx.setEgress('none'); // offline from now on
+   */
+  async setEgress(egress: EgressPolicy, opts: CallOptions = {}): Promise<SandboxNetwork> {
+    const wire = await this.client.transport.json({
+      method: 'PATCH',
+      path: `${sandboxPath(this.id)}/network`,
+      json: { egress: egressToWire(egress) },
+      signal: opts.signal,
+    });
+    return networkFromWire(wire);
+  }
+
+  /**
+   * Publish a guest port on the host's loopback (`hostPort`: a fixed one; default a free one).
+   *
+   * @example
+   * const { hostPort } = await sbx.publishPort(8080);
+   */
+  async publishPort(
+    port: number,
+    opts: CallOptions & { hostPort?: number } = {},
+  ): Promise<PublishedPort> {
+    const wire = await this.client.transport.json({
+      method: 'POST',
+      path: `${sandboxPath(this.id)}/ports`,
+      json: compact({ port, host_port: opts.hostPort }),
+      signal: opts.signal,
+    });
+    return fromWire(PUBLISHED_PORT, wire);
+  }
+
+  /**
+   * `host:port` on the host where a guest port answers (published on first use).
+   *
+   * @example
+   * const res = await fetch(`http://${await sbx.getHost(8080)}/`);
+   */
+  async getHost(port: number, opts: CallOptions = {}): Promise<string> {
+    const p = await this.publishPort(port, opts);
+    return `${p.host}:${p.hostPort}`;
+  }
+
+  /**
+   * Stop publishing a guest port.
+   *
+   * @example
+   * await sbx.unpublishPort(8080);
+   */
+  async unpublishPort(port: number, opts: CallOptions = {}): Promise<void> {
+    await this.client.transport.bytes({
+      method: 'DELETE',
+      path: `${sandboxPath(this.id)}/ports/${port}`,
+      signal: opts.signal,
+    });
+  }
+
   async [Symbol.asyncDispose](): Promise<void> {
     await this.kill().catch((e: unknown) => {
       if ((e as { code?: string }).code !== 'sandbox_not_found') throw e;
@@ -305,7 +403,7 @@ async function getInfo(client: Forkd, id: string, opts: CallOptions): Promise<Sa
     path: sandboxPath(id),
     signal: opts.signal,
   });
-  return fromWire(SANDBOX, wire);
+  return sandboxFromWire(wire);
 }
 
 async function deleteSandbox(client: Forkd, id: string, opts: CallOptions): Promise<void> {
@@ -324,7 +422,7 @@ async function patchTimeout(
     json: { timeout_s: toSeconds(timeoutMs) },
     signal: opts.signal,
   });
-  return fromWire(SANDBOX, wire);
+  return sandboxFromWire(wire);
 }
 
 async function consoleLog(client: Forkd, id: string, opts: CallOptions): Promise<string> {

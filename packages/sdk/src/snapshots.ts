@@ -9,12 +9,13 @@ import { Forkd, type CallOptions } from './client.js';
 import { errorFromResponse, InternalError, type ForkdError } from './errors.js';
 import { ndjson } from './ndjson.js';
 import { sandboxOf, type Sandbox, type SandboxOptions } from './sandbox.js';
-import type { PoolInfo, SnapshotInfo, VerifyReport } from './types.js';
+import type { EgressPolicy, NetworkMode, PoolInfo, SnapshotInfo, VerifyReport } from './types.js';
 import {
   compact,
+  egressToWire,
   fromWire,
   poolFromWire,
-  SANDBOX,
+  sandboxFromWire,
   snapshotFromWire,
   toSeconds,
   VERIFY_PROBLEM,
@@ -56,6 +57,10 @@ export interface SnapshotCreateOptions extends SandboxOptions {
   /** How long `waitFor` / `waitPort` may take (rounded up to whole seconds). */
   waitTimeoutMs?: number;
   labels?: Record<string, string>;
+  /** The parent's (and so its forks') NIC: `nat` (default) or `none`. */
+  network?: NetworkMode;
+  /** The policy its forks inherit. */
+  egress?: EgressPolicy;
   /** Progress messages as the daemon reports them (the create then streams). */
   onProgress?(message: string): void;
 }
@@ -76,6 +81,8 @@ export interface ForkOptions extends CallOptions {
   timeoutMs?: number;
   /** If any child fails, the daemon kills the healthy ones too. */
   allOrNothing?: boolean;
+  /** Merged over the snapshot's policy: e.g. `'none'` for offline children. */
+  egress?: EgressPolicy;
 }
 
 /**
@@ -134,6 +141,8 @@ function createBody(opts: SnapshotCreateOptions): CreateSnapshotBody {
     wait_port: opts.waitPort,
     wait_timeout_s: opts.waitTimeoutMs === undefined ? undefined : toSeconds(opts.waitTimeoutMs),
     labels: opts.labels,
+    network: opts.network,
+    egress: egressToWire(opts.egress),
   });
 }
 
@@ -151,7 +160,7 @@ function typedError(error: WireError): ForkdError {
  */
 export function forkResultOf(client: Forkd, wire: ForkResultWire): ForkResult {
   return {
-    sandboxes: wire.sandboxes.map((s) => sandboxOf(client, fromWire(SANDBOX, s))),
+    sandboxes: wire.sandboxes.map((s) => sandboxOf(client, sandboxFromWire(s))),
     failed: wire.failed.map(({ index, error }) => ({ index, error: typedError(error) })),
   };
 }
@@ -323,6 +332,7 @@ export class Snapshot {
       env: opts.envs,
       timeout_s: opts.timeoutMs === undefined ? undefined : toSeconds(opts.timeoutMs),
       all_or_nothing: opts.allOrNothing,
+      egress: egressToWire(opts.egress),
     });
     const wire = await this.client.transport.json<ForkResultWire>({
       method: 'POST',

@@ -39,6 +39,8 @@ export interface SandboxInfo {
   expiresAt: string | null;
   /** Host pid of its VMM. */
   pid: number | null;
+  /** Its network while it runs: mode and egress policy (see {@link SandboxNetwork}). */
+  network?: { mode: NetworkMode; egress: Egress };
   /** Why it is stopped or dead. */
   reason?: string;
 }
@@ -257,4 +259,68 @@ export interface VersionInfo {
   api: 'v1';
   qemu: string;
   accel: 'kvm' | 'tcg';
+}
+
+/**
+ * A sandbox's network mode: `nat` (a NIC, NAT in its own namespace) or `none` (no NIC).
+ *
+ * @example
+ * const offline: NetworkMode = 'none';
+ */
+export type NetworkMode = 'none' | 'nat';
+
+/**
+ * An egress policy to set: `'none'` (nothing out, DNS refused) or lists of CIDRs, IPv4
+ * addresses, hostnames or `*.domain`, each optionally with `:port`. Fields left out are
+ * inherited (from the snapshot on a fork, from the current policy on an update).
+ *
+ * @example
+ * const policy: EgressPolicy = { allowInternet: false, allowOut: ['pypi.org', '*.pythonhosted.org'] };
+ */
+export type EgressPolicy =
+  'none' | { allowInternet?: boolean; allowOut?: string[]; denyOut?: string[] };
+
+/**
+ * The egress policy a sandbox has now.
+ *
+ * @example
+ * if ((await sbx.network()).egress.none) console.log('offline');
+ */
+export interface Egress {
+  none: boolean;
+  allowInternet: boolean;
+  allowOut: string[];
+  denyOut: string[];
+}
+
+/**
+ * A guest port published on the host.
+ *
+ * @example
+ * const { host, hostPort } = await sbx.publishPort(8080);
+ */
+export interface PublishedPort {
+  /** The guest port. */
+  port: number;
+  hostPort: number;
+  /** The host address it listens on (loopback). */
+  host: string;
+}
+
+/**
+ * A sandbox's network (wire object `SandboxNetwork`).
+ *
+ * @example
+ * const { mode, denied, ports } = await sbx.network();
+ */
+export interface SandboxNetwork {
+  mode: NetworkMode;
+  /** `netns`: its own namespace, policy enforced; `user`: rootless user networking. */
+  isolation?: 'netns' | 'user';
+  egress: Egress;
+  /** The guest's IPv4 address (the same in every fork). */
+  address?: string;
+  /** Connections and DNS queries refused so far. */
+  denied: number;
+  ports: PublishedPort[];
 }

@@ -7,7 +7,12 @@
 import type { BranchResult } from './branch.js';
 import type {
   CommandResult,
+  Egress,
+  EgressPolicy,
   EntryInfo,
+  NetworkMode,
+  PublishedPort,
+  SandboxNetwork,
   ImageInfo,
   LineageNode,
   PoolInfo,
@@ -41,6 +46,7 @@ export const SANDBOX: WireNames<SandboxInfo> = {
   expiresAt: 'expires_at',
   pid: 'pid',
   reason: 'reason',
+  network: 'network',
 };
 
 /** `ExecResult` in schemas.ts (stdout/stderr are base64 on the wire). */
@@ -239,6 +245,8 @@ export interface CreateSandboxBody {
   snapshot?: string;
   n?: number;
   all_or_nothing?: boolean;
+  network?: NetworkMode;
+  egress?: unknown;
 }
 
 /** `CreateSnapshot`. */
@@ -254,6 +262,8 @@ export interface CreateSnapshotBody {
   wait_port?: number;
   wait_timeout_s?: number;
   labels?: Record<string, string>;
+  network?: NetworkMode;
+  egress?: unknown;
   stream?: boolean;
 }
 
@@ -339,4 +349,71 @@ export function toSeconds(ms: number): number {
  */
 export function compact<T extends object>(value: T): T {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;
+}
+
+// ---- network ----------------------------------------------------------------------------
+
+/** `Egress` fields. */
+export const EGRESS: WireNames<Egress> = {
+  none: 'none',
+  allowInternet: 'allow_internet',
+  allowOut: 'allow_out',
+  denyOut: 'deny_out',
+};
+
+/** `PublishedPort` fields. */
+export const PUBLISHED_PORT: WireNames<PublishedPort> = {
+  port: 'port',
+  hostPort: 'host_port',
+  host: 'host',
+};
+
+/** `SandboxNetwork` fields (egress and ports are converted by {@link networkFromWire}). */
+export const SANDBOX_NETWORK: WireNames<SandboxNetwork> = {
+  mode: 'mode',
+  isolation: 'isolation',
+  egress: 'egress',
+  address: 'address',
+  denied: 'denied',
+  ports: 'ports',
+};
+
+/**
+ * An egress policy to send, in the contract's names (`EgressPolicy`).
+ *
+ * @example
+ * egressToWire({ allowOut: ['pypi.org'] }); // { allow_out: ['pypi.org'] }
+ */
+export function egressToWire(p: EgressPolicy | undefined): unknown {
+  if (p === undefined || p === 'none') return p;
+  return compact({ allow_internet: p.allowInternet, allow_out: p.allowOut, deny_out: p.denyOut });
+}
+
+/**
+ * A `SandboxNetwork` from the wire, nested objects included.
+ *
+ * @example
+ * const net = networkFromWire(await res.json());
+ */
+export function networkFromWire(wire: unknown): SandboxNetwork {
+  const n = fromWire(SANDBOX_NETWORK, wire);
+  const ports = (n.ports ?? []) as unknown[];
+  return {
+    ...n,
+    egress: fromWire(EGRESS, n.egress),
+    ports: ports.map((p) => fromWire(PUBLISHED_PORT, p)),
+  };
+}
+
+/**
+ * A `Sandbox` from the wire, its network (when running) converted too.
+ *
+ * @example
+ * const info = sandboxFromWire(await res.json());
+ */
+export function sandboxFromWire(wire: unknown): SandboxInfo {
+  const info = fromWire(SANDBOX, wire);
+  if (info.network)
+    info.network = { mode: info.network.mode, egress: fromWire(EGRESS, info.network.egress) };
+  return info;
 }

@@ -42,6 +42,8 @@ export interface Configuration {
   hostname?: string;
   /** Merged into the env of later execs; null removes a key. */
   env?: Record<string, string | null>;
+  /** Static guest network: eth0 address (CIDR), default gateway, resolver. */
+  net?: { address: string; gateway: string; dns: string };
 }
 
 const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
@@ -186,6 +188,9 @@ export class AgentClient {
       entropy: c.entropy?.toString('base64'),
       hostname: c.hostname,
       env: c.env,
+      net_address: c.net?.address,
+      net_gateway: c.net?.gateway,
+      net_dns: c.net?.dns,
     };
     await this.conn.call(fields, { ...opts, kind: 'control' }).done;
   }

@@ -18,6 +18,35 @@ export interface VmSpec {
   boot?: { kernel: string; initramfs: string; tscKhz?: number; extraAppend?: string };
   /** Wait for an incoming device-state stream instead of running (restore). */
   incoming?: boolean;
+  /** A NIC on QEMU's user networking; absent: no NIC at all (network `none`). */
+  net?: VmNet;
+}
+
+/** The guest's NIC: user networking, run inside a network namespace when `netns` is set. */
+export interface VmNet {
+  /** The namespace QEMU runs in (a path under /run/netns); absent when not root. */
+  netns?: string;
+  /** slirp `restrict=on`: the guest reaches nothing but forwarded ports (rootless, offline). */
+  restrict?: boolean;
+}
+
+/** Every guest's address plan (slirp's defaults), the same in every fork. */
+export const GUEST_NET = {
+  address: '10.0.2.15/24',
+  gateway: '10.0.2.2',
+  dns: '10.0.2.3',
+  mac: '52:54:00:12:34:56',
+} as const;
+
+/** The NIC's arguments: the device model must match across a snapshot and its forks. */
+function netArgs(net: VmNet): string[] {
+  const restrict = net.restrict ? ',restrict=on' : '';
+  return [
+    '-netdev',
+    `user,id=net0,ipv6=off,net=10.0.2.0/24${restrict}`,
+    '-device',
+    `virtio-net-device,netdev=net0,id=vnet0,mac=${GUEST_NET.mac}`,
+  ];
 }
 
 /** Socket and log paths inside a VM's directory. */
@@ -91,6 +120,7 @@ export function buildQemuArgs(spec: VmSpec): string[] {
     args.push('-kernel', spec.boot.kernel, '-initrd', spec.boot.initramfs);
     args.push('-append', kernelAppend(spec.boot, spec.accel));
   }
+  if (spec.net) args.push(...netArgs(spec.net));
   if (spec.incoming) args.push('-incoming', 'defer');
   return args;
 }

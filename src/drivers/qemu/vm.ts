@@ -186,7 +186,8 @@ export class Vm {
       // Node cannot pass fds over the QMP socket (getfd), but it can at spawn.
       const stdio: (number | 'ignore')[] = ['ignore', log.fd, log.fd];
       if (opts.incomingFd !== undefined) stdio.push(opts.incomingFd);
-      child = spawn(QEMU_BINARY, buildQemuArgs(spec), {
+      const [file, argv] = qemuArgv(spec);
+      child = spawn(file, argv, {
         stdio,
         detached: true, // own session: a Ctrl-C on the CLI or the daemon's group never reaches QEMU
       });
@@ -304,6 +305,13 @@ export class Vm {
     this.proc.release();
     this.qmp.close();
   }
+}
+
+/** QEMU's argv; inside the sandbox's network namespace when it has one (nsenter execs it). */
+function qemuArgv(spec: VmSpec): [string, string[]] {
+  const args = buildQemuArgs(spec);
+  const ns = spec.net?.netns;
+  return ns ? ['nsenter', [`--net=${ns}`, '--', QEMU_BINARY, ...args]] : [QEMU_BINARY, args];
 }
 
 /**

@@ -166,6 +166,8 @@ export class BranchManager implements BranchService {
       created_at: new Date().toISOString(),
       labels: req.labels ?? {},
       ...(over ? { memory_diff: { parent: over.tag, parent_memory_id: memoryId(over) } } : {}),
+      network: source.vm.spec.net ? 'nat' : 'none',
+      ...(source.info.network ? { egress: source.info.network.egress } : {}),
     };
   }
 

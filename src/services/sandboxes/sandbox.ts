@@ -15,7 +15,7 @@ import { AgentClient } from '../../drivers/agent/client.js';
 import { detectAccel, hostTscKhz } from '../../drivers/qemu/accel.js';
 import { createOverlay } from '../../drivers/qemu/disk.js';
 import { Vm } from '../../drivers/qemu/vm.js';
-import type { VmSpec } from '../../drivers/qemu/cmdline.js';
+import { GUEST_NET, type VmNet, type VmSpec } from '../../drivers/qemu/cmdline.js';
 import { locateGuest } from '../guest.js';
 import { checkRange } from '../checks.js';
 import { getImage } from '../images/index.js';
@@ -34,6 +34,8 @@ export interface BootRequest {
   id?: string;
   /** Called as soon as QEMU runs, before the guest answers (the daemon records the pid). */
   onStarted?(vm: Vm): void;
+  /** The NIC (network `nat`); absent: no NIC. */
+  net?: VmNet;
 }
 
 /** A running sandbox: its VM and a connected agent. */
@@ -125,7 +127,7 @@ export async function bootSandbox(p: Paths, req: BootRequest): Promise<Sandbox> 
   let vm: Vm | undefined;
   try {
     await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
-    const spec = sandboxVmSpec(dir, { ...res, accel });
+    const spec = { ...sandboxVmSpec(dir, { ...res, accel }), net: req.net };
     await createOverlay(spec.disk, image.path, 'raw');
     vm = await Vm.start({
       ...spec,
@@ -151,6 +153,9 @@ export async function connectGuest(
   id: string,
   req: Pick<BootRequest, 'env' | 'bootTimeoutMs' | 'signal'>,
 ): Promise<AgentClient> {
+  // The guest's address is static and the same everywhere: a fork inherits it configured.
+  const { address, gateway, dns } = GUEST_NET;
+  const net = vm.spec.net && vm.spec.boot ? { address, gateway, dns } : undefined;
   const agent = await vm.guard(
     AgentClient.connect(vm.files.agent, {
       timeoutMs: req.bootTimeoutMs ?? 60_000,
@@ -164,6 +169,7 @@ export async function connectGuest(
       entropy: randomBytes(64),
       hostname: id,
       env: { FORKD_SANDBOX_ID: id, ...req.env },
+      net,
     });
     return agent;
   } catch (e) {

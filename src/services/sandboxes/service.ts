@@ -9,6 +9,8 @@ import { rm } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import type {
   CreateSandboxT,
+  EgressPolicyT,
+  NetworkModeT,
   ExecRequestT,
   ExecResultT,
   FileStatT,
@@ -47,6 +49,8 @@ import {
 } from './leftovers.js';
 import { silentLog, type ServiceLog } from './log.js';
 import { reconcile, type ReconcileReport } from './reconcile.js';
+import type { NetworkService } from '../network/service.js';
+import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
 
 export interface SandboxServiceOptions {
   paths: Paths;
@@ -62,6 +66,8 @@ export interface SandboxServiceOptions {
   pollMs?: number;
   /** Stopped and dead rows are forgotten this long after they ended (default 24 h). */
   retainEndedMs?: number;
+  /** Namespaces, policies and ports; without it every sandbox has network `none`. */
+  network?: NetworkService;
 }
 
 /** A running sandbox as this process holds it. */
@@ -145,12 +151,13 @@ export class SandboxManager implements SandboxService, SandboxHost {
         env: req.env,
         timeoutS: req.timeout_s,
       });
-      const row = await this.boot(starting, req.timeout_s);
+      const net = { mode: req.network ?? 'nat', egress: req.egress } as const;
+      const row = await this.boot(starting, req.timeout_s, undefined, net);
       this.log.info(
         { sandbox: row.id, principal: caller.principal, pid: row.pid },
         'sandbox created',
       );
-      return toWire(row);
+      return this.wire(row);
     });
   }
 
@@ -165,7 +172,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       { sandbox: row.id, snapshot: init.snapshot, principal: caller.principal },
       'sandbox forked',
     );
-    return toWire(row);
+    return this.wire(row);
   }
 
   /** The `starting` row a boot or a fork begins with (so a crash mid-way finds it). */
@@ -215,7 +222,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return {
       id,
       vm,
-      info: toWire(row),
+      info: this.wire(row),
       diskBase: row.disk_base,
       setDiskBase: (tag) => void this.rows.update(id, { disk_base: tag }),
       diskProblem: row.disk_problem,
@@ -228,22 +235,14 @@ export class SandboxManager implements SandboxService, SandboxHost {
     starting: SandboxRow,
     timeoutS: number | undefined,
     start?: SandboxStarter,
+    net: NetRequest = { mode: 'none' },
   ): Promise<SandboxRow> {
     const { id } = starting;
     const abort = new AbortController();
     const onStarted = (vm: Vm) => this.rows.update(id, { pid: vm.pid });
     const boot = start
       ? start({ id, env: starting.env, signal: abort.signal, onStarted })
-      : bootSandbox(this.opts.paths, {
-          id,
-          image: starting.image as string,
-          memoryMiB: starting.memory_mib,
-          cpus: starting.cpus,
-          env: starting.env,
-          bootTimeoutMs: this.opts.bootTimeoutMs,
-          signal: abort.signal,
-          onStarted,
-        });
+      : this.bootImage(starting, net, abort.signal, onStarted);
     const settled = this.settleBoot(starting, boot, abort.signal, timeoutS);
     // A kill waits for all of it, row update included, before it returns.
     this.booting.set(id, { abort, done: settled.catch(() => undefined) });
@@ -252,6 +251,30 @@ export class SandboxManager implements SandboxService, SandboxHost {
     } finally {
       this.booting.delete(id);
     }
+  }
+
+  /** Boot from an image, with its NIC and policy in place before QEMU starts. */
+  private async bootImage(
+    starting: SandboxRow,
+    net: NetRequest,
+    signal: AbortSignal,
+    onStarted: (vm: Vm) => void,
+  ): Promise<Sandbox> {
+    const network = this.opts.network;
+    const id = starting.id;
+    const egress = mergeEgress(OPEN_EGRESS, net.egress);
+    const vmNet = network ? await network.lease(id, net.mode, egress) : undefined;
+    return bootSandbox(this.opts.paths, {
+      id,
+      image: starting.image as string,
+      memoryMiB: starting.memory_mib,
+      cpus: starting.cpus,
+      env: starting.env,
+      bootTimeoutMs: this.opts.bootTimeoutMs,
+      signal,
+      onStarted,
+      net: vmNet,
+    });
   }
 
   private async settleBoot(
@@ -275,6 +298,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       this.register(row, sb.vm, sb.agent);
       return row;
     } catch (e) {
+      await this.opts.network?.release(id);
       if (!aborted.aborted) {
         this.rows.delete(id);
         throw e;
@@ -313,11 +337,11 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return this.rows
       .list(filter.state)
       .filter((r) => !label || r.labels[label.key] === label.value)
-      .map(toWire);
+      .map((r) => this.wire(r));
   }
 
   async get(id: string): Promise<SandboxT> {
-    return toWire(this.row(id));
+    return this.wire(this.row(id));
   }
 
   async extend(id: string, timeoutS: number): Promise<SandboxT> {
@@ -326,7 +350,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
     const updated = this.rows.update(id, { expires_at: expiry(timeoutS) }) as SandboxRow;
     if (this.live.has(id)) this.timers.arm(id, updated.expires_at);
-    return toWire(updated);
+    return this.wire(updated);
   }
 
   /**
@@ -468,6 +492,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       this.timers.clear(id);
       live.agent.close();
       await live.vm.kill();
+      await this.opts.network?.release(id);
       this.rows.update(id, { state, reason, pid: null });
       this.live.delete(id);
       await keepConsoleLog(this.opts.paths.home, id, live.dir).catch(() => undefined);
@@ -483,6 +508,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     this.live.delete(live.id);
     this.timers.clear(live.id);
     live.agent.close();
+    await this.opts.network?.release(live.id);
     const reason = await deathReason(live.dir, exit);
     this.rows.update(live.id, { state: 'dead', reason, pid: null });
     this.log.warn({ sandbox: live.id, reason }, 'sandbox died');
@@ -499,6 +525,17 @@ export class SandboxManager implements SandboxService, SandboxHost {
     void forgetLogs(this.opts.paths.home, (id) => this.rows.get(id) !== undefined).catch(
       () => undefined,
     );
+  }
+
+  /** The REST shape of a row, with its network while it runs. */
+  private wire(row: SandboxRow): SandboxT {
+    const wire = toWire(row);
+    const net = this.opts.network;
+    const mode = net?.modeOf(row.id);
+    if (net && mode && (row.state === 'running' || row.state === 'starting')) {
+      wire.network = { mode, egress: net.egressOf(row.id) ?? OPEN_EGRESS };
+    }
+    return wire;
   }
 
   private row(id: string): SandboxRow {
@@ -550,6 +587,12 @@ async function deathReason(dir: string, exit: VmExit): Promise<string> {
         : 'no status';
   const last = await lastConsoleLine(vmFiles(dir).console);
   return `QEMU exited on its own (${how})${last ? `; last console line: ${last}` : ''}`;
+}
+
+/** What a boot from an image asks of the network. */
+interface NetRequest {
+  mode: NetworkModeT;
+  egress?: EgressPolicyT;
 }
 
 /** The REST shape of a row (env stays in the daemon: it may hold secrets). */

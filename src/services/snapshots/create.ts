@@ -13,11 +13,15 @@ import { captureVm } from '../../drivers/qemu/capture.js';
 import { ForkdError } from '../../errors.js';
 import { locateGuest } from '../guest.js';
 import { DEFAULT_IMAGE } from '../images/index.js';
-import { bootSandbox, destroySandbox, type Sandbox } from '../sandboxes/sandbox.js';
+import { bootSandbox, destroySandbox, newSandboxId, type Sandbox } from '../sandboxes/sandbox.js';
+import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
+import type { NetworkService } from '../network/service.js';
 import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
 
 export interface CreateContext {
   paths: Paths;
+  /** The parent's NIC and policy (without it the parent has network `none`). */
+  network?: NetworkService;
   qemuVersion: string;
   onProgress: (message: string) => void;
   signal?: AbortSignal;
@@ -34,9 +38,16 @@ export async function createSnapshot(
   const image = req.image ?? DEFAULT_IMAGE;
   const staging = await stagingDir(ctx.paths, req.tag);
   let sb: Sandbox | undefined;
+  const id = newSandboxId();
+  const mode = ctx.network ? (req.network ?? 'nat') : 'none';
   try {
-    ctx.onProgress(`booting a parent from image ${image}`);
+    ctx.onProgress(`booting a parent from image ${image} (network ${mode})`);
+    const egress: Egress | undefined =
+      ctx.network && mode === 'nat' ? mergeEgress(OPEN_EGRESS, req.egress) : undefined;
+    const net = await ctx.network?.lease(id, mode, egress);
     sb = await bootSandbox(ctx.paths, {
+      id,
+      net,
       image,
       memoryMiB: req.memory_mib,
       cpus: req.cpus,
@@ -71,11 +82,15 @@ export async function createSnapshot(
       cpus: sb.vm.spec.cpus,
       created_at: new Date().toISOString(),
       labels: req.labels ?? {},
+      network: mode,
+      ...(egress ? { egress } : {}),
     });
+    await ctx.network?.release(id);
     await rm(sb.dir, { recursive: true, force: true });
     return { manifest, pauseMs: cap.pauseMs, parent: sb.id };
   } catch (e) {
     if (sb) await destroySandbox(sb).catch(() => undefined);
+    await ctx.network?.release(id);
     await rm(staging, { recursive: true, force: true });
     throw e;
   }

@@ -12,6 +12,8 @@ import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import { checkName } from '../checks.js';
+import type { Egress } from '../network/policy.js';
+import type { NetworkMode } from '../network/service.js';
 
 /**
  * Bumped only when an older forkd could not restore the new layout: 2 is a snapshot whose
@@ -54,6 +56,10 @@ export interface SnapshotManifest {
   memory_id?: string;
   /** Set when its memory is a diff (files.memory is `memory.diff`): the memory it is over. */
   memory_diff?: { parent: string; parent_memory_id: string };
+  /** Whether its VM has a NIC (forks must match: the NIC is in the device state); absent: none. */
+  network?: NetworkMode;
+  /** The egress policy its forks inherit. */
+  egress?: Egress;
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */

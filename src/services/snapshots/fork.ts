@@ -15,10 +15,13 @@ import type { Paths } from '../../config.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
 import { detectAccel } from '../../drivers/qemu/accel.js';
 import { createOverlay } from '../../drivers/qemu/disk.js';
+import type { VmNet } from '../../drivers/qemu/cmdline.js';
 import { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
+import { OPEN_EGRESS } from '../network/policy.js';
+import type { NetworkService } from '../network/service.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import {
   connectGuest,
@@ -46,6 +49,7 @@ export async function prepareChild(
   p: Paths,
   m: SnapshotManifest,
   id: string = newSandboxId(),
+  net?: VmNet,
 ): Promise<PreparedChild> {
   const { accel } = await detectAccel();
   if (accel !== m.accel) {
@@ -67,7 +71,7 @@ export async function prepareChild(
     await createOverlay(spec.disk, join(snapshotDir(p, m.tag), SNAPSHOT_FILES.disk), 'qcow2');
     const state = await open(join(snapshotDir(p, m.tag), SNAPSHOT_FILES.vmstate), 'r');
     try {
-      const vm = await Vm.start({ ...spec, incoming: true }, { incomingFd: state.fd });
+      const vm = await Vm.start({ ...spec, net, incoming: true }, { incomingFd: state.fd });
       return { id, dir, vm };
     } finally {
       await state.close(); // QEMU holds its own copy of the fd
@@ -139,6 +143,38 @@ export interface ForkContext {
   paths: Paths;
   pool: Pool;
   sandboxes: SandboxHost;
+  network?: NetworkService;
+}
+
+/** A snapshot's network mode (older manifests have none: no NIC). */
+export function networkOf(m: SnapshotManifest): 'none' | 'nat' {
+  return m.network ?? 'none';
+}
+
+/**
+ * A child's NIC, leased for `id`: the same device as its snapshot's (it is in the device
+ * state), in a namespace of its own that lets nothing out until its policy is enforced.
+ */
+export async function leaseNet(
+  network: NetworkService | undefined,
+  m: SnapshotManifest,
+  id: string,
+): Promise<VmNet | undefined> {
+  if (!network) return networkOf(m) === 'nat' ? { restrict: true } : undefined;
+  return network.lease(id, networkOf(m), m.egress ?? OPEN_EGRESS);
+}
+
+/** A fork may restate its snapshot's network mode but not change it. */
+export function checkForkNetwork(m: SnapshotManifest, asked: 'none' | 'nat' | undefined): void {
+  if (asked === undefined || asked === networkOf(m)) return;
+  throw new ForkdError(
+    'bad_request',
+    `snapshot "${m.tag}" was made with network ${networkOf(m)}: its forks have the same NIC; ` +
+      (asked === 'none'
+        ? 'fork it with egress "none" to keep children offline'
+        : 'create a snapshot with network nat'),
+    { field: 'network', value: asked },
+  );
 }
 
 /**
@@ -195,8 +231,12 @@ function forkOne(ctx: ForkContext, m: SnapshotManifest, req: ForkRequest, caller
       timeoutS: req.timeout_s,
     },
     async ({ id, env, signal, onStarted }) => {
-      const child = pooled ?? (await prepareChild(ctx.paths, m, id));
+      const child =
+        pooled ?? (await prepareChild(ctx.paths, m, id, await leaseNet(ctx.network, m, id)));
       onStarted(child.vm);
+      if (ctx.network && networkOf(m) === 'nat') {
+        await ctx.network.enforce(id, m.egress ?? OPEN_EGRESS, req.egress);
+      }
       const up = await restoreChild(child, { env, signal });
       crashPoint('fork:child-up');
       return up;

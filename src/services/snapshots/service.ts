@@ -24,7 +24,17 @@ import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import { flattenInto } from './compact.js';
 import { createSnapshot } from './create.js';
 import { stagingDir, validateTag, type SnapshotManifest } from './files.js';
-import { discardChild, forkChildren, prepareChild, prewarmChild } from './fork.js';
+import {
+  checkForkNetwork,
+  discardChild,
+  forkChildren,
+  leaseNet,
+  prepareChild,
+  prewarmChild,
+  type PreparedChild,
+} from './fork.js';
+import type { NetworkService } from '../network/service.js';
+import { newSandboxId } from '../sandboxes/sandbox.js';
 import { descendants, lineageOf } from './lineage.js';
 import {
   compactMemory,
@@ -51,6 +61,7 @@ export interface SnapshotServiceOptions {
   memoryChainMax?: number;
   /** Bytes of unused materialized memory kept (default FORKD_MEMORY_CACHE_MIB, 4096 MiB). */
   memoryCacheBytes?: number;
+  network?: NetworkService;
 }
 
 export class SnapshotManager implements SnapshotService {
@@ -70,10 +81,17 @@ export class SnapshotManager implements SnapshotService {
     });
     this.pool = new Pool(
       async (tag, prewarm) => {
-        const child = await prepareChild(opts.paths, await this.materialized(tag));
-        return prewarm ? prewarmChild(child) : child;
+        const m = await this.materialized(tag);
+        const id = newSandboxId();
+        try {
+          const child = await prepareChild(opts.paths, m, id, await leaseNet(opts.network, m, id));
+          return prewarm ? await prewarmChild(child) : child;
+        } catch (e) {
+          await opts.network?.release(id);
+          throw e;
+        }
       },
-      discardChild,
+      (child: PreparedChild) => this.discard(child),
       this.log,
     );
   }
@@ -97,6 +115,7 @@ export class SnapshotManager implements SnapshotService {
         qemuVersion: await this.opts.qemuVersion(),
         onProgress: onProgress ?? (() => undefined),
         signal,
+        network: this.opts.network,
       });
       this.registry.markReady(req.tag, manifest);
       this.log.info({ snapshot: req.tag, parent, principal: caller.principal }, 'snapshot created');
@@ -259,7 +278,19 @@ export class SnapshotManager implements SnapshotService {
   async fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome> {
     checkRange('n', req.n, { min: 1, max: FORK_MAX });
     const m = await this.materialized(req.snapshot);
-    const ctx = { paths: this.opts.paths, pool: this.pool, sandboxes: this.opts.sandboxes };
+    checkForkNetwork(m, req.network);
+    const ctx = {
+      paths: this.opts.paths,
+      pool: this.pool,
+      sandboxes: this.opts.sandboxes,
+      network: this.opts.network,
+    };
     return forkChildren(ctx, m, req, caller);
+  }
+
+  /** End a pool VM that will not be used, and give back its namespace. */
+  private async discard(child: PreparedChild): Promise<void> {
+    await discardChild(child);
+    await this.opts.network?.release(child.id);
   }
 }

@@ -1,0 +1,78 @@
+/**
+ * Network benchmark (issue 13), real VMs, real namespaces and nftables, against the test's
+ * own outside world (test/helpers/world.ts, a namespace with HTTP and DNS servers):
+ *  - fork → first `exec` answered, `nat` vs `none`, without and with the VMM pool;
+ *  - HTTP GET round trip guest → test server (busybox wget, one process per request);
+ *  - throughput of a 100 MB download from the test server into /dev/null.
+ * Usage: node dist/bench/network.js [--runs N]
+ */
+import { caller, startBenchServices, type BenchServices } from './services.js';
+import { summary } from './stats.js';
+import { startWorld, WORLD } from '../test/helpers/world.js';
+
+const args = process.argv.slice(2);
+const RUNS = args.includes('--runs') ? Number(args[args.indexOf('--runs') + 1]) : 8;
+const GETS = 20;
+
+async function forkToExec(s: BenchServices, tag: string): Promise<number[]> {
+  const ms: number[] = [];
+  for (let i = 0; i < RUNS; i++) {
+    await s.snapshots.pool.settled(tag);
+    const t = performance.now();
+    const r = await s.snapshots.fork({ snapshot: tag, n: 1 }, caller);
+    const id = r.sandboxes[0]?.id;
+    if (!id) throw new Error(JSON.stringify(r.failed));
+    await s.sandboxes.exec(id, { argv: ['true'] });
+    ms.push(performance.now() - t);
+    await s.sandboxes.kill(id);
+  }
+  return ms;
+}
+
+async function timed(s: BenchServices, id: string, script: string): Promise<number> {
+  const t = performance.now();
+  const r = await s.sandboxes.exec(id, { argv: ['sh', '-c', script] });
+  if (r.exit_code !== 0) throw new Error(`${script}: exit ${r.exit_code}`);
+  return performance.now() - t;
+}
+
+async function main(): Promise<void> {
+  const world = await startWorld();
+  const s = await startBenchServices(['busybox'], { network: { upstream: WORLD.dns } });
+  try {
+    await s.snapshots.create({ tag: 'nat', network: 'nat' }, caller);
+    await s.snapshots.create({ tag: 'none', network: 'none' }, caller);
+    console.log(`fork → first exec, ${RUNS} runs each (ms)`);
+    for (const pool of [0, 2]) {
+      for (const tag of ['none', 'nat']) {
+        await s.snapshots.setPool(tag, pool);
+        console.log(`  ${tag.padEnd(4)} pool ${pool}: ${summary(await forkToExec(s, tag))}`);
+        await s.snapshots.setPool(tag, 0);
+      }
+    }
+    const id = (await s.snapshots.fork({ snapshot: 'nat', n: 1 }, caller)).sandboxes[0]
+      ?.id as string;
+    const url = `http://${WORLD.a}/hello`;
+    await timed(s, id, `wget -q -O /dev/null ${url}`);
+    const rtts: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const loop = `i=0; while [ $i -lt ${GETS} ]; do wget -q -O /dev/null ${url} || exit 1; i=$((i+1)); done`;
+      rtts.push((await timed(s, id, loop)) / GETS);
+    }
+    const empty =
+      (await timed(s, id, `i=0; while [ $i -lt ${GETS} ]; do true; i=$((i+1)); done`)) / GETS;
+    console.log(`HTTP GET guest → test server, per request over ${GETS}: ${summary(rtts)}`);
+    console.log(`  (an exec of the same loop without wget: ${empty.toFixed(1)} ms per turn)`);
+    for (let i = 0; i < 2; i++) {
+      const ms = await timed(s, id, `wget -q -O /dev/null 'http://${WORLD.a}/bytes?mb=100'`);
+      console.log(
+        `100 MiB download: ${ms.toFixed(0)} ms = ${((100 * 8 * 1.048576) / (ms / 1000)).toFixed(0)} Mbit/s`,
+      );
+    }
+  } finally {
+    await s.close();
+    await world.close();
+  }
+}
+
+await main();

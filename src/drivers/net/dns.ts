@@ -1,0 +1,161 @@
+/**
+ * The DNS proxy's mechanics: a UDP socket at the host end of each sandbox's veth (every
+ * query of the guest is redirected there by its namespace's filter), just enough of the
+ * DNS wire format to read the question and the A records of an answer, a REFUSED reply,
+ * and forwarding to the upstream resolver. What to do with a name is the caller's call.
+ */
+import { createSocket, type Socket } from 'node:dgram';
+import { readFileSync } from 'node:fs';
+
+export interface DnsQuestion {
+  id: number;
+  /** Lower case, no trailing dot. */
+  name: string;
+  type: number;
+}
+
+export interface DnsEndpoint {
+  host: string;
+  port: number;
+}
+
+const HEADER = 12;
+const TYPE_A = 1;
+const RCODE_REFUSED = 5;
+const MAX_POINTERS = 32;
+
+/** Read a (possibly compressed) name at `off`; returns it and the offset after it. */
+function readName(msg: Buffer, off: number): { name: string; next: number } | undefined {
+  const labels: string[] = [];
+  let next = -1;
+  for (let hops = 0; hops < MAX_POINTERS; hops++) {
+    if (off >= msg.length) return undefined;
+    const len = msg[off] as number;
+    if (len === 0) return { name: labels.join('.').toLowerCase(), next: next < 0 ? off + 1 : next };
+    if ((len & 0xc0) === 0xc0) {
+      if (off + 1 >= msg.length) return undefined;
+      if (next < 0) next = off + 2;
+      off = ((len & 0x3f) << 8) | (msg[off + 1] as number);
+      continue;
+    }
+    if (off + 1 + len > msg.length) return undefined;
+    labels.push(msg.toString('latin1', off + 1, off + 1 + len));
+    off += 1 + len;
+  }
+  return undefined;
+}
+
+/** The first question of a query, or undefined when the packet is not one we understand. */
+export function parseQuestion(msg: Buffer): DnsQuestion | undefined {
+  if (msg.length < HEADER + 5 || msg.readUInt16BE(4) < 1) return undefined;
+  const q = readName(msg, HEADER);
+  if (!q || q.next + 4 > msg.length) return undefined;
+  return { id: msg.readUInt16BE(0), name: q.name, type: msg.readUInt16BE(q.next) };
+}
+
+/** The IPv4 addresses an answer carries (its CNAME chain included) and their lowest TTL. */
+export function answerAddresses(msg: Buffer): { ips: string[]; ttlS: number } {
+  const ips: string[] = [];
+  let ttlS = Infinity;
+  if (msg.length < HEADER) return { ips, ttlS: 0 };
+  let off = HEADER;
+  for (let i = msg.readUInt16BE(4); i > 0; i--) {
+    const q = readName(msg, off);
+    if (!q) return { ips, ttlS: 0 };
+    off = q.next + 4;
+  }
+  for (let i = msg.readUInt16BE(6); i > 0; i--) {
+    const rr = readName(msg, off);
+    if (!rr || rr.next + 10 > msg.length) break;
+    const type = msg.readUInt16BE(rr.next);
+    const ttl = msg.readUInt32BE(rr.next + 4);
+    const len = msg.readUInt16BE(rr.next + 8);
+    const data = rr.next + 10;
+    if (data + len > msg.length) break;
+    if (type === TYPE_A && len === 4) {
+      ips.push([...msg.subarray(data, data + 4)].join('.'));
+      ttlS = Math.min(ttlS, ttl);
+    }
+    off = data + len;
+  }
+  return { ips, ttlS: ips.length ? ttlS : 0 };
+}
+
+/** A REFUSED answer to `query`: its header and question, no records. */
+export function refusedReply(query: Buffer): Buffer {
+  const q = readName(query, HEADER);
+  const end = q ? Math.min(q.next + 4, query.length) : HEADER;
+  const reply = Buffer.from(query.subarray(0, end));
+  reply[2] = ((reply[2] as number) | 0x80) & ~0x04; // QR, keep opcode and RD; not authoritative
+  reply[3] = ((reply[3] as number) & 0x70) | 0x80 | RCODE_REFUSED; // RA
+  reply.writeUInt16BE(q ? 1 : 0, 4);
+  reply.fill(0, 6, 12);
+  return reply;
+}
+
+/** Send a query upstream and wait for the answer with the same id (bounded in time). */
+export function forwardQuery(
+  query: Buffer,
+  upstream: DnsEndpoint,
+  timeoutMs = 3000,
+): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const sock = createSocket(upstream.host.includes(':') ? 'udp6' : 'udp4');
+    const done = (err?: Error, answer?: Buffer) => {
+      clearTimeout(timer);
+      sock.close();
+      if (err) reject(err);
+      else resolve(answer as Buffer);
+    };
+    const timer = setTimeout(() => done(new Error('upstream DNS timed out')), timeoutMs);
+    sock.on('error', (e) => done(e));
+    sock.on('message', (answer) => {
+      if (answer.length >= 2 && answer.readUInt16BE(0) === query.readUInt16BE(0)) {
+        done(undefined, answer);
+      }
+    });
+    sock.send(query, upstream.port, upstream.host);
+  });
+}
+
+/** The host's resolver: the first nameserver of /etc/resolv.conf. */
+export function systemResolver(): DnsEndpoint | undefined {
+  try {
+    const text = readFileSync('/etc/resolv.conf', 'utf8');
+    const m = /^\s*nameserver\s+(\S+)/m.exec(text);
+    return m ? { host: m[1] as string, port: 53 } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What the proxy does with one query: the reply to send back, or nothing. */
+export type DnsHandler = (query: Buffer, q: DnsQuestion) => Promise<Buffer | undefined>;
+
+/** One listening socket, answering every query through `handler`. */
+export class DnsListener {
+  private constructor(private readonly sock: Socket) {}
+
+  static listen(at: DnsEndpoint, handler: DnsHandler): Promise<DnsListener> {
+    return new Promise((resolve, reject) => {
+      const sock = createSocket('udp4');
+      sock.once('error', reject);
+      sock.on('message', (msg, from) => {
+        const q = parseQuestion(msg);
+        if (!q) return;
+        void handler(msg, q)
+          .catch(() => refusedReply(msg))
+          .then((reply) => reply && sock.send(reply, from.port, from.address));
+      });
+      sock.bind(at.port, at.host, () => {
+        sock.off('error', reject);
+        sock.on('error', () => undefined);
+        resolve(new DnsListener(sock));
+      });
+    });
+  }
+
+  close(): void {
+    this.sock.close();
+  }
+}

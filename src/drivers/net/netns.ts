@@ -1,0 +1,129 @@
+/**
+ * Per-sandbox network namespaces (root only): `fkd-N` with a veth pair to the host
+ * (`fkdh-N` ↔ the namespace's `eth0`), a /30 out of 10.231.0.0/16 numbered by N, a default
+ * route to the host end and IPv6 off. QEMU's user networking runs inside, so the guest's NAT
+ * and every socket it opens belong to that namespace and its packet filter; deleting the
+ * namespace drops its veth, its rules and its connection tracking at once.
+ */
+import { existsSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
+import { run } from '../../util/exec.js';
+
+/** Where `ip netns` keeps its namespaces (bind mounts). */
+export const NETNS_DIR = '/run/netns';
+/** Name prefixes: namespaces `fkd-N`, host ends of their veths `fkdh-N`. */
+export const NETNS_PREFIX = 'fkd-';
+export const VETH_PREFIX = 'fkdh-';
+/** Every namespace's /30 comes out of this /16 (16 384 of them). */
+export const NETNS_SUBNET = '10.231.0.0/16';
+const MAX_INDEX = 16_383;
+
+/** One namespace and the addresses of its veth pair. */
+export interface Netns {
+  index: number;
+  name: string;
+  /** The path `nsenter --net=` takes. */
+  path: string;
+  veth: string;
+  /** The host end's address (the namespace's gateway). */
+  hostIp: string;
+  /** The namespace end's address (the source of every packet the sandbox sends out). */
+  nsIp: string;
+}
+
+/** The names and addresses of namespace N. */
+export function netnsOf(index: number): Netns {
+  const base = index * 4;
+  const ip = (n: number) => `10.231.${(base + n) >> 8}.${(base + n) & 255}`;
+  const name = `${NETNS_PREFIX}${index}`;
+  return {
+    index,
+    name,
+    path: `${NETNS_DIR}/${name}`,
+    veth: `${VETH_PREFIX}${index}`,
+    hostIp: ip(1),
+    nsIp: ip(2),
+  };
+}
+
+/** Indexes of the forkd namespaces that exist on this host now. */
+export async function listNetns(): Promise<number[]> {
+  const names = await readdir(NETNS_DIR).catch(() => [] as string[]);
+  return names
+    .filter((n) => n.startsWith(NETNS_PREFIX) && /^\d+$/.test(n.slice(NETNS_PREFIX.length)))
+    .map((n) => Number(n.slice(NETNS_PREFIX.length)));
+}
+
+/** Run a command inside a namespace (`nsenter --net`: no mount namespace of its own). */
+export function inNetns(ns: Netns, file: string, args: string[], input?: string) {
+  return runInput('nsenter', [`--net=${ns.path}`, '--', file, ...args], input);
+}
+
+/**
+ * Make a fresh namespace with the lowest free index; `ip netns add` fails on a name that
+ * exists, so two daemons racing for an index both end up with their own.
+ */
+export async function createNetns(taken: Set<number>): Promise<Netns> {
+  for (let i = 0; i <= MAX_INDEX; i++) {
+    if (taken.has(i) || existsSync(netnsOf(i).path)) continue;
+    const ns = netnsOf(i);
+    try {
+      await run('ip', ['netns', 'add', ns.name]);
+    } catch {
+      continue; // someone else took it meanwhile
+    }
+    try {
+      await wire(ns);
+      return ns;
+    } catch (e) {
+      await deleteNetns(ns);
+      throw e;
+    }
+  }
+  throw new Error(`no free network namespace index under ${NETNS_SUBNET}`);
+}
+
+async function wire(ns: Netns): Promise<void> {
+  await runInput(
+    'ip',
+    ['-batch', '-'],
+    [
+      `link add ${ns.veth} type veth peer name eth0 netns ${ns.name}`,
+      `addr add ${ns.hostIp}/30 dev ${ns.veth}`,
+      `link set ${ns.veth} up`,
+    ].join('\n'),
+  );
+  await runInput(
+    'ip',
+    ['-n', ns.name, '-batch', '-'],
+    [
+      `addr add ${ns.nsIp}/30 dev eth0`,
+      'link set lo up',
+      'link set eth0 up',
+      `route add default via ${ns.hostIp}`,
+    ].join('\n'),
+  );
+  // IPv6 is off in the namespace: the policy is written for IPv4 only.
+  await inNetns(ns, 'sysctl', [
+    '-q',
+    '-w',
+    'net.ipv6.conf.all.disable_ipv6=1',
+    'net.ipv6.conf.default.disable_ipv6=1',
+  ]);
+}
+
+/** Whether any process runs in the namespace (an adopted sandbox's QEMU). */
+export async function netnsInUse(ns: Netns): Promise<boolean> {
+  const { stdout } = await run('ip', ['netns', 'pids', ns.name]).catch(() => ({ stdout: '' }));
+  return stdout.trim() !== '';
+}
+
+/** Delete a namespace (its veth, rules and conntrack go with it). Idempotent. */
+export async function deleteNetns(ns: Netns): Promise<void> {
+  await run('ip', ['link', 'del', ns.veth]).catch(() => undefined);
+  if (existsSync(ns.path)) await run('ip', ['netns', 'del', ns.name]).catch(() => undefined);
+}
+
+function runInput(file: string, args: string[], input?: string) {
+  return run(file, args, { input, timeoutMs: 30_000 });
+}

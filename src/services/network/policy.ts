@@ -1,0 +1,156 @@
+/**
+ * Egress policy, as the user writes it and as the filter enforces it: parse and check each
+ * `allow_out`/`deny_out` entry (CIDR, IP, `host:port`, hostname or `*.domain`), merge an
+ * override over an inherited policy, turn a policy into the namespace's rules, and decide
+ * what the DNS proxy does with a name. No I/O here.
+ */
+import { isIPv4, isIPv6 } from 'node:net';
+import type { EgressRules, RuleList, Service } from '../../drivers/net/nft.js';
+import { ForkdError } from '../../errors.js';
+
+/** A sandbox's policy as stored and shown (`none`: no egress at all, DNS included). */
+export interface Egress {
+  none: boolean;
+  allow_internet: boolean;
+  allow_out: string[];
+  deny_out: string[];
+}
+
+/** What a request may send: the `none` shortcut or any subset of the fields. */
+export type EgressInput =
+  'none' | { allow_internet?: boolean; allow_out?: string[]; deny_out?: string[] };
+
+export const OPEN_EGRESS: Egress = {
+  none: false,
+  allow_internet: true,
+  allow_out: [],
+  deny_out: [],
+};
+export const NO_EGRESS: Egress = { none: true, allow_internet: false, allow_out: [], deny_out: [] };
+
+/** One parsed list entry. */
+type Entry =
+  { kind: 'net'; net: string; port?: number } | { kind: 'host'; pattern: string; port?: number };
+
+const HOSTNAME =
+  /^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+const MAX_ENTRIES = 256;
+
+function bad(field: string, entry: string, why: string): ForkdError {
+  return new ForkdError('bad_request', `${field}: "${entry}" ${why}`, { field, value: entry });
+}
+
+function parsePort(field: string, entry: string, text: string): number {
+  const port = Number(text);
+  if (!/^\d+$/.test(text) || port < 1 || port > 65535) {
+    throw bad(field, entry, 'has a port outside 1–65535');
+  }
+  return port;
+}
+
+function parseNet(field: string, entry: string, text: string): string | undefined {
+  const [ip, prefix, extra] = text.split('/');
+  if (extra !== undefined || !ip) return undefined;
+  if (isIPv6(ip)) throw bad(field, entry, 'is IPv6: sandboxes have IPv4 only');
+  if (!isIPv4(ip)) return undefined;
+  if (prefix === undefined) return ip;
+  const n = Number(prefix);
+  if (!/^\d+$/.test(prefix) || n > 32) throw bad(field, entry, 'has a prefix outside /0–/32');
+  return `${ip}/${n}`;
+}
+
+/** Parse one entry; `bad_request` naming it when it is none of the accepted forms. */
+export function parseEntry(field: string, raw: string): Entry {
+  const entry = raw.trim().toLowerCase();
+  const colon = entry.lastIndexOf(':');
+  const hasPort = colon > 0 && entry.indexOf(':') === colon; // one colon: host:port
+  if (entry.includes(':') && !hasPort) throw bad(field, raw, 'is IPv6: sandboxes have IPv4 only');
+  const host = hasPort ? entry.slice(0, colon) : entry;
+  const port = hasPort ? parsePort(field, raw, entry.slice(colon + 1)) : undefined;
+  const net = parseNet(field, raw, host);
+  if (net) return { kind: 'net', net, port };
+  if (host.length <= 253 && HOSTNAME.test(host) && !/^[\d.]+$/.test(host)) {
+    return { kind: 'host', pattern: host, port };
+  }
+  throw bad(field, raw, 'is not a CIDR, an IPv4 address, a hostname or one of them with :port');
+}
+
+function checkList(field: string, list: string[] | undefined): string[] | undefined {
+  if (list === undefined) return undefined;
+  if (list.length > MAX_ENTRIES) {
+    throw new ForkdError('bad_request', `${field} has more than ${MAX_ENTRIES} entries`, { field });
+  }
+  for (const e of list) parseEntry(field, e);
+  return list.map((e) => e.trim().toLowerCase());
+}
+
+/**
+ * An override over an inherited policy: `none` replaces it; fields given replace theirs,
+ * the rest is inherited (a parent online for installs, its children offline).
+ */
+export function mergeEgress(base: Egress, input: EgressInput | undefined): Egress {
+  if (input === undefined) return base;
+  if (input === 'none') return NO_EGRESS;
+  return {
+    none: false,
+    allow_internet: input.allow_internet ?? (base.none ? false : base.allow_internet),
+    allow_out: checkList('allow_out', input.allow_out) ?? base.allow_out,
+    deny_out: checkList('deny_out', input.deny_out) ?? base.deny_out,
+  };
+}
+
+function ruleList(entries: string[], field: string): RuleList {
+  const nets: string[] = [];
+  const services: Service[] = [];
+  for (const e of entries.map((x) => parseEntry(field, x))) {
+    if (e.kind !== 'net') continue;
+    if (e.port === undefined) nets.push(e.net);
+    else services.push({ net: e.net, port: e.port });
+  }
+  return { nets, services };
+}
+
+/** The namespace rules of a policy (hostnames become addresses as DNS answers come in). */
+export function egressRules(e: Egress, hostAddresses: string[]): EgressRules {
+  return {
+    none: e.none,
+    allowInternet: e.allow_internet,
+    allow: ruleList(e.allow_out, 'allow_out'),
+    deny: ruleList(e.deny_out, 'deny_out'),
+    hostAddresses,
+  };
+}
+
+function matches(pattern: string, name: string): boolean {
+  if (pattern.startsWith('*.')) return name.endsWith(pattern.slice(1));
+  return name === pattern;
+}
+
+/** Hostname entries of a list that match `name`, with their ports (undefined: any port). */
+function hostMatches(entries: string[], field: string, name: string): (number | undefined)[] {
+  return entries
+    .map((x) => parseEntry(field, x))
+    .filter((e): e is Extract<Entry, { kind: 'host' }> => e.kind === 'host')
+    .filter((e) => matches(e.pattern, name))
+    .map((e) => e.port);
+}
+
+/** What the DNS proxy does with a query, and which DNS sets learn the answer's addresses. */
+export interface DnsDecision {
+  refuse: boolean;
+  /** Ports (undefined = any) under which the answer's addresses join the allow/deny sets. */
+  allow: (number | undefined)[];
+  deny: (number | undefined)[];
+}
+
+/**
+ * A denied hostname (without a port) is refused; so is any name when the sandbox has no
+ * egress, or no internet and no allow entry for it. Otherwise the query is forwarded and
+ * its answer's addresses join the sets of every entry that names it.
+ */
+export function decideName(e: Egress, name: string): DnsDecision {
+  const deny = hostMatches(e.deny_out, 'deny_out', name);
+  const allow = hostMatches(e.allow_out, 'allow_out', name);
+  const refuse = e.none || deny.includes(undefined) || (!e.allow_internet && allow.length === 0);
+  return { refuse, allow, deny };
+}

@@ -1,0 +1,131 @@
+/**
+ * A sandbox's ports as the host sees them: an inner forward per guest port (slirp's
+ * `hostfwd` on the namespace's address, reachable only from the host), and for each
+ * published port a TCP listener on the host (loopback by default) piped to that forward.
+ * The daemon's HTTP route to a guest port uses the inner forward alone.
+ */
+import { createServer, connect, type AddressInfo, type Server } from 'node:net';
+import { addHostForward, removeHostForward } from '../../drivers/qemu/hostfwd.js';
+import type { Vm } from '../../drivers/qemu/vm.js';
+import { ForkdError } from '../../errors.js';
+
+export interface PublishedPort {
+  port: number;
+  host_port: number;
+  host: string;
+}
+
+interface Target {
+  host: string;
+  port: number;
+}
+
+/** Connections in flight per published port are bounded (each is two sockets). */
+const MAX_CONNECTIONS = 256;
+
+export class PortForwards {
+  private readonly inners = new Map<number, Promise<Target>>();
+  private readonly published = new Map<number, { info: PublishedPort; server: Server }>();
+  private vm: Vm | undefined;
+
+  /** The address the daemon connects to for `guestPort` (added on first use). */
+  inner(vm: Vm, bind: string, guestPort: number): Promise<Target> {
+    this.vm = vm;
+    let t = this.inners.get(guestPort);
+    if (!t) {
+      t = innerForward(vm, bind, guestPort);
+      this.inners.set(guestPort, t);
+      t.catch(() => this.inners.delete(guestPort));
+    }
+    return t;
+  }
+
+  async publish(
+    guestPort: number,
+    target: Target,
+    opts: { hostPort?: number; bind?: string },
+  ): Promise<PublishedPort> {
+    const have = this.published.get(guestPort);
+    if (have) return have.info;
+    const host = opts.bind ?? '127.0.0.1';
+    const server = createServer((c) => {
+      const up = connect(target.port, target.host);
+      c.pipe(up).pipe(c);
+      const end = () => (c.destroy(), up.destroy());
+      c.on('error', end);
+      up.on('error', end);
+    });
+    server.maxConnections = MAX_CONNECTIONS;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', (e: NodeJS.ErrnoException) =>
+        reject(
+          e.code === 'EADDRINUSE'
+            ? new ForkdError(
+                'name_taken',
+                `host port ${opts.hostPort} is in use; pick another or leave it out`,
+                { host_port: opts.hostPort },
+              )
+            : e,
+        ),
+      );
+      server.listen(opts.hostPort ?? 0, host, () => resolve());
+    });
+    const info = { port: guestPort, host_port: (server.address() as AddressInfo).port, host };
+    this.published.set(guestPort, { info, server });
+    return info;
+  }
+
+  async unpublish(guestPort: number): Promise<void> {
+    const p = this.published.get(guestPort);
+    if (!p) {
+      throw new ForkdError('bad_request', `port ${guestPort} is not published`, {
+        port: guestPort,
+      });
+    }
+    this.published.delete(guestPort);
+    await closeServer(p.server);
+  }
+
+  list(): PublishedPort[] {
+    return [...this.published.values()].map((p) => p.info).sort((a, b) => a.port - b.port);
+  }
+
+  /** Close every listener and forward (the sandbox ends). */
+  async close(): Promise<void> {
+    for (const p of this.published.values()) await closeServer(p.server);
+    this.published.clear();
+    const vm = this.vm;
+    if (vm?.alive) {
+      for (const t of this.inners.values()) {
+        const target = await t.catch(() => undefined);
+        if (target) await removeHostForward(vm, target.host, target.port);
+      }
+    }
+    this.inners.clear();
+  }
+}
+
+/** In a namespace the guest port keeps its number; on the host's loopback it gets a free one. */
+async function innerForward(vm: Vm, bind: string, guestPort: number): Promise<Target> {
+  const port = bind === '127.0.0.1' ? await freePort() : guestPort;
+  await addHostForward(vm, bind, port, guestPort);
+  return { host: bind, port };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+function closeServer(s: Server): Promise<void> {
+  return new Promise((resolve) => {
+    s.close(() => resolve());
+    (s as Server & { closeAllConnections?: () => void }).closeAllConnections?.();
+  });
+}

@@ -1,0 +1,361 @@
+/**
+ * The network service: which mode this host gets (a namespace per sandbox as root, user
+ * networking with `restrict` otherwise), a small pool of namespaces made ahead so a fork
+ * does not wait for one, each sandbox's policy (enforced in its namespace, changed at run
+ * time), its DNS proxy, its denial count, and its published ports.
+ */
+import { networkInterfaces } from 'node:os';
+import type { VmNet } from '../../drivers/qemu/cmdline.js';
+import type { Vm } from '../../drivers/qemu/vm.js';
+import {
+  DnsListener,
+  forwardQuery,
+  refusedReply,
+  answerAddresses,
+  systemResolver,
+  type DnsEndpoint,
+  type DnsQuestion,
+} from '../../drivers/net/dns.js';
+import {
+  createNetns,
+  deleteNetns,
+  listNetns,
+  netnsInUse,
+  netnsOf,
+  type Netns,
+} from '../../drivers/net/netns.js';
+import {
+  addDnsElements,
+  applyPolicy,
+  deniedCount,
+  DNS_PORT,
+  DNS_SETS,
+  installHostTable,
+  nftAvailable,
+  removeHostTable,
+} from '../../drivers/net/nft.js';
+import { ForkdError } from '../../errors.js';
+import { silentLog, type ServiceLog } from '../sandboxes/log.js';
+import {
+  decideName,
+  egressRules,
+  mergeEgress,
+  NO_EGRESS,
+  OPEN_EGRESS,
+  type Egress,
+  type EgressInput,
+} from './policy.js';
+import { PortForwards, type PublishedPort } from './ports.js';
+
+export type NetworkMode = 'none' | 'nat';
+/** How `nat` is done on this host. */
+export type NetworkIsolation = 'netns' | 'user';
+
+/** A sandbox's network as the API shows it. */
+export interface NetworkState {
+  mode: NetworkMode;
+  isolation?: NetworkIsolation;
+  egress: Egress;
+  /** The guest's address (the same in every fork). */
+  address?: string;
+  /** Connections and DNS queries refused so far. */
+  denied: number;
+  ports: PublishedPort[];
+}
+
+export interface NetworkServiceOptions {
+  log?: ServiceLog;
+  /** Namespaces kept ready (default 2). */
+  poolSize?: number;
+  /** Where the DNS proxy forwards (default: the host's first nameserver). */
+  upstream?: DnsEndpoint;
+  /** Called once per DNS refusal and per sandbox end with denials (the audit log). */
+  onDenied?: (sandbox: string, what: string) => void;
+}
+
+interface Attached {
+  mode: NetworkMode;
+  egress: Egress;
+  ns?: Netns;
+  dns?: DnsListener;
+  dnsDenied: number;
+  ports: PortForwards;
+}
+
+/** The least TTL an address learned from DNS keeps its place in a set. */
+const MIN_DNS_TTL_S = 60;
+
+export class NetworkService {
+  private readonly log: ServiceLog;
+  private readonly sandboxes = new Map<string, Attached>();
+  private readonly pool: Netns[] = [];
+  private filling: Promise<void> | undefined;
+  private isolation: NetworkIsolation | undefined;
+  private forwarding = '';
+  private closed = false;
+
+  constructor(private readonly opts: NetworkServiceOptions = {}) {
+    this.log = opts.log ?? silentLog;
+  }
+
+  /** netns as root with nftables, else user networking (what doctor reports). */
+  static async detect(): Promise<{ isolation: NetworkIsolation; reason: string }> {
+    if (process.getuid?.() !== 0) {
+      return {
+        isolation: 'user',
+        reason: 'not root: user networking, host loopback blocked (restrict)',
+      };
+    }
+    if (!(await nftAvailable())) {
+      return { isolation: 'user', reason: 'nft is not installed (apt-get install nftables)' };
+    }
+    return {
+      isolation: 'netns',
+      reason: 'a network namespace per sandbox, nftables egress policy',
+    };
+  }
+
+  /**
+   * Install the host table, delete the namespaces no process runs in (an earlier daemon's
+   * pool, or sandboxes that ended while no daemon ran) and fill the pool. A namespace an
+   * adopted sandbox's QEMU still runs in is kept.
+   */
+  async start(): Promise<void> {
+    this.isolation = (await NetworkService.detect()).isolation;
+    if (this.isolation !== 'netns') return;
+    this.forwarding = await installHostTable();
+    for (const index of await listNetns()) {
+      const ns = netnsOf(index);
+      if (!(await netnsInUse(ns))) await deleteNetns(ns);
+    }
+    this.refill();
+  }
+
+  get mode(): NetworkIsolation {
+    return this.isolation ?? 'user';
+  }
+
+  /**
+   * The NIC of a sandbox about to start (undefined for `none`): as root a namespace of its
+   * own with `egress` in force (nothing out unless given), until {@link enforce} changes it.
+   */
+  async lease(
+    id: string,
+    mode: NetworkMode,
+    egress: Egress = NO_EGRESS,
+  ): Promise<VmNet | undefined> {
+    if (mode === 'none') {
+      this.sandboxes.set(id, { mode, egress: NO_EGRESS, dnsDenied: 0, ports: new PortForwards() });
+      return undefined;
+    }
+    if (this.mode !== 'netns') {
+      this.sandboxes.set(id, {
+        mode,
+        egress: OPEN_EGRESS,
+        dnsDenied: 0,
+        ports: new PortForwards(),
+      });
+      return {};
+    }
+    const ns = this.pool.shift() ?? (await createNetns(this.taken()));
+    this.refill();
+    const a: Attached = { mode, egress, ns, dnsDenied: 0, ports: new PortForwards() };
+    this.sandboxes.set(id, a);
+    try {
+      await applyPolicy(ns, egressRules(egress, hostAddresses()));
+      a.dns = await DnsListener.listen({ host: ns.hostIp, port: DNS_PORT }, (m, q) =>
+        this.answer(id, m, q),
+      );
+    } catch (e) {
+      await this.release(id);
+      throw e;
+    }
+    return { netns: ns.path };
+  }
+
+  /** Install (or replace) a sandbox's policy: an override merged over what it inherits. */
+  async enforce(id: string, inherited: Egress, override?: EgressInput): Promise<Egress> {
+    const a = this.attached(id);
+    const egress = mergeEgress(inherited, override);
+    // A pool member leased with its snapshot's policy needs no second nft run on the fork path.
+    if (a.ns && !sameEgress(a.egress, egress)) {
+      await applyPolicy(a.ns, egressRules(egress, hostAddresses()));
+    }
+    a.egress = egress;
+    return egress;
+  }
+
+  /** `PATCH`: change a running sandbox's policy; new connections follow it at once. */
+  async patch(id: string, override: EgressInput): Promise<NetworkState> {
+    const a = this.attached(id);
+    if (a.mode === 'none') {
+      throw new ForkdError(
+        'bad_request',
+        `sandbox ${id} has no network (network none); its policy cannot change`,
+        { id },
+      );
+    }
+    if (!a.ns && override !== 'none') {
+      throw new ForkdError(
+        'bad_request',
+        'this host runs without network namespaces (not root): egress policy is not enforced; run the daemon as root',
+        { id },
+      );
+    }
+    await this.enforce(id, a.egress, override);
+    return this.state(id);
+  }
+
+  /** The egress a child inherits (the parent's, or open for a sandbox made before policies). */
+  egressOf(id: string): Egress | undefined {
+    return this.sandboxes.get(id)?.egress;
+  }
+
+  modeOf(id: string): NetworkMode | undefined {
+    return this.sandboxes.get(id)?.mode;
+  }
+
+  async state(id: string): Promise<NetworkState> {
+    const a = this.attached(id);
+    const denied = a.dnsDenied + (a.ns ? await deniedCount(a.ns) : 0);
+    const st: NetworkState = { mode: a.mode, egress: a.egress, denied, ports: a.ports.list() };
+    if (a.mode === 'nat') {
+      st.isolation = a.ns ? 'netns' : 'user';
+      st.address = '10.0.2.15';
+    }
+    return st;
+  }
+
+  /** Denials per sandbox, for /metrics. */
+  async deniedCounts(): Promise<Record<string, number>> {
+    const out: Record<string, number> = {};
+    for (const id of this.sandboxes.keys()) out[id] = (await this.state(id)).denied;
+    return out;
+  }
+
+  /** Where the daemon reaches a guest port (for published ports and the HTTP route). */
+  async reach(id: string, vm: Vm, guestPort: number): Promise<{ host: string; port: number }> {
+    const a = this.attached(id);
+    if (a.mode === 'none') {
+      throw new ForkdError(
+        'bad_request',
+        `sandbox ${id} has no network (network none): no port can be reached`,
+        { id },
+      );
+    }
+    return a.ports.inner(vm, a.ns?.nsIp ?? '127.0.0.1', guestPort);
+  }
+
+  /** Publish a guest port on the host (loopback unless `bind` says otherwise). */
+  async publish(
+    id: string,
+    vm: Vm,
+    guestPort: number,
+    opts: { hostPort?: number; bind?: string } = {},
+  ): Promise<PublishedPort> {
+    const target = await this.reach(id, vm, guestPort);
+    return this.attached(id).ports.publish(guestPort, target, opts);
+  }
+
+  async unpublish(id: string, guestPort: number): Promise<void> {
+    await this.attached(id).ports.unpublish(guestPort);
+  }
+
+  /** A sandbox ended: its ports close, its proxy stops, its namespace goes. */
+  async release(id: string): Promise<void> {
+    const a = this.sandboxes.get(id);
+    if (!a) return;
+    this.sandboxes.delete(id);
+    const denied = a.dnsDenied + (a.ns ? await deniedCount(a.ns) : 0);
+    if (denied > 0) this.opts.onDenied?.(id, `${denied} connection(s) or DNS queries refused`);
+    await a.ports.close();
+    a.dns?.close();
+    if (a.ns) await deleteNetns(a.ns);
+  }
+
+  /** Tests and shutdown: every namespace goes, and the host table when none is left. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.filling;
+    for (const id of [...this.sandboxes.keys()]) await this.release(id);
+    for (const ns of this.pool.splice(0)) await deleteNetns(ns);
+    if (this.isolation === 'netns' && (await listNetns()).length === 0) {
+      await removeHostTable(this.forwarding);
+    }
+  }
+
+  /** Shutdown that leaves sandboxes running: only the pool's namespaces go. */
+  async detach(): Promise<void> {
+    this.closed = true;
+    await this.filling;
+    for (const a of this.sandboxes.values()) a.dns?.close();
+    for (const ns of this.pool.splice(0)) await deleteNetns(ns);
+  }
+
+  private async answer(id: string, query: Buffer, q: DnsQuestion): Promise<Buffer | undefined> {
+    const a = this.sandboxes.get(id);
+    if (!a) return refusedReply(query);
+    const d = decideName(a.egress, q.name);
+    if (d.refuse) {
+      a.dnsDenied++;
+      this.opts.onDenied?.(id, `DNS ${q.name} refused`);
+      return refusedReply(query);
+    }
+    const upstream = this.opts.upstream ?? systemResolver();
+    if (!upstream) return refusedReply(query);
+    const reply = await forwardQuery(query, upstream);
+    const { ips, ttlS } = answerAddresses(reply);
+    if (a.ns && ips.length > 0) await this.learn(a.ns, d, ips, Math.max(ttlS, MIN_DNS_TTL_S));
+    return reply;
+  }
+
+  /** Put a DNS answer's addresses in the sets of the entries that named it, before replying. */
+  private async learn(ns: Netns, d: ReturnType<typeof decideName>, ips: string[], ttlS: number) {
+    for (const side of ['allow', 'deny'] as const) {
+      for (const port of d[side]) {
+        const set = port === undefined ? DNS_SETS[side].ip : DNS_SETS[side].svc;
+        const items = port === undefined ? ips : ips.map((ip) => `${ip} . ${port}`);
+        await addDnsElements(ns, set, items, ttlS);
+      }
+    }
+  }
+
+  private attached(id: string): Attached {
+    const a = this.sandboxes.get(id);
+    if (a) return a;
+    throw new ForkdError('sandbox_not_running', `sandbox ${id} is not running`, { id });
+  }
+
+  private taken(): Set<number> {
+    const t = new Set(this.pool.map((n) => n.index));
+    for (const a of this.sandboxes.values()) if (a.ns) t.add(a.ns.index);
+    return t;
+  }
+
+  private refill(): void {
+    if (this.filling || this.closed || this.mode !== 'netns') return;
+    this.filling = (async () => {
+      while (!this.closed && this.pool.length < (this.opts.poolSize ?? 2)) {
+        try {
+          this.pool.push(await createNetns(this.taken()));
+        } catch (e) {
+          this.log.warn({ err: e }, 'could not make a network namespace');
+          return;
+        }
+      }
+    })().finally(() => (this.filling = undefined));
+  }
+}
+
+/** Every IPv4 address of the host (always denied to sandboxes). */
+function hostAddresses(): string[] {
+  return Object.values(networkInterfaces())
+    .flat()
+    .filter((i) => i && i.family === 'IPv4')
+    .map((i) => (i as { address: string }).address)
+    .filter((a) => !a.startsWith('127.') && !a.startsWith('10.231.'));
+}
+
+function sameEgress(a: Egress, b: Egress): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}

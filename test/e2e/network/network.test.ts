@@ -1,0 +1,202 @@
+/**
+ * Guest networking end to end, with real VMs, real namespaces and real nftables rules: the
+ * test stands up its own outside world (helpers/world.ts: HTTP and DNS in a namespace of
+ * its own) and checks what a user would: DNS and HTTP from a `nat` sandbox, no NIC with
+ * `none`, forks and branch children online at once with the same guest address, the host,
+ * loopback, metadata and other sandboxes out of reach (refused at once, counted), allow and
+ * deny lists, a run-time change, published ports, and nothing left behind.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, connect, type Server } from 'node:net';
+import { readdir } from 'node:fs/promises';
+import { buildApp } from '../../../src/api/app.js';
+import { run } from '../../../src/util/exec.js';
+import { makeTestHome, type TestHome } from '../../helpers/home.js';
+import {
+  caller,
+  closeAndCheck,
+  sh,
+  startServices,
+  type TestServices,
+} from '../../helpers/services.js';
+import { startWorld, WORLD, type World } from '../../helpers/world.js';
+
+let home: TestHome;
+let s: TestServices;
+let world: World;
+let hostService: Server;
+let hostPort = 0;
+/** The image-booted `nat` sandbox most tests share. */
+let nat = '';
+
+const GET = (url: string) => `timeout 8 wget -q -O- ${url}`;
+
+/** Run a script in the guest: exit code, output, and how long it took (host side). */
+async function attempt(id: string, script: string) {
+  const t = Date.now();
+  const r = await s.sandboxes.exec(id, { argv: ['sh', '-c', script] });
+  const out = Buffer.from(r.stdout, 'base64').toString() + Buffer.from(r.stderr, 'base64');
+  return { code: r.exit_code, out, ms: Date.now() - t };
+}
+
+/** A refused connection: fails, and long before wget's own 8 s timeout would. */
+async function refused(id: string, script: string) {
+  const r = await attempt(id, script);
+  assert.notEqual(r.code, 0, `${script} should have been refused: ${r.out}`);
+  assert.ok(r.ms < 4000, `${script} hung for ${r.ms} ms instead of being refused at once`);
+}
+
+async function fork(egress?: Parameters<TestServices['snapshots']['fork']>[0]['egress'], n = 1) {
+  const r = await s.snapshots.fork({ snapshot: 'online', n, egress }, caller);
+  assert.deepEqual(r.failed, [], JSON.stringify(r.failed));
+  return r.sandboxes.map((x) => x.id);
+}
+
+const denied = async (id: string) => (await s.network!.state(id)).denied;
+
+before(async () => {
+  home = await makeTestHome();
+  world = await startWorld();
+  hostService = createServer((c) => c.end('host secret\n'));
+  await new Promise<void>((r) => hostService.listen(0, '0.0.0.0', r));
+  hostPort = (hostService.address() as { port: number }).port;
+  s = await startServices(home, { network: { upstream: WORLD.dns, poolSize: 2 } });
+  await s.snapshots.create({ tag: 'online', network: 'nat' }, caller);
+  nat = (await s.sandboxes.create({ network: 'nat' }, caller)).id;
+});
+
+after(async () => {
+  try {
+    await closeAndCheck(s, home);
+    hostService?.close();
+  } finally {
+    await world?.close();
+  }
+  // Nothing of forkd's networking is left on the host.
+  const ns = (await readdir('/run/netns').catch(() => [] as string[])).filter((n) =>
+    n.startsWith('fkd-'),
+  );
+  assert.deepEqual(ns, [], 'a network namespace was left behind');
+  const links = (await run('ip', ['-o', 'link'])).stdout;
+  assert.doesNotMatch(links, /fkdh-/, 'a veth was left behind');
+  const tables = (await run('nft', ['list', 'tables'])).stdout;
+  assert.doesNotMatch(tables, /forkd/, 'an nftables table was left behind');
+});
+
+test('a nat sandbox resolves the test name and GETs from the test server', async () => {
+  assert.match(await sh(s, nat, 'nslookup a.test'), /198\.51\.100\.2/);
+  assert.equal(await sh(s, nat, GET('http://a.test/hello')), 'hello from a.test\n');
+  assert.match(await sh(s, nat, 'ip -4 addr show eth0'), /10\.0\.2\.15\/24/);
+  const info = await s.sandboxes.get(nat);
+  assert.equal(info.network?.mode, 'nat');
+});
+
+test('a none sandbox has no NIC at all', async () => {
+  const id = (await s.sandboxes.create({ network: 'none' }, caller)).id;
+  assert.equal((await sh(s, id, 'ls /sys/class/net')).trim(), 'lo');
+  await s.sandboxes.kill(id);
+});
+
+test('two forks with the same guest IP reach the server at once; a branch child too', async () => {
+  const [a, b] = await fork(undefined, 2);
+  const both = await Promise.all(
+    [a, b].map((id) =>
+      sh(s, id as string, `ip -4 addr show eth0; ${GET(`http://${WORLD.a}/hello`)}`),
+    ),
+  );
+  for (const out of both) {
+    assert.match(out, /10\.0\.2\.15/);
+    assert.match(out, /hello from 198\.51\.100\.2/);
+  }
+  // The source keeps its network across a branch; the branch child comes up online.
+  const br = await s.branch.branch(nat, { tag: 'nat-br', fork: 1 }, caller);
+  const child = br.children?.sandboxes[0]?.id as string;
+  assert.ok(child, JSON.stringify(br.children?.failed));
+  assert.equal(await sh(s, child, GET('http://a.test/hello')), 'hello from a.test\n');
+  assert.equal(await sh(s, nat, GET('http://a.test/hello')), 'hello from a.test\n');
+  for (const id of [a, b, child]) await s.sandboxes.kill(id as string);
+  await s.snapshots.remove('nat-br', {});
+});
+
+test('the host, loopback, metadata and other sandboxes are refused at once and counted', async () => {
+  const [other] = await fork();
+  const before = await denied(nat);
+  const hostIp = (await run('ip', ['-4', '-o', 'addr', 'show', 'eth0'])).stdout.match(
+    /inet ([\d.]+)/,
+  )?.[1];
+  const targets = [
+    `10.0.2.2:${hostPort}`, // slirp's gateway = the namespace's loopback
+    `127.0.0.1:${hostPort}`,
+    `169.254.169.254:80`,
+    `10.231.0.1:${hostPort}`, // a namespace's host end
+    `10.231.0.6:80`, // another sandbox's namespace
+    ...(hostIp ? [`${hostIp}:${hostPort}`] : []),
+  ];
+  for (const t of targets) await refused(nat, GET(`http://${t}/`));
+  assert.ok((await denied(nat)) - before >= targets.length - 2, 'denials were not counted');
+  // A published port of another sandbox is on the host's loopback: not the guest's.
+  const pub = await s.network!.publish(
+    other as string,
+    (await s.sandboxes.lease(other as string)).vm,
+    8080,
+  );
+  await refused(nat, GET(`http://10.0.2.2:${pub.host_port}/`));
+  await s.sandboxes.kill(other as string);
+});
+
+test('allow-list by CIDR and by hostname; deny-list wins; PATCH applies; egress none', async () => {
+  const [byCidr, byName, denyWins, offline] = [
+    ...(await fork({ allow_internet: false, allow_out: ['198.51.100.0/24'] })),
+    ...(await fork({ allow_internet: false, allow_out: ['a.test'] })),
+    ...(await fork({ allow_out: ['198.51.100.0/24'], deny_out: [`${WORLD.a}:80`] })),
+    ...(await fork('none')),
+  ] as string[];
+  assert.match(await sh(s, byCidr as string, GET(`http://${WORLD.a}/hello`)), /hello/);
+  await refused(byCidr as string, GET(`http://${WORLD.b}/hello`));
+
+  assert.equal(await sh(s, byName as string, GET('http://a.test/hello')), 'hello from a.test\n');
+  await refused(byName as string, GET('http://b.test/hello')); // DNS REFUSED
+  await refused(byName as string, GET(`http://${WORLD.b}/hello`));
+
+  await refused(denyWins as string, GET(`http://${WORLD.a}/hello`));
+  assert.match(await sh(s, denyWins as string, GET(`http://${WORLD.b}/hello`)), /hello/);
+
+  await refused(offline as string, GET(`http://${WORLD.a}/hello`));
+  await refused(offline as string, 'nslookup a.test');
+  assert.ok((await denied(offline as string)) >= 2);
+
+  // At run time: the CIDR sandbox goes offline, then gets b back.
+  await s.network!.patch(byCidr as string, 'none');
+  await refused(byCidr as string, GET(`http://${WORLD.a}/hello`));
+  await s.network!.patch(byCidr as string, { allow_out: [WORLD.b] });
+  assert.match(await sh(s, byCidr as string, GET(`http://${WORLD.b}/hello`)), /hello/);
+  for (const id of [byCidr, byName, denyWins, offline]) await s.sandboxes.kill(id as string);
+});
+
+test('a published port answers on the host and through the daemon route, and goes with the sandbox', async () => {
+  const id = (await fork())[0] as string;
+  await sh(s, id, 'mkdir -p /www && echo served > /www/index.html && httpd -p 8080 -h /www');
+  const pub = await s.services.network!.publish(id, 8080);
+  assert.equal(pub.host, '127.0.0.1');
+  const viaHost = await fetch(`http://127.0.0.1:${pub.host_port}/index.html`);
+  assert.equal(await viaHost.text(), 'served\n');
+
+  const app = await buildApp(s.services, { requireAuth: false });
+  try {
+    const viaDaemon = await app.inject({ url: `/v1/sandboxes/${id}/ports/8080/index.html` });
+    assert.equal(viaDaemon.statusCode, 200);
+    assert.equal(viaDaemon.body, 'served\n');
+    const nothing = await app.inject({ url: `/v1/sandboxes/${id}/ports/9999/` });
+    assert.equal(nothing.statusCode, 502, nothing.body);
+  } finally {
+    await app.close();
+  }
+  await s.sandboxes.kill(id);
+  await assert.rejects(
+    new Promise((resolve, reject) =>
+      connect(pub.host_port, '127.0.0.1').on('connect', resolve).on('error', reject),
+    ),
+    /ECONNREFUSED/,
+  );
+});

@@ -1,0 +1,57 @@
+/** The DNS proxy's wire format: the question of a query, the A records of an answer, REFUSED. */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { answerAddresses, parseQuestion, refusedReply } from '../../../src/drivers/net/dns.js';
+
+function query(name: string, id = 0x1234): Buffer {
+  const labels = name
+    .split('.')
+    .map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)]));
+  const head = Buffer.from([id >> 8, id & 255, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+  return Buffer.concat([head, ...labels, Buffer.from([0, 0, 1, 0, 1])]);
+}
+
+function answer(q: Buffer, ips: string[], ttl = 300): Buffer {
+  const head = Buffer.from(q);
+  head[2] = 0x81;
+  head[3] = 0x80;
+  head.writeUInt16BE(ips.length, 6);
+  const rrs = ips.map((ip) => {
+    const rr = Buffer.alloc(16);
+    rr.writeUInt16BE(0xc00c, 0);
+    rr.writeUInt16BE(1, 2);
+    rr.writeUInt16BE(1, 4);
+    rr.writeUInt32BE(ttl, 6);
+    rr.writeUInt16BE(4, 10);
+    ip.split('.').forEach((b, i) => (rr[12 + i] = Number(b)));
+    return rr;
+  });
+  return Buffer.concat([head, ...rrs]);
+}
+
+test('the question of a query, lower-cased', () => {
+  assert.deepEqual(parseQuestion(query('Api.Example.TEST')), {
+    id: 0x1234,
+    name: 'api.example.test',
+    type: 1,
+  });
+  assert.equal(parseQuestion(Buffer.from([1, 2, 3])), undefined);
+});
+
+test('the A records of an answer (compressed names) and their lowest TTL', () => {
+  const q = query('a.test');
+  assert.deepEqual(answerAddresses(answer(q, ['198.51.100.2', '203.0.113.2'], 30)), {
+    ips: ['198.51.100.2', '203.0.113.2'],
+    ttlS: 30,
+  });
+  assert.deepEqual(answerAddresses(answer(q, [])), { ips: [], ttlS: 0 });
+});
+
+test('REFUSED keeps the id and the question, and has no records', () => {
+  const r = refusedReply(query('bad.test', 0xbeef));
+  assert.equal(r.readUInt16BE(0), 0xbeef);
+  assert.equal(r[3]! & 0x0f, 5);
+  assert.equal(r[2]! & 0x80, 0x80);
+  assert.equal(r.readUInt16BE(6), 0);
+  assert.equal(parseQuestion(r)?.name, 'bad.test');
+});

@@ -1,0 +1,95 @@
+/**
+ * The egress policy without I/O: which entries parse (and how a bad one is named), how an
+ * override merges over an inherited policy, what the DNS proxy does with a name, and the
+ * rules a policy becomes.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { isForkdError } from '../../../src/errors.js';
+import {
+  decideName,
+  egressRules,
+  mergeEgress,
+  NO_EGRESS,
+  OPEN_EGRESS,
+  parseEntry,
+} from '../../../src/services/network/policy.js';
+
+test('entries: CIDR, IP, host:port, hostname and *.domain parse', () => {
+  assert.deepEqual(parseEntry('allow_out', '10.1.0.0/16'), {
+    kind: 'net',
+    net: '10.1.0.0/16',
+    port: undefined,
+  });
+  assert.deepEqual(parseEntry('allow_out', '1.2.3.4:443'), {
+    kind: 'net',
+    net: '1.2.3.4',
+    port: 443,
+  });
+  assert.deepEqual(parseEntry('allow_out', 'PyPI.org'), {
+    kind: 'host',
+    pattern: 'pypi.org',
+    port: undefined,
+  });
+  assert.deepEqual(parseEntry('deny_out', '*.example.com:80'), {
+    kind: 'host',
+    pattern: '*.example.com',
+    port: 80,
+  });
+});
+
+test('a bad entry is refused with its field and value named', () => {
+  for (const bad of [
+    '1.2.3.4/33',
+    'host:0',
+    'host:70000',
+    '::1',
+    '2001:db8::/32',
+    'a b',
+    '-x.com',
+  ]) {
+    assert.throws(
+      () => mergeEgress(OPEN_EGRESS, { allow_out: [bad] }),
+      (e: unknown) => isForkdError(e) && e.code === 'bad_request' && e.message.includes(bad),
+      bad,
+    );
+  }
+});
+
+test('an override replaces the fields it gives and inherits the rest; none wins', () => {
+  const parent = mergeEgress(OPEN_EGRESS, { allow_out: ['10.0.0.0/8'] });
+  assert.deepEqual(mergeEgress(parent, { deny_out: ['evil.test'] }), {
+    none: false,
+    allow_internet: true,
+    allow_out: ['10.0.0.0/8'],
+    deny_out: ['evil.test'],
+  });
+  assert.deepEqual(mergeEgress(parent, 'none'), NO_EGRESS);
+  assert.equal(mergeEgress(NO_EGRESS, { allow_out: ['a.test'] }).allow_internet, false);
+  assert.equal(mergeEgress(parent, undefined), parent);
+});
+
+test('DNS: a denied name is refused, an allowed one learned, unlisted ones follow allow_internet', () => {
+  const p = mergeEgress(OPEN_EGRESS, {
+    allow_internet: false,
+    allow_out: ['*.pypi.test', 'api.test:443'],
+    deny_out: ['bad.pypi.test'],
+  });
+  assert.deepEqual(decideName(p, 'files.pypi.test'), {
+    refuse: false,
+    allow: [undefined],
+    deny: [],
+  });
+  assert.deepEqual(decideName(p, 'api.test'), { refuse: false, allow: [443], deny: [] });
+  assert.equal(decideName(p, 'bad.pypi.test').refuse, true);
+  assert.equal(decideName(p, 'other.test').refuse, true);
+  assert.equal(decideName(OPEN_EGRESS, 'other.test').refuse, false);
+  assert.equal(decideName(NO_EGRESS, 'a.test').refuse, true);
+});
+
+test('rules: CIDRs and host:port entries go to their sets, hostnames wait for DNS', () => {
+  const p = mergeEgress(OPEN_EGRESS, { allow_out: ['10.0.0.0/8', '1.2.3.4:80', 'a.test'] });
+  const r = egressRules(p, ['192.0.2.2']);
+  assert.deepEqual(r.allow, { nets: ['10.0.0.0/8'], services: [{ net: '1.2.3.4', port: 80 }] });
+  assert.deepEqual(r.hostAddresses, ['192.0.2.2']);
+});
