@@ -6,8 +6,9 @@
  */
 import type { Command } from 'commander';
 import { Snapshot, type ForkResult } from '@forkd/sdk';
-import { SANDBOX, toWire } from '@forkd/sdk/wire';
+import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { limitOptions, parseLimitFlags, type LimitFlags } from './limits.js';
 import { action, printJson } from './output.js';
 import {
   collect,
@@ -20,7 +21,7 @@ import {
 } from './parse.js';
 import { LIMITS } from './rules.js';
 
-interface ForkFlags extends DaemonFlags {
+interface ForkFlags extends DaemonFlags, LimitFlags {
   count: string;
   label: string[];
   env: string[];
@@ -30,7 +31,7 @@ interface ForkFlags extends DaemonFlags {
 
 export function register(cmd: Command): void {
   daemonOptions(
-    cmd
+    limitOptions(cmd, "each child's")
       .argument('<tag>', 'snapshot tag')
       .option('-n, --count <n>', 'how many sandboxes (1-100)', '1')
       .option('--label <k=v>', 'label of every child (repeatable)', collect, [])
@@ -53,6 +54,7 @@ async function fork(tag: string, flags: ForkFlags): Promise<number> {
     envs: parseEnv(flags.env),
     timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
     allOrNothing: flags.allOrNothing,
+    limits: parseLimitFlags(flags),
   });
   if (flags.json) printJson(forkJson(result));
   else report(result, flags.allOrNothing);
@@ -62,7 +64,7 @@ async function fork(tag: string, flags: ForkFlags): Promise<number> {
 /** The ForkResult in the REST API's shape. */
 function forkJson({ sandboxes, failed }: ForkResult) {
   return {
-    sandboxes: sandboxes.map((s) => toWire(SANDBOX, s.info)),
+    sandboxes: sandboxes.map((s) => sandboxToWire(s.info)),
     failed: failed.map(({ index, error }) => ({ index, error: error.toJSON().error })),
   };
 }

@@ -15,6 +15,7 @@ import type {
   CreateSnapshotT,
   FileStatT,
   ImageT,
+  LimitsRequestT,
   PoolStateT,
   SandboxT,
   SnapshotT,
@@ -79,6 +80,8 @@ export interface ForkRequest {
   env?: Record<string, string>;
   timeout_s?: number;
   all_or_nothing?: boolean;
+  /** Overrides the limits the children inherit from their snapshot. */
+  limits?: LimitsRequestT;
 }
 
 /**
@@ -160,6 +163,18 @@ export interface HostInfo {
   accel(): Promise<'kvm' | 'tcg'>;
   /** Gauges for /metrics: sandboxes by state. */
   sandboxCounts(): Record<string, number>;
+  /** Gauges for /metrics: each running sandbox's limits and use (its cgroup's numbers). */
+  sandboxUsage(): Promise<SandboxUsageT[]>;
+}
+
+/** One running sandbox's limits and use, as /metrics reports them. */
+export interface SandboxUsageT {
+  id: string;
+  limits: NonNullable<SandboxT['limits']> | null;
+  cpu_seconds: number;
+  memory_bytes: number;
+  throttled_seconds: number;
+  oom_kills: number;
 }
 
 export interface Services {

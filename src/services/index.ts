@@ -12,6 +12,7 @@ import type { Store } from '../store/db.js';
 import { BranchManager } from './branch/service.js';
 import type { Services } from './contracts.js';
 import { Host } from './host.js';
+import { Limiter, type LimitDefaults } from './limits.js';
 import { ImageStore } from './images/index.js';
 import type { ServiceLog } from './sandboxes/log.js';
 import type { ReconcileReport } from './sandboxes/reconcile.js';
@@ -33,6 +34,8 @@ export interface ServiceOptions {
   /** QEMU's version as manifests record it (default: asked of the binary, once). */
   qemuVersion?: () => Promise<string>;
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
+  /** Default resource limits of sandboxes (`forkd daemon --default-*`; docs/limits.md). */
+  limitDefaults?: LimitDefaults;
 }
 
 export interface ServiceSet {
@@ -53,8 +56,16 @@ export interface ServiceSet {
 export function buildServices(opts: ServiceOptions): ServiceSet {
   const logOf = (component: string) => opts.log?.child?.({ component }) ?? opts.log;
   const { paths, store } = opts;
-  const sandboxes = new SandboxManager({ ...opts, log: logOf('sandboxes') });
-  const host = new Host(() => sandboxes.counts());
+  const limiter = new Limiter({
+    home: paths.home,
+    defaults: opts.limitDefaults,
+    log: logOf('limits'),
+  });
+  const sandboxes = new SandboxManager({ ...opts, limiter, log: logOf('sandboxes') });
+  const host = new Host(
+    () => sandboxes.counts(),
+    () => sandboxes.usage(),
+  );
   const qemuVersion = opts.qemuVersion ?? (() => host.qemuVersion());
   const snapshots = new SnapshotManager({
     paths,
@@ -63,6 +74,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     qemuVersion,
     log: logOf('snapshots'),
     maxCreating: opts.maxCreating,
+    limiter,
   });
   const branch = new BranchManager({
     paths,
@@ -97,10 +109,12 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     detach: async () => {
       await snapshots.pool.close(); // pool VMs are not sandboxes: they are not kept
       sandboxes.detach();
+      await limiter.close(); // only when no sandbox is left running in it
     },
     close: async () => {
       await snapshots.pool.close();
       await sandboxes.killAll();
+      await limiter.close();
     },
   };
 }

@@ -8,8 +8,8 @@ import { Commands } from './commands.js';
 import { Forkd, type CallOptions } from './client.js';
 import type { ClientConfig } from './config.js';
 import { Files } from './files.js';
-import type { SandboxInfo, SandboxState } from './types.js';
-import { compact, fromWire, SANDBOX, toSeconds, type CreateSandboxBody } from './wire.js';
+import type { LimitsOptions, SandboxInfo, SandboxState } from './types.js';
+import { compact, limitsBody, sandboxFromWire, toSeconds, type CreateSandboxBody } from './wire.js';
 
 /**
  * Options of the static calls: where the daemon is, and a signal.
@@ -39,6 +39,8 @@ export interface SandboxCreateOptions extends SandboxOptions {
   /** Kill it after this long (the daemon counts whole seconds; rounded up). */
   timeoutMs?: number;
   labels?: Record<string, string>;
+  /** Caps on its QEMU on the host; a fork inherits its snapshot's (docs/limits.md). */
+  limits?: LimitsOptions;
 }
 
 /**
@@ -65,7 +67,7 @@ let wrap: (client: Forkd, info: SandboxInfo) => Sandbox;
  * SDK's own modules: not exported from the package.
  *
  * @example
- * const children = result.sandboxes.map((s) => sandboxOf(client, fromWire(SANDBOX, s)));
+ * const children = result.sandboxes.map((s) => sandboxOf(client, sandboxFromWire(s)));
  */
 export function sandboxOf(client: Forkd, info: SandboxInfo): Sandbox {
   return wrap(client, info);
@@ -144,6 +146,7 @@ export class Sandbox {
       env: opts.env,
       timeout_s: opts.timeoutMs === undefined ? undefined : toSeconds(opts.timeoutMs),
       labels: opts.labels,
+      limits: limitsBody(opts.limits),
     });
     const wire = await client.transport.json({
       method: 'POST',
@@ -151,7 +154,7 @@ export class Sandbox {
       json: body,
       signal: opts.signal,
     });
-    return new Sandbox(client, fromWire(SANDBOX, wire));
+    return new Sandbox(client, sandboxFromWire(wire));
   }
 
   /**
@@ -178,7 +181,7 @@ export class Sandbox {
       query: { state: opts.state, label: opts.label },
       signal: opts.signal,
     });
-    return wire.sandboxes.map((s) => fromWire(SANDBOX, s));
+    return wire.sandboxes.map((s) => sandboxFromWire(s));
   }
 
   /**
@@ -305,7 +308,7 @@ async function getInfo(client: Forkd, id: string, opts: CallOptions): Promise<Sa
     path: sandboxPath(id),
     signal: opts.signal,
   });
-  return fromWire(SANDBOX, wire);
+  return sandboxFromWire(wire);
 }
 
 async function deleteSandbox(client: Forkd, id: string, opts: CallOptions): Promise<void> {
@@ -324,7 +327,7 @@ async function patchTimeout(
     json: { timeout_s: toSeconds(timeoutMs) },
     signal: opts.signal,
   });
-  return fromWire(SANDBOX, wire);
+  return sandboxFromWire(wire);
 }
 
 async function consoleLog(client: Forkd, id: string, opts: CallOptions): Promise<string> {

@@ -9,12 +9,13 @@ import { Forkd, type CallOptions } from './client.js';
 import { errorFromResponse, InternalError, type ForkdError } from './errors.js';
 import { ndjson } from './ndjson.js';
 import { sandboxOf, type Sandbox, type SandboxOptions } from './sandbox.js';
-import type { PoolInfo, SnapshotInfo, VerifyReport } from './types.js';
+import type { LimitsOptions, PoolInfo, SnapshotInfo, VerifyReport } from './types.js';
 import {
   compact,
   fromWire,
+  limitsBody,
   poolFromWire,
-  SANDBOX,
+  sandboxFromWire,
   snapshotFromWire,
   toSeconds,
   VERIFY_PROBLEM,
@@ -76,6 +77,8 @@ export interface ForkOptions extends CallOptions {
   timeoutMs?: number;
   /** If any child fails, the daemon kills the healthy ones too. */
   allOrNothing?: boolean;
+  /** Override the limits the children inherit from the snapshot (docs/limits.md). */
+  limits?: LimitsOptions;
 }
 
 /**
@@ -151,7 +154,7 @@ function typedError(error: WireError): ForkdError {
  */
 export function forkResultOf(client: Forkd, wire: ForkResultWire): ForkResult {
   return {
-    sandboxes: wire.sandboxes.map((s) => sandboxOf(client, fromWire(SANDBOX, s))),
+    sandboxes: wire.sandboxes.map((s) => sandboxOf(client, sandboxFromWire(s))),
     failed: wire.failed.map(({ index, error }) => ({ index, error: typedError(error) })),
   };
 }
@@ -323,6 +326,7 @@ export class Snapshot {
       env: opts.envs,
       timeout_s: opts.timeoutMs === undefined ? undefined : toSeconds(opts.timeoutMs),
       all_or_nothing: opts.allOrNothing,
+      limits: limitsBody(opts.limits),
     });
     const wire = await this.client.transport.json<ForkResultWire>({
       method: 'POST',

@@ -18,6 +18,7 @@ import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import { validateTag } from '../snapshots/files.js';
 import type { SnapshotMeta } from '../snapshots/registry.js';
 import type { SnapshotManager } from '../snapshots/service.js';
+import type { Limits } from '../limits.js';
 import { ForkdError } from '../../errors.js';
 import type { BranchIntentRows } from '../../store/intents.js';
 import { abandonBranch, captureBranch, type BranchCapture } from './capture.js';
@@ -137,6 +138,7 @@ export class BranchManager implements BranchService {
       cpus: source.info.cpus,
       created_at: new Date().toISOString(),
       labels: req.labels ?? {},
+      ...inheritedLimits(source.info),
     };
   }
 
@@ -160,4 +162,11 @@ export class BranchManager implements BranchService {
       },
     );
   }
+}
+
+/** A branch's children inherit its source's limits (the cgroup version is the host's, not theirs). */
+function inheritedLimits(info: Lease['info']): { limits?: Limits } {
+  if (!info.limits) return {};
+  const { memory_bytes, cpu, pids } = info.limits;
+  return { limits: { memory_bytes, cpu, pids } };
 }

@@ -34,6 +34,8 @@ export interface BootRequest {
   id?: string;
   /** Called as soon as QEMU runs, before the guest answers (the daemon records the pid). */
   onStarted?(vm: Vm): void;
+  /** Called right after QEMU is spawned, before it is waited for (its cgroup). */
+  onSpawn?(pid: number): Promise<void>;
 }
 
 /** A running sandbox: its VM and a connected agent. */
@@ -127,10 +129,13 @@ export async function bootSandbox(p: Paths, req: BootRequest): Promise<Sandbox> 
     await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
     const spec = sandboxVmSpec(dir, { ...res, accel });
     await createOverlay(spec.disk, image.path, 'raw');
-    vm = await Vm.start({
-      ...spec,
-      boot: { kernel: guest.kernel, initramfs: guest.initramfs, tscKhz: await hostTscKhz() },
-    });
+    vm = await Vm.start(
+      {
+        ...spec,
+        boot: { kernel: guest.kernel, initramfs: guest.initramfs, tscKhz: await hostTscKhz() },
+      },
+      { onSpawn: req.onSpawn },
+    );
     req.onStarted?.(vm);
     req.signal?.throwIfAborted();
     const agent = await connectGuest(vm, id, req);

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import { checkName } from '../checks.js';
+import type { Limits } from '../limits.js';
 
 /** Bumped only when an older forkd could not restore the new layout. */
 export const SNAPSHOT_FORMAT_VERSION = 1;
@@ -44,6 +45,8 @@ export interface SnapshotManifest {
   created_at: string;
   labels: Record<string, string>;
   files: Record<SnapshotFileRole, FileEntry>;
+  /** The resource limits of the sandbox it captured, which its children inherit (docs/limits.md). */
+  limits?: Limits;
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */

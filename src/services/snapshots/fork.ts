@@ -18,7 +18,9 @@ import { createOverlay } from '../../drivers/qemu/disk.js';
 import { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
+import type { StoredLimits } from '../../store/sandboxes.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
+import type { Limiter } from '../limits.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import {
   connectGuest,
@@ -39,13 +41,25 @@ export interface PreparedChild {
   vm: Vm;
   /** Set when pre-warmed: restored, its agent connected, run once, then paused. */
   agent?: AgentClient;
+  /** Holds its cgroup (removed when the child is discarded). */
+  limiter?: Limiter;
 }
 
-/** Start a child's QEMU, waiting for its state; removes everything again on failure. */
+/** Where a child's QEMU is accounted: its cgroup, with these limits. */
+export interface Placement {
+  limiter: Limiter;
+  limits: StoredLimits;
+}
+
+/**
+ * Start a child's QEMU, waiting for its state, in its cgroup when `placement` is given;
+ * removes everything again on failure.
+ */
 export async function prepareChild(
   p: Paths,
   m: SnapshotManifest,
   id: string = newSandboxId(),
+  placement?: Placement,
 ): Promise<PreparedChild> {
   const { accel } = await detectAccel();
   if (accel !== m.accel) {
@@ -67,12 +81,15 @@ export async function prepareChild(
     await createOverlay(spec.disk, join(snapshotDir(p, m.tag), SNAPSHOT_FILES.disk), 'qcow2');
     const state = await open(join(snapshotDir(p, m.tag), SNAPSHOT_FILES.vmstate), 'r');
     try {
-      const vm = await Vm.start({ ...spec, incoming: true }, { incomingFd: state.fd });
-      return { id, dir, vm };
+      const onSpawn =
+        placement && ((pid: number) => placement.limiter.place(id, placement.limits, pid));
+      const vm = await Vm.start({ ...spec, incoming: true }, { incomingFd: state.fd, onSpawn });
+      return { id, dir, vm, limiter: placement?.limiter };
     } finally {
       await state.close(); // QEMU holds its own copy of the fd
     }
   } catch (e) {
+    await placement?.limiter.remove(id);
     await rm(dir, { recursive: true, force: true });
     throw e;
   }
@@ -131,6 +148,7 @@ export async function restoreChild(
 export async function discardChild(child: PreparedChild): Promise<void> {
   child.agent?.close();
   await child.vm.kill();
+  await child.limiter?.remove(child.id);
   await rm(child.dir, { recursive: true, force: true });
 }
 
@@ -139,6 +157,16 @@ export interface ForkContext {
   paths: Paths;
   pool: Pool;
   sandboxes: SandboxHost;
+  limiter: Limiter;
+}
+
+/** A child's limits: the fork's, else what its snapshot's source had, else the defaults. */
+export function childLimits(
+  limiter: Limiter,
+  m: SnapshotManifest,
+  req?: ForkRequest['limits'],
+): Promise<StoredLimits> {
+  return limiter.resolve(req, { memoryMiB: m.memory_mib, cpus: m.cpus, inherited: m.limits });
 }
 
 /**
@@ -152,8 +180,9 @@ export async function forkChildren(
   caller: Caller,
 ): Promise<ForkOutcome> {
   const labels = withRequestLabel(req.labels);
+  const limits = await childLimits(ctx.limiter, m, req.limits); // bad_request before any child
   const settled = await Promise.allSettled(
-    Array.from({ length: req.n }, () => forkOne(ctx, m, { ...req, labels }, caller)),
+    Array.from({ length: req.n }, () => forkOne(ctx, m, { ...req, labels }, limits, caller)),
   );
   const result: ForkOutcome = { sandboxes: [], failed: [] };
   settled.forEach((s, index) => {
@@ -180,7 +209,32 @@ function withRequestLabel(labels: Record<string, string> | undefined): Record<st
   return { ...labels, [REQUEST_LABEL]: `req-${randomBytes(6).toString('hex')}` };
 }
 
-function forkOne(ctx: ForkContext, m: SnapshotManifest, req: ForkRequest, caller: Caller) {
+/**
+ * A pooled QEMU was started in a cgroup with its snapshot's limits: the fork's are written
+ * over them before it runs a single guest instruction for the fork. Should that fail (it
+ * already uses more than a lower memory limit), it is discarded and a fresh one started.
+ */
+async function handOut(
+  ctx: ForkContext,
+  pooled: PreparedChild,
+  limits: StoredLimits,
+): Promise<PreparedChild | undefined> {
+  try {
+    await ctx.limiter.apply(pooled.id, limits);
+    return pooled;
+  } catch {
+    await discardChild(pooled);
+    return undefined;
+  }
+}
+
+function forkOne(
+  ctx: ForkContext,
+  m: SnapshotManifest,
+  req: ForkRequest,
+  limits: StoredLimits,
+  caller: Caller,
+) {
   const pooled = ctx.pool.take(m.tag);
   return ctx.sandboxes.createForked(
     {
@@ -193,9 +247,12 @@ function forkOne(ctx: ForkContext, m: SnapshotManifest, req: ForkRequest, caller
       labels: req.labels,
       env: req.env,
       timeoutS: req.timeout_s,
+      limits,
     },
     async ({ id, env, signal, onStarted }) => {
-      const child = pooled ?? (await prepareChild(ctx.paths, m, id));
+      const handed = pooled && (await handOut(ctx, pooled, limits));
+      const child =
+        handed ?? (await prepareChild(ctx.paths, m, id, { limiter: ctx.limiter, limits }));
       onStarted(child.vm);
       const up = await restoreChild(child, { env, signal });
       crashPoint('fork:child-up');

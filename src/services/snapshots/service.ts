@@ -24,7 +24,8 @@ import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import { flattenInto } from './compact.js';
 import { createSnapshot } from './create.js';
 import { stagingDir, validateTag, type SnapshotManifest } from './files.js';
-import { discardChild, forkChildren, prepareChild, prewarmChild } from './fork.js';
+import { childLimits, discardChild, forkChildren, prepareChild, prewarmChild } from './fork.js';
+import type { Limiter } from '../limits.js';
 import { descendants, lineageOf } from './lineage.js';
 import { Pool } from './pool.js';
 import { SnapshotRegistry } from './registry.js';
@@ -38,6 +39,8 @@ export interface SnapshotServiceOptions {
   log?: ServiceLog;
   /** Snapshot creations and branches at once (default 2); past it `capacity`. */
   maxCreating?: number;
+  /** The sandboxes' cgroups (the sandbox service's). */
+  limiter: Limiter;
 }
 
 export class SnapshotManager implements SnapshotService {
@@ -57,7 +60,12 @@ export class SnapshotManager implements SnapshotService {
     });
     this.pool = new Pool(
       async (tag, prewarm) => {
-        const child = await prepareChild(opts.paths, await this.registry.bootable(tag));
+        const m = await this.registry.bootable(tag);
+        const limits = await childLimits(opts.limiter, m);
+        const child = await prepareChild(opts.paths, m, undefined, {
+          limiter: opts.limiter,
+          limits,
+        });
         return prewarm ? prewarmChild(child) : child;
       },
       discardChild,
@@ -186,7 +194,12 @@ export class SnapshotManager implements SnapshotService {
   async fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome> {
     checkRange('n', req.n, { min: 1, max: FORK_MAX });
     const m = await this.registry.bootable(req.snapshot);
-    const ctx = { paths: this.opts.paths, pool: this.pool, sandboxes: this.opts.sandboxes };
+    const ctx = {
+      paths: this.opts.paths,
+      pool: this.pool,
+      sandboxes: this.opts.sandboxes,
+      limiter: this.opts.limiter,
+    };
     return forkChildren(ctx, m, req, caller);
   }
 }
