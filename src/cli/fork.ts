@@ -45,6 +45,7 @@ export function register(cmd: Command): void {
 async function fork(tag: string, flags: ForkFlags): Promise<number> {
   const n = parseCount(flags.count, typed('-n', '--count'), LIMITS.forkCount);
   const timeoutS = parseSandboxTimeout(flags.timeout);
+  const limits = parseLimitFlags(flags);
   const config = clientConfig(flags);
   const result = await (
     await Snapshot.get(parseName(tag, 'the tag'), config)
@@ -54,7 +55,7 @@ async function fork(tag: string, flags: ForkFlags): Promise<number> {
     envs: parseEnv(flags.env),
     timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
     allOrNothing: flags.allOrNothing,
-    limits: parseLimitFlags(flags),
+    limits,
   });
   if (flags.json) printJson(forkJson(result));
   else report(result, flags.allOrNothing);

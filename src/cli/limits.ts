@@ -6,6 +6,7 @@
  */
 import type { Command } from 'commander';
 import type { LimitsOptions, SandboxLimits, SandboxUsage } from '@forkd/sdk';
+import { LIMIT_RANGES } from '../contract/rules.js';
 import { formatBytes } from './output.js';
 import { usage } from './parse.js';
 
@@ -42,7 +43,14 @@ export function parseLimitFlags(flags: LimitFlags): LimitsOptions | undefined {
     out.cpu = number(flags.cpuLimit, '--cpu-limit', 'a number of cores above 0, e.g. 0.5');
   }
   if (flags.pidsLimit !== undefined) {
-    out.pids = number(flags.pidsLimit, '--pids-limit', 'a whole number', true);
+    const { min, max } = LIMIT_RANGES.pids;
+    const what = `a whole number from ${min} to ${max} (QEMU needs a few dozen threads)`;
+    out.pids = number(flags.pidsLimit, '--pids-limit', what, true);
+    if (out.pids < min || out.pids > max) {
+      throw usage(`--pids-limit must be ${what}, not "${flags.pidsLimit}"`, {
+        flag: '--pids-limit',
+      });
+    }
   }
   return Object.keys(out).length ? out : undefined;
 }

@@ -107,7 +107,7 @@ export function parseProcCgroup(text: string): Membership {
 export function cgroupDir(mount: Mount, path: string): string | undefined {
   const root = mount.root === '/' ? '' : mount.root;
   if (root && path !== root && !path.startsWith(`${root}/`)) return undefined;
-  return join(mount.point, path.slice(root.length) || '/');
+  return join(mount.point, path.slice(root.length)).replace(/(.)\/$/, '$1');
 }
 
 /**
