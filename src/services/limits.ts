@@ -16,6 +16,7 @@ import { LIMIT_RANGES, MEMORY_UNITS } from '../contract/rules.js';
 import {
   Cgroup,
   detectCgroups,
+  vacateForChildren,
   type CgroupLayout,
   type CgroupLimits,
   type CgroupUsage,
@@ -222,7 +223,11 @@ export async function probeEnforcement(parent: string): Promise<Enforcement> {
   if ('reason' in layout) return { version: null, reason: layout.reason };
   const probe = new Cgroup(layout, [parent, `probe-${process.pid}`]);
   try {
-    await probe.create();
+    await probe.create().catch(async (e: NodeJS.ErrnoException) => {
+      if (e.code !== 'EBUSY') throw e;
+      await vacateForChildren(layout, 'forkd-daemon'); // v2: the daemon's cgroup holds it
+      await probe.create();
+    });
     await probe.setLimits({ memoryBytes: 64 * MiB, cpuCores: 0.5, pids: 64 });
     return { version: layout.version, layout };
   } catch (e) {

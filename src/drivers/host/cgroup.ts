@@ -219,6 +219,19 @@ export async function detectCgroups(): Promise<CgroupLayout | { reason: string }
   return chooseLayout(mounts, self, v2Controllers);
 }
 
+/**
+ * v2's "no internal processes" rule: a cgroup other than the root cannot hand controllers
+ * to children while it holds processes. A daemon in a delegated cgroup of its own (systemd
+ * `Delegate=yes`) therefore moves itself into a leaf, `<its cgroup>/<leaf>`, as systemd's
+ * delegation rules ask; then the layout's dir can hand controllers down. v1: nothing to do.
+ */
+export async function vacateForChildren(layout: CgroupLayout, leaf: string): Promise<void> {
+  if (layout.version !== 'v2') return;
+  const dir = layout.dirs.memory as string;
+  await mkdir(join(dir, leaf), { recursive: true });
+  await writeFile(join(dir, leaf, 'cgroup.procs'), String(process.pid));
+}
+
 /** One cgroup (in every hierarchy of the layout) named by path segments under the layout's dirs. */
 export class Cgroup {
   constructor(
