@@ -7,11 +7,19 @@
  * a branch's pause (`request.pauseMs`) feeds its own histogram;
  * every answer feeds the latency histogram (by route pattern, never by raw URL, to keep
  * label cardinality bounded) and, when it is an error, the per-code error counter.
+ * Each running sandbox's CPU and memory use and limits (its cgroup's numbers) are labelled
+ * by sandbox id: bounded by the sandboxes running, and gone once a sandbox ends.
  */
 import type { FastifyRequest } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import Type from 'typebox';
-import type { HostInfo, NetworkApi, Services, SnapshotService } from '../services/contracts.js';
+import type {
+  HostInfo,
+  NetworkApi,
+  SandboxUsageT,
+  Services,
+  SnapshotService,
+} from '../services/contracts.js';
 import { SandboxState, type SnapshotT } from '../contract/schemas.js';
 import type { Api, CountedMetric } from './types.js';
 
@@ -77,6 +85,40 @@ function poolGauges(registry: Registry, snapshots: SnapshotService): void {
   gauge('forkd_snapshot_pool_ready', 'Pre-started VMMs waiting, by snapshot', (s) => s.pool.ready);
 }
 
+/** Per running sandbox: CPU and memory use and limits, from one usage read per scrape. */
+function usageGauges(registry: Registry, host: HostInfo): void {
+  const usage = oncePerScrape(() => host.sandboxUsage().catch(() => []));
+  const gauge = (name: string, help: string, read: (u: SandboxUsageT) => number | null) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['sandbox'],
+      registers: [registry],
+      async collect() {
+        const all = await usage();
+        this.reset();
+        for (const u of all) {
+          const v = read(u);
+          if (v !== null) this.set({ sandbox: u.id }, v);
+        }
+      },
+    });
+  gauge('forkd_sandbox_cpu_seconds', 'CPU time used by a sandbox QEMU', (u) => u.cpu_seconds);
+  gauge(
+    'forkd_sandbox_cpu_throttled_seconds',
+    'CPU time held back by a sandbox CPU quota',
+    (u) => u.throttled_seconds,
+  );
+  gauge('forkd_sandbox_memory_bytes', 'Memory charged to a sandbox cgroup', (u) => u.memory_bytes);
+  gauge('forkd_sandbox_oom_kills', 'Host OOM kills at a sandbox memory limit', (u) => u.oom_kills);
+  gauge(
+    'forkd_sandbox_memory_limit_bytes',
+    'Memory limit of a sandbox QEMU',
+    (u) => u.limits?.memory_bytes ?? null,
+  );
+  gauge('forkd_sandbox_cpu_limit_cores', 'CPU quota of a sandbox', (u) => u.limits?.cpu ?? null);
+}
+
 function counters(registry: Registry) {
   const registers = [registry];
   const counter = (name: string, help: string) => new Counter({ name, help, registers });
@@ -128,6 +170,7 @@ export function installMetrics(
   sandboxGauge(registry, services.host);
   poolGauges(registry, services.snapshots);
   if (services.network) deniedGauge(registry, services.network);
+  usageGauges(registry, services.host);
   const m = counters(registry);
   app.decorateRequest('counted', null);
   app.decorateRequest('pauseMs', null);

@@ -7,7 +7,7 @@
  */
 import type { Command } from 'commander';
 import { Sandbox, type BranchMode, type BranchResult, type ForkResult } from '@forkd/sdk';
-import { SANDBOX, toWire } from '@forkd/sdk/wire';
+import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, printJson } from './output.js';
 import { collect, optionalName, parseCount, parseLabels, parseSandboxId, usage } from './parse.js';
@@ -85,7 +85,7 @@ function branchJson({ snapshot, mode, pauseMs, capturedBytes, timings, children 
 
 function childrenJson({ sandboxes, failed }: ForkResult) {
   return {
-    sandboxes: sandboxes.map((s) => toWire(SANDBOX, s.info)),
+    sandboxes: sandboxes.map((s) => sandboxToWire(s.info)),
     failed: failed.map(({ index, error }) => ({ index, error: error.toJSON().error })),
   };
 }

@@ -1,8 +1,9 @@
 /** `forkd create`: start a sandbox through the daemon and print its id (or all of it, `--json`). */
 import type { Command } from 'commander';
 import { Sandbox } from '@forkd/sdk';
-import { SANDBOX, toWire } from '@forkd/sdk/wire';
+import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { limitOptions, parseLimitFlags, type LimitFlags } from './limits.js';
 import { action, printJson } from './output.js';
 import {
   networkOptions,
@@ -20,7 +21,7 @@ import {
   parseSandboxTimeout,
 } from './parse.js';
 
-interface CreateFlags extends DaemonFlags, NetworkFlags {
+interface CreateFlags extends DaemonFlags, NetworkFlags, LimitFlags {
   image?: string;
   memory?: string;
   cpus?: string;
@@ -31,7 +32,7 @@ interface CreateFlags extends DaemonFlags, NetworkFlags {
 
 export function register(cmd: Command): void {
   daemonOptions(
-    networkOptions(cmd)
+    limitOptions(networkOptions(cmd), "the sandbox's")
       .option('--image <name>', "image to boot (default: the daemon's)")
       .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
       .option('--cpus <n>', 'virtual CPUs')
@@ -52,8 +53,9 @@ export function register(cmd: Command): void {
         labels: parseLabels(flags.label),
         network: parseNetworkMode(flags.network),
         egress: parseEgress(flags),
+        limits: parseLimitFlags(flags),
       });
-      if (flags.json) printJson(toWire(SANDBOX, sandbox.info));
+      if (flags.json) printJson(sandboxToWire(sandbox.info));
       else process.stdout.write(`${sandbox.id}\n`);
     }),
   );

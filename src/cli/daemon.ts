@@ -16,6 +16,9 @@ type DaemonFlags = Pick<
 > & {
   maxBooting?: string;
   maxExecs?: string;
+  defaultMemory?: string;
+  defaultCpu?: string;
+  defaultPids?: string;
   branchMode: string;
   logLevel: string;
 };
@@ -52,6 +55,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     maxExecs: positiveInt('--max-execs', flags.maxExecs),
     branchMode,
     logLevel: flags.logLevel as LogLevel,
+    limitDefaults: { memory: flags.defaultMemory, cpu: flags.defaultCpu, pids: flags.defaultPids },
   };
 }
 
@@ -78,6 +82,15 @@ export function register(cmd: Command): void {
       'auto',
     )
     .option('--log-level <level>', 'fatal|error|warn|info|debug|trace|silent', 'info')
+    .option(
+      '--default-memory <size>',
+      "memory limit of a sandbox's QEMU that names none: auto (guest RAM + 256M), none, or a size",
+    )
+    .option(
+      '--default-cpu <cores>',
+      'CPU quota of a sandbox that names none: auto (its vCPUs, at most half the host), none, or cores',
+    )
+    .option('--default-pids <n>', "cap on a sandbox QEMU's threads: 512 by default, none, or n")
     .action(
       action(async (flags: DaemonFlags) => {
         const stop = stopRequested();

@@ -6,8 +6,9 @@
  */
 import type { Command } from 'commander';
 import { Snapshot, type ForkResult } from '@forkd/sdk';
-import { SANDBOX, toWire } from '@forkd/sdk/wire';
+import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { limitOptions, parseLimitFlags, type LimitFlags } from './limits.js';
 import { action, printJson } from './output.js';
 import { networkOptions, parseEgress, type NetworkFlags } from './network-flags.js';
 import {
@@ -21,7 +22,7 @@ import {
 } from './parse.js';
 import { LIMITS } from './rules.js';
 
-interface ForkFlags extends DaemonFlags, NetworkFlags {
+interface ForkFlags extends DaemonFlags, NetworkFlags, LimitFlags {
   count: string;
   label: string[];
   env: string[];
@@ -31,7 +32,7 @@ interface ForkFlags extends DaemonFlags, NetworkFlags {
 
 export function register(cmd: Command): void {
   daemonOptions(
-    networkOptions(cmd, false)
+    limitOptions(networkOptions(cmd, false), "each child's")
       .argument('<tag>', 'snapshot tag')
       .option('-n, --count <n>', 'how many sandboxes (1-100)', '1')
       .option('--label <k=v>', 'label of every child (repeatable)', collect, [])
@@ -45,6 +46,7 @@ export function register(cmd: Command): void {
 async function fork(tag: string, flags: ForkFlags): Promise<number> {
   const n = parseCount(flags.count, typed('-n', '--count'), LIMITS.forkCount);
   const timeoutS = parseSandboxTimeout(flags.timeout);
+  const limits = parseLimitFlags(flags);
   const config = clientConfig(flags);
   const result = await (
     await Snapshot.get(parseName(tag, 'the tag'), config)
@@ -55,6 +57,7 @@ async function fork(tag: string, flags: ForkFlags): Promise<number> {
     timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
     allOrNothing: flags.allOrNothing,
     egress: parseEgress(flags),
+    limits,
   });
   if (flags.json) printJson(forkJson(result));
   else report(result, flags.allOrNothing);
@@ -64,7 +67,7 @@ async function fork(tag: string, flags: ForkFlags): Promise<number> {
 /** The ForkResult in the REST API's shape. */
 function forkJson({ sandboxes, failed }: ForkResult) {
   return {
-    sandboxes: sandboxes.map((s) => toWire(SANDBOX, s.info)),
+    sandboxes: sandboxes.map((s) => sandboxToWire(s.info)),
     failed: failed.map(({ index, error }) => ({ index, error: error.toJSON().error })),
   };
 }

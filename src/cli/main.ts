@@ -49,6 +49,11 @@ const VERBS: Verb[] = [
   },
   { name: 'logs', summary: "print a sandbox's console log", load: () => import('./logs.js') },
   { name: 'kill', summary: 'kill sandboxes', load: () => import('./kill.js') },
+  {
+    name: 'info',
+    summary: 'one sandbox in full: its limits and, while it runs, what it uses',
+    load: () => import('./info.js'),
+  },
   { name: 'image', summary: 'build, list and remove images', load: () => import('./image.js') },
   {
     name: 'images',

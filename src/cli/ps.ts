@@ -4,8 +4,9 @@
  */
 import type { Command } from 'commander';
 import { Sandbox, type SandboxInfo } from '@forkd/sdk';
-import { SANDBOX, toWire } from '@forkd/sdk/wire';
+import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { formatLimits } from './limits.js';
 import { action, printJson, printTable } from './output.js';
 import { parseLabelFilter } from './parse.js';
 
@@ -38,13 +39,24 @@ export async function listSandboxes(
 
 async function ps(flags: PsFlags): Promise<void> {
   const shown = await listSandboxes(flags, Boolean(flags.all));
-  if (flags.json) return printJson(shown.map((s) => toWire(SANDBOX, s)));
+  if (flags.json) return printJson(shown.map((s) => sandboxToWire(s)));
   if (shown.length === 0) {
     process.stderr.write('no sandboxes: start one with `forkd create`\n');
     return;
   }
   printTable(
-    ['ID', 'STATE', 'IMAGE', 'SNAPSHOT', 'MEMORY', 'CPUS', 'CREATED', 'EXPIRES', 'LABELS'],
+    [
+      'ID',
+      'STATE',
+      'IMAGE',
+      'SNAPSHOT',
+      'MEMORY',
+      'CPUS',
+      'LIMITS',
+      'CREATED',
+      'EXPIRES',
+      'LABELS',
+    ],
     shown.map((s) => [
       s.id,
       s.reason ? `${s.state} (${s.reason})` : s.state,
@@ -52,6 +64,7 @@ async function ps(flags: PsFlags): Promise<void> {
       s.snapshot ?? '-',
       `${s.memoryMib}M`,
       String(s.cpus),
+      formatLimits(s.limits),
       shortTime(s.createdAt),
       s.expiresAt ? shortTime(s.expiresAt) : '-',
       Object.entries(s.labels)

@@ -73,3 +73,34 @@ export type SignalName = (typeof SIGNALS)[number];
 export function inRange(value: number, range: IntRange): boolean {
   return Number.isInteger(value) && value >= range.min && value <= range.max;
 }
+
+/**
+ * A sandbox's resource limits (docs/limits.md): caps on its QEMU process on the host.
+ * `pids` bounds QEMU's threads (and a live branch's fork of it), not the guest's processes;
+ * `cpu` is a quota in cores, from 10 ms per 100 ms period up; `memory` is at least the guest's
+ * RAM and is written as a number and a unit (`MEMORY_UNITS`, powers of 1024).
+ */
+export const LIMIT_RANGES = {
+  pids: { min: 32, max: 4194304 },
+  cpu: { min: 0.01, max: 1024 },
+} as const;
+export const MEMORY_UNITS: Readonly<Record<string, number>> = {
+  '': 1,
+  b: 1,
+  k: 1024,
+  kb: 1024,
+  ki: 1024,
+  kib: 1024,
+  m: 1024 ** 2,
+  mb: 1024 ** 2,
+  mi: 1024 ** 2,
+  mib: 1024 ** 2,
+  g: 1024 ** 3,
+  gb: 1024 ** 3,
+  gi: 1024 ** 3,
+  gib: 1024 ** 3,
+  t: 1024 ** 4,
+  tb: 1024 ** 4,
+  ti: 1024 ** 4,
+  tib: 1024 ** 4,
+};

@@ -11,6 +11,7 @@ import {
   FORK_MAX,
   LABEL_KEY_PATTERN,
   LABELS_MAX,
+  LIMIT_RANGES,
   LIMITS,
   NAME_PATTERN,
   POOL_MAX,
@@ -182,8 +183,66 @@ export const Sandbox = Type.Object(
     network: Type.Optional(
       Type.Object({ mode: NetworkMode, egress: Egress }, { description: 'while it runs' }),
     ),
+    limits: Type.Optional(
+      Type.Object(
+        {
+          memory_bytes: Type.Union([Type.Integer(), Type.Null()], {
+            description: 'cap on the QEMU process: guest RAM plus QEMU overhead (null: none)',
+          }),
+          cpu: Type.Union([Type.Number(), Type.Null()], {
+            description: 'CPU quota in cores (null: none)',
+          }),
+          pids: Type.Union([Type.Integer(), Type.Null()], {
+            description: "cap on QEMU's threads and processes (null: none)",
+          }),
+          cgroup: Type.Union([Type.Literal('v1'), Type.Literal('v2'), Type.Null()], {
+            description: 'the cgroup version enforcing them; null: this host cannot (forkd doctor)',
+          }),
+        },
+        { description: 'resource limits of its QEMU on the host (docs/limits.md)' },
+      ),
+    ),
+    usage: Type.Optional(
+      Type.Object(
+        {
+          cpu_seconds: Type.Number({ description: 'CPU time its QEMU used' }),
+          memory_bytes: Type.Integer({ description: 'memory charged to its cgroup now' }),
+          throttled_seconds: Type.Number({ description: 'CPU time its quota held back' }),
+          oom_kills: Type.Integer({ description: 'kills by the host OOM killer at its limit' }),
+        },
+        { description: 'what a running sandbox uses (GET of one sandbox only)' },
+      ),
+    ),
   },
   { $id: 'Sandbox' },
+);
+
+/** Resource limits asked for on create or fork; a fork inherits its snapshot's. */
+export const LimitsRequest = Type.Object(
+  {
+    memory: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 32,
+        description:
+          "cap on the sandbox's QEMU process (guest RAM plus QEMU overhead): a number and a unit K, M, G or T (powers of 1024), e.g. 768M; at least the guest's RAM",
+      }),
+    ),
+    cpu: Type.Optional(
+      Type.Number({
+        exclusiveMinimum: 0,
+        maximum: LIMIT_RANGES.cpu.max,
+        description: "CPU quota in cores, e.g. 0.5; at most the host's cores",
+      }),
+    ),
+    pids: Type.Optional(
+      Type.Integer({
+        ...between(LIMIT_RANGES.pids),
+        description: "cap on the QEMU process's threads (not the guest's processes)",
+      }),
+    ),
+  },
+  { ...strict, description: 'resource limits (docs/limits.md)' },
 );
 
 export const CreateSandbox = Type.Object(
@@ -213,6 +272,7 @@ export const CreateSandbox = Type.Object(
     ),
     network: Type.Optional(NetworkMode),
     egress: Type.Optional(EgressPolicy),
+    limits: Type.Optional(LimitsRequest),
   },
   strict,
 );
@@ -618,6 +678,7 @@ export const Version = Type.Object({
 });
 
 export type SandboxT = Static<typeof Sandbox>;
+export type LimitsRequestT = Static<typeof LimitsRequest>;
 export type CreateSandboxT = Static<typeof CreateSandbox>;
 export type ExecRequestT = Static<typeof ExecRequest>;
 export type ExecResultT = Static<typeof ExecResult>;

@@ -13,6 +13,7 @@ import { paths as pathsOf } from '../config.js';
 import { ForkdError } from '../errors.js';
 import type { Services } from '../services/contracts.js';
 import { buildServices, type ServiceSet } from '../services/index.js';
+import { parseLimitDefaults, type LimitDefaultFlags } from '../services/limits.js';
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
 import type { BranchModeT } from '../contract/schemas.js';
 import { Store } from '../store/db.js';
@@ -37,6 +38,8 @@ export interface DaemonOptions {
   maxExecs?: number;
   /** Mode of branches that name none (default `auto`: live where the host can). */
   branchMode?: BranchModeT | 'auto';
+  /** Default resource limits as typed (`auto`, `none` or a value; docs/limits.md). */
+  limitDefaults?: LimitDefaultFlags;
   /** How long close() waits for in-flight requests (default 10 s). */
   drainMs?: number;
   logLevel?: LogLevel;
@@ -89,6 +92,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
   const p = pathsOf(opts.home);
   const log = opts.logger ?? createLogger(opts.logLevel);
   const { tokens, tcp } = await loadTransport(opts);
+  const limitDefaults = parseLimitDefaults(opts.limitDefaults ?? {}); // bad flags: before anything
   const run = await claimRunDir(p.home, opts.socket ?? defaultSocket(p.home));
   let store: Store | undefined;
   let built: ServiceSet | undefined;
@@ -101,6 +105,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       maxBooting: opts.maxBooting,
       maxExecs: opts.maxExecs,
       branchMode: opts.branchMode,
+      limitDefaults,
     });
     const services = built;
     const recovered = await services.start();

@@ -19,6 +19,7 @@ import type {
   CreateSnapshotT,
   FileStatT,
   ImageT,
+  LimitsRequestT,
   PoolStateT,
   SandboxT,
   SnapshotT,
@@ -87,6 +88,8 @@ export interface ForkRequest {
   network?: NetworkModeT;
   /** Merged over the snapshot's policy. */
   egress?: EgressPolicyT;
+  /** Overrides the limits the children inherit from their snapshot. */
+  limits?: LimitsRequestT;
 }
 
 /**
@@ -168,6 +171,18 @@ export interface HostInfo {
   accel(): Promise<'kvm' | 'tcg'>;
   /** Gauges for /metrics: sandboxes by state. */
   sandboxCounts(): Record<string, number>;
+  /** Gauges for /metrics: each running sandbox's limits and use (its cgroup's numbers). */
+  sandboxUsage(): Promise<SandboxUsageT[]>;
+}
+
+/** One running sandbox's limits and use, as /metrics reports them. */
+export interface SandboxUsageT {
+  id: string;
+  limits: NonNullable<SandboxT['limits']> | null;
+  cpu_seconds: number;
+  memory_bytes: number;
+  throttled_seconds: number;
+  oom_kills: number;
 }
 
 export interface Services {

@@ -14,6 +14,7 @@ import { probeLive } from '../drivers/qemu/live.js';
 import { run } from '../util/exec.js';
 import { locateGuest } from './guest.js';
 import { NetworkService } from './network/service.js';
+import { cgroupParentName, probeEnforcement } from './limits.js';
 import { DEFAULT_IMAGE, getImage, hostBusybox } from './images/index.js';
 
 export type CheckStatus = 'pass' | 'warn' | 'fail';
@@ -192,32 +193,23 @@ async function checkDisk(p: Paths): Promise<Outcome> {
   return pass(summary);
 }
 
-/** Per-sandbox limits need memory, cpu and pids controllers we can write to. */
-async function checkCgroups(): Promise<Outcome> {
-  const wanted = ['memory', 'cpu', 'pids'];
-  const fix = 'mount cgroup2 (or the v1 memory, cpu and pids hierarchies) writable, as root';
-  const v2 = await readFile('/sys/fs/cgroup/cgroup.controllers', 'utf8').catch(() => undefined);
-  if (v2 !== undefined) {
-    const have = v2.trim().split(/\s+/);
-    const missing = wanted.filter((c) => !have.includes(c));
-    if (missing.length) return warn(`cgroup v2 lacks ${missing.join(', ')}`, fix);
-    if (!(await canAccess('/sys/fs/cgroup', constants.W_OK)))
-      return warn('cgroup v2 is not writable', fix);
-    return pass(`cgroup v2 (unified): ${wanted.join(', ')}`);
+/**
+ * Per-sandbox limits: the same probe the daemon runs (a cgroup made under this process's,
+ * given a memory, CPU and pids limit, and removed), so the doctor says what the daemon will
+ * enforce, and where.
+ */
+async function checkCgroups(p: Paths): Promise<Outcome> {
+  const e = await probeEnforcement(cgroupParentName(p.home));
+  if (e.version === null) {
+    return warn(
+      `sandboxes run without resource limits: ${e.reason}`,
+      'run forkd as root on a host with cgroup v2 (memory, cpu, pids delegated to its cgroup) or the v1 memory, cpu and pids hierarchies mounted writable',
+    );
   }
-  const mounts = await readFile('/proc/self/mounts', 'utf8').catch(() => '');
-  const v1 = new Map<string, string>();
-  for (const [, dir, type, opts] of mounts.split('\n').map((l) => l.split(' '))) {
-    if (type !== 'cgroup' || !dir || !opts) continue;
-    for (const c of opts.split(',')) if (wanted.includes(c)) v1.set(c, dir);
-  }
-  if (v1.size === 0) return warn('no cgroup hierarchy: sandboxes run without limits', fix);
-  const missing = wanted.filter((c) => !v1.has(c));
-  if (missing.length) return warn(`cgroup v1 lacks ${missing.join(', ')}`, fix);
-  const readOnly = [];
-  for (const [c, dir] of v1) if (!(await canAccess(dir, constants.W_OK))) readOnly.push(c);
-  if (readOnly.length) return warn(`cgroup v1 ${readOnly.join(', ')} not writable`, fix);
-  return pass(`cgroup v1: ${wanted.join(', ')}`);
+  const where = [...new Set(Object.values(e.layout.dirs))].join(', ');
+  return pass(
+    `cgroup ${e.version}: memory (QEMU process), cpu (quota in cores) and pids (QEMU threads) limits enforced, under ${where}`,
+  );
 }
 
 async function checkUserfaultfd(): Promise<Outcome> {

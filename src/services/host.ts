@@ -3,7 +3,7 @@
  * under a running daemon without a restart mattering anyway), the accelerator, and the
  * sandbox count per state straight from the store.
  */
-import type { HostInfo } from './contracts.js';
+import type { HostInfo, SandboxUsageT } from './contracts.js';
 import { detectAccel } from '../drivers/qemu/accel.js';
 import { QEMU_BINARY } from '../drivers/qemu/vm.js';
 import { run } from '../util/exec.js';
@@ -18,7 +18,10 @@ export class Host implements HostInfo {
   private version: Promise<string> | undefined;
   private accelerator: Promise<'kvm' | 'tcg'> | undefined;
 
-  constructor(private readonly counts: () => Record<string, number>) {}
+  constructor(
+    private readonly counts: () => Record<string, number>,
+    private readonly usage: () => Promise<SandboxUsageT[]> = async () => [],
+  ) {}
 
   qemuVersion(): Promise<string> {
     this.version ??= run(QEMU_BINARY, ['--version']).then(
@@ -35,5 +38,9 @@ export class Host implements HostInfo {
 
   sandboxCounts(): Record<string, number> {
     return this.counts();
+  }
+
+  sandboxUsage(): Promise<SandboxUsageT[]> {
+    return this.usage();
   }
 }

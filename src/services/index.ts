@@ -12,6 +12,7 @@ import type { Store } from '../store/db.js';
 import { BranchManager } from './branch/service.js';
 import type { Services } from './contracts.js';
 import { Host } from './host.js';
+import { Limiter, type LimitDefaults } from './limits.js';
 import { ImageStore } from './images/index.js';
 import type { ServiceLog } from './sandboxes/log.js';
 import type { ReconcileReport } from './sandboxes/reconcile.js';
@@ -37,6 +38,8 @@ export interface ServiceOptions {
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
   /** Network options (DNS upstream, namespace pool size); `false`: no networking at all. */
   network?: ConstructorParameters<typeof NetworkService>[0] | false;
+  /** Default resource limits of sandboxes (`forkd daemon --default-*`; docs/limits.md). */
+  limitDefaults?: LimitDefaults;
 }
 
 export interface ServiceSet {
@@ -76,8 +79,16 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
             }),
           ...(opts.network || {}),
         });
-  const sandboxes = new SandboxManager({ ...opts, network, log: logOf('sandboxes') });
-  const host = new Host(() => sandboxes.counts());
+  const limiter = new Limiter({
+    home: paths.home,
+    defaults: opts.limitDefaults,
+    log: logOf('limits'),
+  });
+  const sandboxes = new SandboxManager({ ...opts, network, limiter, log: logOf('sandboxes') });
+  const host = new Host(
+    () => sandboxes.counts(),
+    () => sandboxes.usage(),
+  );
   const qemuVersion = opts.qemuVersion ?? (() => host.qemuVersion());
   const snapshots = new SnapshotManager({
     paths,
@@ -87,6 +98,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     log: logOf('snapshots'),
     maxCreating: opts.maxCreating,
     network,
+    limiter,
   });
   const branch = new BranchManager({
     paths,
@@ -126,12 +138,14 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       await snapshots.pool.close(); // pool VMs are not sandboxes: they are not kept
       sandboxes.detach();
       await network?.detach();
+      await limiter.close(); // only when no sandbox is left running in it
     },
     close: async () => {
       await snapshots.background;
       await snapshots.pool.close();
       await sandboxes.killAll();
       await network?.close();
+      await limiter.close();
     },
   };
 }

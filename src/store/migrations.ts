@@ -89,6 +89,8 @@ export const MIGRATIONS: readonly string[] = [
    ALTER TABLE sandboxes ADD COLUMN disk_problem TEXT;`,
   // 6: why a snapshot failed (a branch cut off by a crash is kept, `failed`, with the reason).
   `ALTER TABLE snapshots ADD COLUMN reason TEXT;`,
+  // 7: a sandbox's resource limits (JSON: memory_bytes, cpu, pids, cgroup; docs/limits.md).
+  `ALTER TABLE sandboxes ADD COLUMN limits TEXT;`,
 ];
 
 /** Run the migrations `db` has not seen yet, each in its own transaction. */

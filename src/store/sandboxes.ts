@@ -30,9 +30,23 @@ export interface SandboxRow {
   disk_base: string | null;
   /** Set when its disk chain could not be repaired after an interrupted branch: why. */
   disk_problem: string | null;
+  /** Its resource limits and the cgroup version enforcing them (null: a row from before limits). */
+  limits?: StoredLimits | null;
 }
 
-type Encoded = Omit<SandboxRow, 'labels' | 'env'> & { labels: string; env: string };
+/** A sandbox's limits as stored (null fields: no limit of that kind). */
+export interface StoredLimits {
+  memory_bytes: number | null;
+  cpu: number | null;
+  pids: number | null;
+  cgroup: 'v1' | 'v2' | null;
+}
+
+type Encoded = Omit<SandboxRow, 'labels' | 'env' | 'limits'> & {
+  labels: string;
+  env: string;
+  limits: string | null;
+};
 
 /** The states of a sandbox whose QEMU should be running. */
 export const ACTIVE_STATES: readonly SandboxState[] = ['starting', 'running'];
@@ -42,6 +56,7 @@ function decode(r: Encoded): SandboxRow {
     ...r,
     labels: JSON.parse(r.labels) as Record<string, string>,
     env: JSON.parse(r.env) as Record<string, string>,
+    limits: r.limits === null ? null : (JSON.parse(r.limits) as StoredLimits),
   };
 }
 
@@ -60,15 +75,26 @@ export class SandboxRows {
   }
 
   insert(row: Omit<SandboxRow, 'updated_at' | 'disk_base' | 'disk_problem'>): SandboxRow {
-    const full = { ...row, disk_base: row.snapshot, disk_problem: null, updated_at: now() };
+    const full = {
+      ...row,
+      limits: row.limits ?? null,
+      disk_base: row.snapshot,
+      disk_problem: null,
+      updated_at: now(),
+    };
     this.db
       .prepare(
         `INSERT INTO sandboxes (id, state, image, snapshot, parent, memory_mib, cpus, labels,
-           env, created_at, expires_at, pid, dir, reason, updated_at, disk_base)
+           env, created_at, expires_at, pid, dir, reason, updated_at, disk_base, limits)
          VALUES (@id, @state, @image, @snapshot, @parent, @memory_mib, @cpus, @labels, @env,
-           @created_at, @expires_at, @pid, @dir, @reason, @updated_at, @disk_base)`,
+           @created_at, @expires_at, @pid, @dir, @reason, @updated_at, @disk_base, @limits)`,
       )
-      .run({ ...full, labels: JSON.stringify(row.labels), env: JSON.stringify(row.env) });
+      .run({
+        ...full,
+        labels: JSON.stringify(row.labels),
+        env: JSON.stringify(row.env),
+        limits: full.limits === null ? null : JSON.stringify(full.limits),
+      });
     return full;
   }
 

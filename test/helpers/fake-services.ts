@@ -12,6 +12,7 @@ import { Readable } from 'node:stream';
 import type { InjectOptions } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError } from '../../src/errors.js';
+import { AUTO_DEFAULTS, resolveLimits } from '../../src/services/limits.js';
 import type {
   AuditEntry,
   BranchOutcome,
@@ -31,6 +32,7 @@ import type {
   FileStatT,
   ImageT,
   LineageT,
+  LimitsRequestT,
   SandboxT,
   SnapshotT,
 } from '../../src/contract/schemas.js';
@@ -88,6 +90,15 @@ function sandboxRecord(id: string, image: string, over: Partial<SandboxT> = {}):
     pid: 4242,
     ...over,
   };
+}
+
+/** Limits as the real service resolves them (the same checks), enforced by a pretend v1. */
+function fakeLimits(
+  req: LimitsRequestT | undefined,
+  res: { memory_mib: number; cpus: number },
+): SandboxT['limits'] {
+  const ctx = { memoryMiB: res.memory_mib, cpus: res.cpus, defaults: AUTO_DEFAULTS };
+  return { ...resolveLimits(req, ctx), cgroup: 'v1' };
 }
 
 function imageRecord(name: string, from: string): ImageT {
@@ -218,6 +229,7 @@ export class FakeServices {
         qemuVersion: async () => '8.2.2',
         accel: async () => 'tcg',
         sandboxCounts: () => this.counts(),
+        sandboxUsage: async () => [],
       },
       network: this.recorded('network', this.networkService()),
     };
@@ -440,10 +452,11 @@ export class FakeServices {
           throw new ForkdError('image_not_found', `no image ${req.image}`);
         }
         const id = `sbx-${hex12(this.counter++)}`;
+        const res = { memory_mib: req.memory_mib ?? 256, cpus: req.cpus ?? 1 };
         const s = sandboxRecord(id, req.image ?? SEED.image, {
-          memory_mib: req.memory_mib ?? 256,
-          cpus: req.cpus ?? 1,
+          ...res,
           labels: req.labels ?? {},
+          limits: fakeLimits(req.limits, res),
         });
         this.sandboxes.set(id, s);
         return s;
@@ -564,7 +577,11 @@ export class FakeServices {
     }
   }
 
-  private forkChildren(tag: string, n: number, req: { labels?: Record<string, string> }) {
+  private forkChildren(
+    tag: string,
+    n: number,
+    req: { labels?: Record<string, string>; limits?: LimitsRequestT },
+  ) {
     const source = this.snapshot(tag);
     if (!source.bootable) {
       throw new ForkdError('snapshot_not_bootable', `snapshot ${tag} is not bootable`, {
@@ -572,6 +589,7 @@ export class FakeServices {
       });
     }
     const result: ForkOutcome = { sandboxes: [], failed: [] };
+    const limits = fakeLimits(req.limits, source);
     // As the real fork does: every child of one request carries its id (the caller's, or new).
     const labels = { 'forkd.request': `req-${hex12(this.counter)}`, ...req.labels };
     for (let index = 0; index < n; index++) {
@@ -584,6 +602,7 @@ export class FakeServices {
       const child = sandboxRecord(id, source.image ?? SEED.image, {
         snapshot: tag,
         labels,
+        limits,
       });
       this.sandboxes.set(id, child);
       result.sandboxes.push(child);

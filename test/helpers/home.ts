@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { forkdHome, paths, type Paths } from '../../src/config.js';
+import { cgroupsLeft, removeCgroups } from './cgroups.js';
 
 /** The home `scripts/setup.sh` prepared (kernel + busybox image). */
 export const BASE_HOME = process.env.FORKD_TEST_BASE_HOME ?? forkdHome();
@@ -32,6 +33,7 @@ export async function makeTestHome(): Promise<TestHome> {
     env: { ...process.env, FORKD_HOME: dir },
     cleanup: async () => {
       await killQemusUnder(dir);
+      await removeCgroups(p.home);
       await rm(dir, { recursive: true, force: true });
     },
   };
@@ -64,4 +66,5 @@ export async function assertNoLeftovers(home: TestHome): Promise<void> {
   assert.deepEqual(await qemusUnder(home.dir), [], 'a QEMU process was left running');
   const left = await readdir(home.paths.sandboxes).catch(() => []);
   assert.deepEqual(left, [], 'a sandbox directory was left behind');
+  assert.deepEqual(await cgroupsLeft(home.paths.home), [], 'a sandbox cgroup was left behind');
 }

@@ -10,6 +10,7 @@ import type { ClientConfig } from './config.js';
 import { Files } from './files.js';
 import type {
   EgressPolicy,
+  LimitsOptions,
   NetworkMode,
   PublishedPort,
   SandboxInfo,
@@ -20,6 +21,7 @@ import {
   compact,
   egressToWire,
   fromWire,
+  limitsBody,
   networkFromWire,
   PUBLISHED_PORT,
   sandboxFromWire,
@@ -59,6 +61,8 @@ export interface SandboxCreateOptions extends SandboxOptions {
   network?: NetworkMode;
   /** Egress policy (default: internet on, host and private ranges off). */
   egress?: EgressPolicy;
+  /** Caps on its QEMU on the host; a fork inherits its snapshot's (docs/limits.md). */
+  limits?: LimitsOptions;
 }
 
 /**
@@ -166,6 +170,7 @@ export class Sandbox {
       labels: opts.labels,
       network: opts.network,
       egress: egressToWire(opts.egress),
+      limits: limitsBody(opts.limits),
     });
     const wire = await client.transport.json({
       method: 'POST',

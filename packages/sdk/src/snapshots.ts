@@ -9,11 +9,19 @@ import { Forkd, type CallOptions } from './client.js';
 import { errorFromResponse, InternalError, type ForkdError } from './errors.js';
 import { ndjson } from './ndjson.js';
 import { sandboxOf, type Sandbox, type SandboxOptions } from './sandbox.js';
-import type { EgressPolicy, NetworkMode, PoolInfo, SnapshotInfo, VerifyReport } from './types.js';
+import type {
+  EgressPolicy,
+  LimitsOptions,
+  NetworkMode,
+  PoolInfo,
+  SnapshotInfo,
+  VerifyReport,
+} from './types.js';
 import {
   compact,
   egressToWire,
   fromWire,
+  limitsBody,
   poolFromWire,
   sandboxFromWire,
   snapshotFromWire,
@@ -83,6 +91,8 @@ export interface ForkOptions extends CallOptions {
   allOrNothing?: boolean;
   /** Merged over the snapshot's policy: e.g. `'none'` for offline children. */
   egress?: EgressPolicy;
+  /** Override the limits the children inherit from the snapshot (docs/limits.md). */
+  limits?: LimitsOptions;
 }
 
 /**
@@ -333,6 +343,7 @@ export class Snapshot {
       timeout_s: opts.timeoutMs === undefined ? undefined : toSeconds(opts.timeoutMs),
       all_or_nothing: opts.allOrNothing,
       egress: egressToWire(opts.egress),
+      limits: limitsBody(opts.limits),
     });
     const wire = await this.client.transport.json<ForkResultWire>({
       method: 'POST',

@@ -43,6 +43,58 @@ export interface SandboxInfo {
   network?: { mode: NetworkMode; egress: Egress };
   /** Why it is stopped or dead. */
   reason?: string;
+  /** Resource limits of its QEMU on the host (absent from a daemon older than limits). */
+  limits?: SandboxLimits;
+  /** What it uses now: only on a running sandbox, only from `Sandbox.getInfo`/`connect`. */
+  usage?: SandboxUsage;
+}
+
+/**
+ * A sandbox's resource limits, caps on its QEMU process (docs/limits.md). `null`: no limit
+ * of that kind. `cgroup` is null when the host cannot enforce limits (`forkd doctor`).
+ *
+ * @example
+ * const { limits } = (await Sandbox.connect(id)).info;
+ * console.log(limits?.memoryBytes, limits?.cpu, limits?.pids, limits?.cgroup);
+ */
+export interface SandboxLimits {
+  /** Guest RAM plus QEMU's own memory, in bytes. */
+  memoryBytes: number | null;
+  /** CPU quota in cores (0.5 = half a core). */
+  cpu: number | null;
+  /** QEMU's threads and processes (not the guest's processes). */
+  pids: number | null;
+  cgroup: 'v1' | 'v2' | null;
+}
+
+/**
+ * What a running sandbox's QEMU uses, read from its cgroup.
+ *
+ * @example
+ * const { usage } = (await Sandbox.connect(id)).info;
+ * if (usage && usage.oomKills > 0) console.warn('hit its memory limit');
+ */
+export interface SandboxUsage {
+  cpuSeconds: number;
+  memoryBytes: number;
+  /** CPU time its quota held back. */
+  throttledSeconds: number;
+  /** Kills by the host's OOM killer at its memory limit. */
+  oomKills: number;
+}
+
+/**
+ * Resource limits to ask for on create or fork (a fork inherits its snapshot's otherwise).
+ *
+ * @example
+ * await Sandbox.create({ image: 'busybox', limits: { memory: '512M', cpu: 0.5, pids: 128 } });
+ */
+export interface LimitsOptions {
+  /** A size with a unit (`768M`, `1G`; powers of 1024) or bytes; at least the guest's RAM. */
+  memory?: string | number;
+  /** A quota in cores, e.g. 0.5; at most the host's cores. */
+  cpu?: number;
+  pids?: number;
 }
 
 /**

@@ -15,8 +15,11 @@ import type {
   SandboxNetwork,
   ImageInfo,
   LineageNode,
+  LimitsOptions,
   PoolInfo,
   SandboxInfo,
+  SandboxLimits,
+  SandboxUsage,
   SnapshotFileInfo,
   SnapshotInfo,
   SnapshotMemoryInfo,
@@ -47,7 +50,41 @@ export const SANDBOX: WireNames<SandboxInfo> = {
   pid: 'pid',
   reason: 'reason',
   network: 'network',
+  limits: 'limits',
+  usage: 'usage',
 };
+
+/** `Sandbox.limits` in schemas.ts. */
+export const SANDBOX_LIMITS: WireNames<SandboxLimits> = {
+  memoryBytes: 'memory_bytes',
+  cpu: 'cpu',
+  pids: 'pids',
+  cgroup: 'cgroup',
+};
+
+/** `Sandbox.usage` in schemas.ts. */
+export const SANDBOX_USAGE: WireNames<SandboxUsage> = {
+  cpuSeconds: 'cpu_seconds',
+  memoryBytes: 'memory_bytes',
+  throttledSeconds: 'throttled_seconds',
+  oomKills: 'oom_kills',
+};
+
+/**
+ * SandboxInfo → its wire form (what the CLI prints for `--json`).
+ *
+ * @example
+ * console.log(JSON.stringify(sandboxToWire(sbx.info)));
+ */
+export function sandboxToWire(info: SandboxInfo): Record<string, unknown> {
+  const out = toWire(SANDBOX, info);
+  if (info.network) {
+    out.network = { mode: info.network.mode, egress: toWire(EGRESS, info.network.egress) };
+  }
+  if (info.limits) out.limits = toWire(SANDBOX_LIMITS, info.limits);
+  if (info.usage) out.usage = toWire(SANDBOX_USAGE, info.usage);
+  return out;
+}
 
 /** `ExecResult` in schemas.ts (stdout/stderr are base64 on the wire). */
 export const EXEC_RESULT: WireNames<CommandResult> = {
@@ -247,6 +284,26 @@ export interface CreateSandboxBody {
   all_or_nothing?: boolean;
   network?: NetworkMode;
   egress?: unknown;
+  limits?: LimitsBody;
+}
+
+/** `LimitsRequest`: memory as a size with a unit (bytes when a number is given). */
+export interface LimitsBody {
+  memory?: string;
+  cpu?: number;
+  pids?: number;
+}
+
+/**
+ * The SDK's limits options as the wire takes them (undefined when none are given).
+ *
+ * @example
+ * limitsBody({ memory: 512 * 1024 * 1024, cpu: 0.5 }); // { memory: '536870912', cpu: 0.5 }
+ */
+export function limitsBody(opts: LimitsOptions | undefined): LimitsBody | undefined {
+  if (!opts) return undefined;
+  const memory = opts.memory === undefined ? undefined : String(opts.memory);
+  return compact({ memory, cpu: opts.cpu, pids: opts.pids });
 }
 
 /** `CreateSnapshot`. */
@@ -406,7 +463,7 @@ export function networkFromWire(wire: unknown): SandboxNetwork {
 }
 
 /**
- * A `Sandbox` from the wire, its network (when running) converted too.
+ * A `Sandbox` from the wire, its network (when running), limits and usage converted too.
  *
  * @example
  * const info = sandboxFromWire(await res.json());
@@ -415,5 +472,7 @@ export function sandboxFromWire(wire: unknown): SandboxInfo {
   const info = fromWire(SANDBOX, wire);
   if (info.network)
     info.network = { mode: info.network.mode, egress: fromWire(EGRESS, info.network.egress) };
+  if (info.limits) info.limits = fromWire(SANDBOX_LIMITS, info.limits);
+  if (info.usage) info.usage = fromWire(SANDBOX_USAGE, info.usage);
   return info;
 }

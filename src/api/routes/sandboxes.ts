@@ -55,8 +55,18 @@ function checkCreate(body: CreateSandboxT): void {
 
 /** The fork command of a create body with `snapshot`; absent fields stay absent. */
 function forkRequest(body: ForkBody): ForkRequest {
-  const { snapshot, n = 1, labels, env, timeout_s, all_or_nothing, network, egress } = body;
-  const req: ForkRequest = { snapshot, n, labels, env, timeout_s, all_or_nothing, network, egress };
+  const { snapshot, n = 1, labels, env, timeout_s, all_or_nothing, network, egress, limits } = body;
+  const req: ForkRequest = {
+    snapshot,
+    n,
+    labels,
+    env,
+    timeout_s,
+    all_or_nothing,
+    network,
+    egress,
+    limits,
+  };
   for (const key of Object.keys(req) as (keyof ForkRequest)[]) {
     if (req[key] === undefined) delete req[key];
   }

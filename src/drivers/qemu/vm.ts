@@ -176,7 +176,14 @@ export class Vm {
    * session, files for stdio and no reference from our event loop, so it outlives this
    * process (a daemon restart re-adopts it with {@link Vm.adopt}).
    */
-  static async start(spec: VmSpec, opts: { incomingFd?: number } = {}): Promise<Vm> {
+  static async start(
+    spec: VmSpec,
+    opts: {
+      incomingFd?: number;
+      /** Runs right after the spawn, before QEMU is waited for (its cgroup); a failure ends it. */
+      onSpawn?: (pid: number) => Promise<void>;
+    } = {},
+  ): Promise<Vm> {
     const files = vmFiles(spec.dir);
     const log = await open(files.log, 'a');
     let child: ChildProcess;
@@ -202,6 +209,7 @@ export class Vm {
       throw new ForkdError('boot_failed', `QEMU exited during start-up: ${await tail(files.log)}`);
     });
     try {
+      await opts.onSpawn?.(proc.pid);
       const qmp = await Promise.race([QmpClient.connect(files.qmp), died]);
       return new Vm(spec, proc, qmp);
     } catch (e) {

@@ -20,6 +20,7 @@ import { validateTag, type SnapshotManifest } from '../snapshots/files.js';
 import { diffAgainst, memoryChainProblem, memoryId } from '../snapshots/memory.js';
 import type { SnapshotMeta } from '../snapshots/registry.js';
 import type { SnapshotManager } from '../snapshots/service.js';
+import type { Limits } from '../limits.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
 import type { BranchIntentRows } from '../../store/intents.js';
@@ -168,6 +169,7 @@ export class BranchManager implements BranchService {
       ...(over ? { memory_diff: { parent: over.tag, parent_memory_id: memoryId(over) } } : {}),
       network: source.vm.spec.net ? 'nat' : 'none',
       ...(source.info.network ? { egress: source.info.network.egress } : {}),
+      ...inheritedLimits(source.info),
     };
   }
 
@@ -199,4 +201,11 @@ export class BranchManager implements BranchService {
       },
     );
   }
+}
+
+/** A branch's children inherit its source's limits (the cgroup version is the host's, not theirs). */
+function inheritedLimits(info: Lease['info']): { limits?: Limits } {
+  if (!info.limits) return {};
+  const { memory_bytes, cpu, pids } = info.limits;
+  return { limits: { memory_bytes, cpu, pids } };
 }

@@ -7,6 +7,7 @@
  */
 import type { SandboxT } from '../../contract/schemas.js';
 import type { Vm } from '../../drivers/qemu/vm.js';
+import type { StoredLimits } from '../../store/sandboxes.js';
 import type { Caller } from '../contracts.js';
 import type { Sandbox } from './sandbox.js';
 
@@ -37,6 +38,8 @@ export interface ForkInit {
   labels?: Record<string, string>;
   env?: Record<string, string>;
   timeoutS?: number;
+  /** Its resource limits (the fork's, else its snapshot's, else the defaults). */
+  limits?: StoredLimits;
 }
 
 /** Brings up the VM of a new sandbox row other than by booting an image (a fork). */

@@ -4,7 +4,8 @@
  * recycled pid is never trusted) is re-adopted: monitor and agent reconnected (the agent's
  * 0xFF + sync starts a fresh session), a boot cut short is finished. Any other
  * starting/running row becomes `dead` and its files go. Directories with no row are swept
- * unless the process that made them (a `forkd run`) still runs.
+ * unless the process that made them (a `forkd run`) still runs. A re-adopted QEMU is put
+ * back in its cgroup with its limits; every other cgroup of this daemon's is removed.
  */
 import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
@@ -15,6 +16,7 @@ import { detectAccel } from '../../drivers/qemu/accel.js';
 import { reapLiveForks } from '../../drivers/qemu/live.js';
 import { isQemuOf, readQemuPid, Vm } from '../../drivers/qemu/vm.js';
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
+import type { Limiter } from '../limits.js';
 import { connectGuest, memPathOf, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
 import { keepConsoleLog, removeLeftovers } from './leftovers.js';
 import type { ServiceLog } from './log.js';
@@ -25,6 +27,7 @@ export interface ReconcileContext {
   log: ServiceLog;
   pollMs: number;
   bootTimeoutMs: number;
+  limiter: Limiter;
   /** Hand a re-adopted sandbox (now `running`) to the service. */
   adopt(row: SandboxRow, vm: Vm, agent: AgentClient): void;
 }
@@ -35,13 +38,15 @@ export interface ReconcileReport {
   dead: string[];
   /** Directories removed that had no live sandbox (ended rows, no row at all). */
   swept: string[];
+  /** Cgroups removed that had no live sandbox (by sandbox id). */
+  cgroups: string[];
 }
 
 /** How long a re-adopted running guest has to answer the new agent session. */
 const READOPT_AGENT_TIMEOUT_MS = 15_000;
 
 export async function reconcile(ctx: ReconcileContext): Promise<ReconcileReport> {
-  const report: ReconcileReport = { adopted: [], dead: [], swept: [] };
+  const report: ReconcileReport = { adopted: [], dead: [], swept: [], cgroups: [] };
   await Promise.all(
     ctx.rows.active().map(async (row) => {
       const adopted = await recover(ctx, row);
@@ -49,6 +54,7 @@ export async function reconcile(ctx: ReconcileContext): Promise<ReconcileReport>
     }),
   );
   report.swept.push(...(await sweepEndedDirs(ctx)), ...(await sweepOrphanDirs(ctx)));
+  report.cgroups.push(...(await ctx.limiter.sweep(new Set(report.adopted))));
   ctx.log.info(report, 'reconciled sandboxes with the host');
   return report;
 }
@@ -63,6 +69,7 @@ async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean>
   }
   try {
     const { vm, agent } = await adopt(ctx, row, pid);
+    await reattachCgroup(ctx, row, pid);
     const running = ctx.rows.update(row.id, { state: 'running', pid }) as SandboxRow;
     ctx.adopt(running, vm, agent);
     ctx.log.info({ sandbox: row.id, pid, was: row.state }, 'sandbox re-adopted');
@@ -136,10 +143,25 @@ async function reapFrozenForks(ctx: ReconcileContext, row: SandboxRow, vm: Vm): 
     ctx.log.warn({ sandbox: row.id, zombies, reaped }, 'reaped frozen forks of a live branch');
 }
 
+/**
+ * A re-adopted QEMU never left its cgroup (it outlives the daemon), but the cgroup may have
+ * been removed or its limits changed meanwhile: make it agree with the row again. A failure
+ * leaves the sandbox running, unlimited, and says so.
+ */
+async function reattachCgroup(ctx: ReconcileContext, row: SandboxRow, pid: number) {
+  if (!row.limits) return;
+  await ctx.limiter
+    .reattach(row.id, row.limits, pid)
+    .catch((e: unknown) =>
+      ctx.log.warn({ sandbox: row.id, err: e }, 'a re-adopted sandbox runs outside its cgroup'),
+    );
+}
+
 async function bury(ctx: ReconcileContext, row: SandboxRow, reason: string, pid?: number) {
   ctx.log.warn({ sandbox: row.id, reason }, 'sandbox is dead');
   await keepConsoleLog(ctx.paths.home, row.id, row.dir).catch(() => undefined);
   await removeLeftovers(row.dir, pid ?? row.pid);
+  await ctx.limiter.remove(row.id);
   ctx.rows.update(row.id, { state: 'dead', reason, pid: null });
 }
 

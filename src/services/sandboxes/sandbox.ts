@@ -36,6 +36,8 @@ export interface BootRequest {
   onStarted?(vm: Vm): void;
   /** The NIC (network `nat`); absent: no NIC. */
   net?: VmNet;
+  /** Called right after QEMU is spawned, before it is waited for (its cgroup). */
+  onSpawn?(pid: number): Promise<void>;
 }
 
 /** A running sandbox: its VM and a connected agent. */
@@ -129,10 +131,13 @@ export async function bootSandbox(p: Paths, req: BootRequest): Promise<Sandbox> 
     await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
     const spec = { ...sandboxVmSpec(dir, { ...res, accel }), net: req.net };
     await createOverlay(spec.disk, image.path, 'raw');
-    vm = await Vm.start({
-      ...spec,
-      boot: { kernel: guest.kernel, initramfs: guest.initramfs, tscKhz: await hostTscKhz() },
-    });
+    vm = await Vm.start(
+      {
+        ...spec,
+        boot: { kernel: guest.kernel, initramfs: guest.initramfs, tscKhz: await hostTscKhz() },
+      },
+      { onSpawn: req.onSpawn },
+    );
     req.onStarted?.(vm);
     req.signal?.throwIfAborted();
     const agent = await connectGuest(vm, id, req);

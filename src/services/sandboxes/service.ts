@@ -20,12 +20,14 @@ import { LIMITS } from '../../contract/rules.js';
 import type { Paths } from '../../config.js';
 import type { AgentClient, ExecHandle } from '../../drivers/agent/client.js';
 import { vmFiles } from '../../drivers/qemu/cmdline.js';
+import type { CgroupUsage } from '../../drivers/host/cgroup.js';
 import type { Vm, VmExit } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import type { SandboxRow, SandboxState } from '../../store/sandboxes.js';
 import type { Store } from '../../store/db.js';
 import { checkRange } from '../checks.js';
-import type { Caller, ExecStream, SandboxService } from '../contracts.js';
+import type { Caller, ExecStream, SandboxService, SandboxUsageT } from '../contracts.js';
+import { formatSize, Limiter } from '../limits.js';
 import { DEFAULT_IMAGE, getImage } from '../images/index.js';
 import {
   bootSandbox,
@@ -68,6 +70,8 @@ export interface SandboxServiceOptions {
   retainEndedMs?: number;
   /** Namespaces, policies and ports; without it every sandbox has network `none`. */
   network?: NetworkService;
+  /** The cgroups of sandboxes (default: this home's, with the automatic defaults). */
+  limiter?: Limiter;
 }
 
 /** A running sandbox as this process holds it. */
@@ -106,9 +110,11 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private readonly log: ServiceLog;
   private pruneTimer: NodeJS.Timeout | undefined;
   private detached = false;
+  readonly limiter: Limiter;
 
   constructor(private readonly opts: SandboxServiceOptions) {
     this.log = opts.log ?? silentLog;
+    this.limiter = opts.limiter ?? new Limiter({ home: opts.paths.home, log: this.log });
     this.bootGate = new Gate('sandboxes booting', opts.maxBooting ?? 4, BOOT_RETRY_S);
     this.execGate = new Gate('commands running', opts.maxExecs ?? 256, EXEC_RETRY_S);
     this.timers = new ExpiryTimers((id) => void this.expire(id));
@@ -132,6 +138,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       log: this.log,
       pollMs: this.opts.pollMs ?? 1000,
       bootTimeoutMs: this.opts.bootTimeoutMs ?? 60_000,
+      limiter: this.limiter,
       adopt: (row, vm, agent) => this.register(row, vm, agent),
     });
   }
@@ -141,7 +148,9 @@ export class SandboxManager implements SandboxService, SandboxHost {
       const res = resolveResources({ memoryMiB: req.memory_mib, cpus: req.cpus });
       const image = req.image ?? DEFAULT_IMAGE;
       await getImage(this.opts.paths, image); // image_not_found before anything exists
+      const limits = await this.limiter.resolve(req.limits, res);
       const starting = this.insertStarting({
+        limits,
         image,
         snapshot: null,
         parent: null,
@@ -193,6 +202,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       pid: null,
       dir: sandboxDir(this.opts.paths, id),
       reason: null,
+      limits: init.limits ?? null,
     });
   }
 
@@ -273,8 +283,14 @@ export class SandboxManager implements SandboxService, SandboxHost {
       bootTimeoutMs: this.opts.bootTimeoutMs,
       signal,
       onStarted,
+      onSpawn: (pid) => this.placeBoot(starting, pid),
       net: vmNet,
     });
+  }
+
+  /** A booting sandbox's QEMU joins its cgroup (a row from before limits has none). */
+  private async placeBoot(row: SandboxRow, pid: number): Promise<void> {
+    if (row.limits) await this.limiter.place(row.id, row.limits, pid);
   }
 
   private async settleBoot(
@@ -299,6 +315,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       return row;
     } catch (e) {
       await this.opts.network?.release(id);
+      await this.limiter.remove(id); // its QEMU is gone: the boot or fork ended it
       if (!aborted.aborted) {
         this.rows.delete(id);
         throw e;
@@ -340,8 +357,24 @@ export class SandboxManager implements SandboxService, SandboxHost {
       .map((r) => this.wire(r));
   }
 
+  /** One sandbox; a running one with what its QEMU uses now (its cgroup's numbers). */
   async get(id: string): Promise<SandboxT> {
-    return this.wire(this.row(id));
+    const wire = this.wire(this.row(id));
+    const usage = this.live.has(id) ? await this.limiter.usage(id) : undefined;
+    if (usage) wire.usage = toWireUsage(usage);
+    return wire;
+  }
+
+  /** Every running sandbox's limits and use, for /metrics. */
+  async usage(): Promise<SandboxUsageT[]> {
+    const all = await Promise.all(
+      [...this.live.keys()].map(async (id) => {
+        const usage = await this.limiter.usage(id).catch(() => undefined);
+        const limits = this.rows.get(id)?.limits ?? null;
+        return usage && { id, limits, ...toWireUsage(usage) };
+      }),
+    );
+    return all.filter((u): u is SandboxUsageT => u !== undefined);
   }
 
   async extend(id: string, timeoutS: number): Promise<SandboxT> {
@@ -493,6 +526,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       live.agent.close();
       await live.vm.kill();
       await this.opts.network?.release(id);
+      await this.limiter.remove(id);
       this.rows.update(id, { state, reason, pid: null });
       this.live.delete(id);
       await keepConsoleLog(this.opts.paths.home, id, live.dir).catch(() => undefined);
@@ -509,13 +543,24 @@ export class SandboxManager implements SandboxService, SandboxHost {
     this.timers.clear(live.id);
     live.agent.close();
     await this.opts.network?.release(live.id);
-    const reason = await deathReason(live.dir, exit);
+    const oom = await this.oomReason(live.id);
+    await this.limiter.remove(live.id);
+    const reason = oom ?? (await deathReason(live.dir, exit));
     this.rows.update(live.id, { state: 'dead', reason, pid: null });
     this.log.warn({ sandbox: live.id, reason }, 'sandbox died');
     await keepConsoleLog(this.opts.paths.home, live.id, live.dir).catch(() => undefined);
     await removeLeftovers(live.dir).catch((e: unknown) =>
       this.log.error({ sandbox: live.id, err: e }, 'could not clean up a dead sandbox'),
     );
+  }
+
+  /** Why a QEMU that died was killed by the host at its memory limit, if it was. */
+  private async oomReason(id: string): Promise<string | undefined> {
+    const usage = await this.limiter.usage(id).catch(() => undefined);
+    if (!usage?.oomKills) return undefined;
+    const limit = this.rows.get(id)?.limits?.memory_bytes;
+    const at = limit ? ` of ${formatSize(limit)}` : '';
+    return `out of memory: its QEMU reached the memory limit${at} (limits.memory) and the host's OOM killer ended it; give it a larger limit or less guest RAM`;
   }
 
   private prune(): void {
@@ -613,5 +658,15 @@ export function toWire(row: SandboxRow): SandboxT {
   if (row.reason !== null) wire.reason = row.reason;
   // A running sandbox with a reason is one whose disk chain a repair could not mend.
   if (row.disk_problem !== null && row.state === 'running') wire.reason = row.disk_problem;
+  if (row.limits) wire.limits = { ...row.limits };
   return wire;
+}
+
+function toWireUsage(u: CgroupUsage): NonNullable<SandboxT['usage']> {
+  return {
+    cpu_seconds: u.cpuSeconds,
+    memory_bytes: u.memoryBytes,
+    throttled_seconds: u.throttledSeconds,
+    oom_kills: u.oomKills,
+  };
 }

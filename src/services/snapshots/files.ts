@@ -14,6 +14,7 @@ import { ForkdError } from '../../errors.js';
 import { checkName } from '../checks.js';
 import type { Egress } from '../network/policy.js';
 import type { NetworkMode } from '../network/service.js';
+import type { Limits } from '../limits.js';
 
 /**
  * Bumped only when an older forkd could not restore the new layout: 2 is a snapshot whose
@@ -60,6 +61,8 @@ export interface SnapshotManifest {
   network?: NetworkMode;
   /** The egress policy its forks inherit. */
   egress?: Egress;
+  /** The resource limits of the sandbox it captured, which its children inherit (docs/limits.md). */
+  limits?: Limits;
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */

@@ -19,9 +19,11 @@ import type { VmNet } from '../../drivers/qemu/cmdline.js';
 import { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
+import type { StoredLimits } from '../../store/sandboxes.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
 import { OPEN_EGRESS } from '../network/policy.js';
 import type { NetworkService } from '../network/service.js';
+import type { Limiter } from '../limits.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import {
   connectGuest,
@@ -42,14 +44,26 @@ export interface PreparedChild {
   vm: Vm;
   /** Set when pre-warmed: restored, its agent connected, run once, then paused. */
   agent?: AgentClient;
+  /** Holds its cgroup (removed when the child is discarded). */
+  limiter?: Limiter;
 }
 
-/** Start a child's QEMU, waiting for its state; removes everything again on failure. */
+/** Where a child's QEMU is accounted: its cgroup, with these limits. */
+export interface Placement {
+  limiter: Limiter;
+  limits: StoredLimits;
+}
+
+/**
+ * Start a child's QEMU, waiting for its state, in its cgroup when `placement` is given;
+ * removes everything again on failure.
+ */
 export async function prepareChild(
   p: Paths,
   m: SnapshotManifest,
   id: string = newSandboxId(),
   net?: VmNet,
+  placement?: Placement,
 ): Promise<PreparedChild> {
   const { accel } = await detectAccel();
   if (accel !== m.accel) {
@@ -71,12 +85,18 @@ export async function prepareChild(
     await createOverlay(spec.disk, join(snapshotDir(p, m.tag), SNAPSHOT_FILES.disk), 'qcow2');
     const state = await open(join(snapshotDir(p, m.tag), SNAPSHOT_FILES.vmstate), 'r');
     try {
-      const vm = await Vm.start({ ...spec, net, incoming: true }, { incomingFd: state.fd });
-      return { id, dir, vm };
+      const onSpawn =
+        placement && ((pid: number) => placement.limiter.place(id, placement.limits, pid));
+      const vm = await Vm.start(
+        { ...spec, net, incoming: true },
+        { incomingFd: state.fd, onSpawn },
+      );
+      return { id, dir, vm, limiter: placement?.limiter };
     } finally {
       await state.close(); // QEMU holds its own copy of the fd
     }
   } catch (e) {
+    await placement?.limiter.remove(id);
     await rm(dir, { recursive: true, force: true });
     throw e;
   }
@@ -135,6 +155,7 @@ export async function restoreChild(
 export async function discardChild(child: PreparedChild): Promise<void> {
   child.agent?.close();
   await child.vm.kill();
+  await child.limiter?.remove(child.id);
   await rm(child.dir, { recursive: true, force: true });
 }
 
@@ -144,6 +165,7 @@ export interface ForkContext {
   pool: Pool;
   sandboxes: SandboxHost;
   network?: NetworkService;
+  limiter: Limiter;
 }
 
 /** A snapshot's network mode (older manifests have none: no NIC). */
@@ -177,6 +199,15 @@ export function checkForkNetwork(m: SnapshotManifest, asked: 'none' | 'nat' | un
   );
 }
 
+/** A child's limits: the fork's, else what its snapshot's source had, else the defaults. */
+export function childLimits(
+  limiter: Limiter,
+  m: SnapshotManifest,
+  req?: ForkRequest['limits'],
+): Promise<StoredLimits> {
+  return limiter.resolve(req, { memoryMiB: m.memory_mib, cpus: m.cpus, inherited: m.limits });
+}
+
 /**
  * Fork `req.n` children of the snapshot `m` at once. Each child that fails is reported
  * with its error; with `all_or_nothing` one failure kills the healthy ones too.
@@ -188,8 +219,9 @@ export async function forkChildren(
   caller: Caller,
 ): Promise<ForkOutcome> {
   const labels = withRequestLabel(req.labels);
+  const limits = await childLimits(ctx.limiter, m, req.limits); // bad_request before any child
   const settled = await Promise.allSettled(
-    Array.from({ length: req.n }, () => forkOne(ctx, m, { ...req, labels }, caller)),
+    Array.from({ length: req.n }, () => forkOne(ctx, m, { ...req, labels }, limits, caller)),
   );
   const result: ForkOutcome = { sandboxes: [], failed: [] };
   settled.forEach((s, index) => {
@@ -216,7 +248,33 @@ function withRequestLabel(labels: Record<string, string> | undefined): Record<st
   return { ...labels, [REQUEST_LABEL]: `req-${randomBytes(6).toString('hex')}` };
 }
 
-function forkOne(ctx: ForkContext, m: SnapshotManifest, req: ForkRequest, caller: Caller) {
+/**
+ * A pooled QEMU was started in a cgroup with its snapshot's limits: the fork's are written
+ * over them before it runs a single guest instruction for the fork. Should that fail (it
+ * already uses more than a lower memory limit), it is discarded and a fresh one started.
+ */
+async function handOut(
+  ctx: ForkContext,
+  pooled: PreparedChild,
+  limits: StoredLimits,
+): Promise<PreparedChild | undefined> {
+  try {
+    await ctx.limiter.apply(pooled.id, limits);
+    return pooled;
+  } catch {
+    await discardChild(pooled);
+    await ctx.network?.release(pooled.id);
+    return undefined;
+  }
+}
+
+function forkOne(
+  ctx: ForkContext,
+  m: SnapshotManifest,
+  req: ForkRequest,
+  limits: StoredLimits,
+  caller: Caller,
+) {
   const pooled = ctx.pool.take(m.tag);
   return ctx.sandboxes.createForked(
     {
@@ -229,10 +287,14 @@ function forkOne(ctx: ForkContext, m: SnapshotManifest, req: ForkRequest, caller
       labels: req.labels,
       env: req.env,
       timeoutS: req.timeout_s,
+      limits,
     },
     async ({ id, env, signal, onStarted }) => {
+      const handed = pooled && (await handOut(ctx, pooled, limits));
+      const placement = { limiter: ctx.limiter, limits };
       const child =
-        pooled ?? (await prepareChild(ctx.paths, m, id, await leaseNet(ctx.network, m, id)));
+        handed ??
+        (await prepareChild(ctx.paths, m, id, await leaseNet(ctx.network, m, id), placement));
       onStarted(child.vm);
       if (ctx.network && networkOf(m) === 'nat') {
         await ctx.network.enforce(id, m.egress ?? OPEN_EGRESS, req.egress);

@@ -26,6 +26,7 @@ import { createSnapshot } from './create.js';
 import { stagingDir, validateTag, type SnapshotManifest } from './files.js';
 import {
   checkForkNetwork,
+  childLimits,
   discardChild,
   forkChildren,
   leaseNet,
@@ -35,6 +36,7 @@ import {
 } from './fork.js';
 import type { NetworkService } from '../network/service.js';
 import { newSandboxId } from '../sandboxes/sandbox.js';
+import type { Limiter } from '../limits.js';
 import { descendants, lineageOf } from './lineage.js';
 import {
   compactMemory,
@@ -62,6 +64,8 @@ export interface SnapshotServiceOptions {
   /** Bytes of unused materialized memory kept (default FORKD_MEMORY_CACHE_MIB, 4096 MiB). */
   memoryCacheBytes?: number;
   network?: NetworkService;
+  /** The sandboxes' cgroups (the sandbox service's). */
+  limiter: Limiter;
 }
 
 export class SnapshotManager implements SnapshotService {
@@ -84,7 +88,10 @@ export class SnapshotManager implements SnapshotService {
         const m = await this.materialized(tag);
         const id = newSandboxId();
         try {
-          const child = await prepareChild(opts.paths, m, id, await leaseNet(opts.network, m, id));
+          const limits = await childLimits(opts.limiter, m);
+          const net = await leaseNet(opts.network, m, id);
+          const placement = { limiter: opts.limiter, limits };
+          const child = await prepareChild(opts.paths, m, id, net, placement);
           return prewarm ? await prewarmChild(child) : child;
         } catch (e) {
           await opts.network?.release(id);
@@ -284,6 +291,7 @@ export class SnapshotManager implements SnapshotService {
       pool: this.pool,
       sandboxes: this.opts.sandboxes,
       network: this.opts.network,
+      limiter: this.opts.limiter,
     };
     return forkChildren(ctx, m, req, caller);
   }

@@ -180,6 +180,24 @@ const CASES: Case[] = [
   },
   { args: ['daemon', '--log-level', 'loud'], exit: EXIT.usage, says: /--log-level must be one of/ },
   { args: ['doctor', '--bogus'], exit: EXIT.usage },
+  {
+    args: ['create', '--cpu-limit', 'half'],
+    exit: EXIT.usage,
+    says: /--cpu-limit must be a number of cores above 0, e\.g\. 0\.5, not "half"/,
+  },
+  {
+    args: ['fork', SEED.snapshot, '--pids-limit', '4'],
+    exit: EXIT.usage,
+    says: /--pids-limit must be a whole number from 32/,
+  },
+  {
+    args: ['create', '--memory-limit', '512X'],
+    exit: EXIT.usage,
+    says: /limits\.memory "512X": unknown unit "X"; use K, M, G or T/,
+    asksDaemon: true,
+  },
+  { args: ['info', 'x'], exit: EXIT.usage },
+  { args: ['info', NOBODY], exit: EXIT.notFound, says: /\[sandbox_not_found\]/ },
   { args: ['setup', '--bogus'], exit: EXIT.usage },
 ];
 
@@ -215,6 +233,7 @@ test('no daemon at the address: every client verb exits 5', async () => {
     ['cp', `${SEED.sandbox}:/etc/hello`, '-'],
     ['logs', SEED.sandbox],
     ['kill', SEED.sandbox],
+    ['info', SEED.sandbox],
     ['images'],
     ['snapshots'],
     ['snapshot', 'info', SEED.snapshot],

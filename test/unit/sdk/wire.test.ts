@@ -18,6 +18,8 @@ import {
   LINEAGE_NODE,
   POOL_STATE,
   SANDBOX,
+  SANDBOX_LIMITS,
+  SANDBOX_USAGE,
   SNAPSHOT,
   SNAPSHOT_FILE,
   VERIFY_PROBLEM,
@@ -65,6 +67,8 @@ function edgeOf(node: TSchema): TSchema {
 
 const TABLES: [string, WireNames<object>, TSchema][] = [
   ['Sandbox', SANDBOX, schemas.Sandbox],
+  ['Sandbox.limits', SANDBOX_LIMITS, prop(schemas.Sandbox, 'limits')],
+  ['Sandbox.usage', SANDBOX_USAGE, prop(schemas.Sandbox, 'usage')],
   ['ExecResult', EXEC_RESULT, schemas.ExecResult],
   ['FileStat', FILE_STAT, schemas.FileStat],
   ['Image', IMAGE, schemas.Image],
