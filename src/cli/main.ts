@@ -93,6 +93,11 @@ const VERBS: Verb[] = [
     load: () => import('./setup.js'),
   },
   { name: 'version', summary: 'print the forkd version', load: () => import('./version.js') },
+  {
+    name: 'mcp',
+    summary: 'serve the forkd tools to an MCP client on stdio (see docs/mcp.md)',
+    load: () => import('./mcp.js'),
+  },
 ];
 
 /** The verb a command line runs (`forkd help VERB` shows VERB's help, so it needs VERB). */
