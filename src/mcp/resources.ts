@@ -21,23 +21,27 @@ const SNAPSHOT_PREFIX = 'forkd://snapshots/';
 /** The fixed resources and how each reads. */
 const FIXED: Record<
   string,
-  { name: string; description: string; read(c: ClientConfig): Promise<unknown> }
+  {
+    name: string;
+    description: string;
+    read(c: ClientConfig, signal: AbortSignal): Promise<unknown>;
+  }
 > = {
   'forkd://sandboxes': {
     name: 'sandboxes',
     description: 'The live sandboxes (as sandbox_list returns them)',
-    read: async (c) => ({ sandboxes: await Sandbox.list(c) }),
+    read: async (c, signal) => ({ sandboxes: await Sandbox.list({ ...c, signal }) }),
   },
   'forkd://lineage': {
     name: 'lineage',
     description: 'Every image, snapshot and live sandbox with the edge to its parent',
-    read: async (c) => ({ nodes: await new Forkd(c).lineage() }),
+    read: async (c, signal) => ({ nodes: await new Forkd(c).lineage({ signal }) }),
   },
 };
 
 async function read(uri: string, config: ClientConfig, signal: AbortSignal): Promise<unknown> {
   const fixed = FIXED[uri];
-  if (fixed) return fixed.read({ ...config, signal } as ClientConfig);
+  if (fixed) return fixed.read(config, signal);
   if (uri.startsWith(SNAPSHOT_PREFIX)) {
     const tag = decodeURIComponent(uri.slice(SNAPSHOT_PREFIX.length));
     return { snapshot: (await Snapshot.get(tag, { ...config, signal })).info };

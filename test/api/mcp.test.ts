@@ -406,3 +406,46 @@ test('stdio: `forkd mcp` lists the tools and answers calls and bad arguments', a
   assert.equal(bad.isError, true);
   assert.equal((bad.structuredContent as { error: { code: string } }).error.code, 'bad_request');
 });
+
+test('a cancelled branch runs to its end, then its children and snapshot are undone', async () => {
+  fake.reset();
+  fake.streamDelayMs = 400;
+  try {
+    const controller = new AbortController();
+    const beats: string[] = [];
+    const pending = (await mcp()).callTool(
+      { name: 'sandbox_branch', arguments: { sandboxId: SEED.sandbox, tag: 'gone', fork: 2 } },
+      undefined,
+      {
+        signal: controller.signal,
+        onprogress: (p) => {
+          beats.push(p.message ?? '');
+          controller.abort();
+        },
+      },
+    );
+    await assert.rejects(pending, /abort|cancel/i);
+    assert.match(beats[0] ?? '', /branching sbx-/);
+    const undone = async () => {
+      const { sandboxes } = await ok<{ sandboxes: { state: string }[] }>('sandbox_list');
+      const { snapshots } = await ok<{ snapshots: { tag: string }[] }>('snapshot_list');
+      const removed = fake
+        .serviceCalls()
+        .some((c) => c.service === 'snapshots' && c.method === 'remove');
+      const running = sandboxes.filter((s) => s.state === 'running');
+      return removed && running.length === 1 && !snapshots.some((s) => s.tag === 'gone');
+    };
+    let clean = false;
+    for (let i = 0; i < 100 && !clean; i++) {
+      await sleep(50);
+      clean = await undone();
+    }
+    assert.ok(clean, 'the children were killed and the snapshot removed');
+    assert.ok(
+      fake.serviceCalls().some((c) => c.method === 'remove'),
+      'the snapshot was removed',
+    );
+  } finally {
+    fake.streamDelayMs = 5;
+  }
+});
