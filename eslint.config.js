@@ -30,6 +30,19 @@ const FORBIDDEN = {
       message: 'drivers talk to QEMU, the agent and the host; they know nothing above them',
     },
   ],
+  mcp: [
+    {
+      group: [
+        '**/services/**',
+        '**/drivers/**',
+        '**/store/**',
+        '**/api/**',
+        '**/daemon/**',
+        '**/cli/**',
+      ],
+      message: 'the MCP server is a client of the TypeScript SDK: it reaches the daemon through it',
+    },
+  ],
 };
 
 /** QMP is spoken inside drivers/qemu only: everyone else uses Vm's methods. */
@@ -59,4 +72,5 @@ export default tseslint.config(
   { files: ['src/services/**/*.ts'], ...restrict([...FORBIDDEN.services, QMP_OUTSIDE_QEMU]) },
   { files: ['src/drivers/**/*.ts'], ...restrict([...FORBIDDEN.drivers, QMP_OUTSIDE_QEMU]) },
   { files: ['src/drivers/qemu/**/*.ts'], ...restrict(FORBIDDEN.drivers) },
+  { files: ['src/mcp/**/*.ts'], ...restrict([...FORBIDDEN.mcp, QMP_OUTSIDE_QEMU]) },
 );

@@ -108,6 +108,11 @@ const VERBS: Verb[] = [
     summary: "show a sandbox's network, or change its egress policy",
     load: () => import('./network.js'),
   },
+  {
+    name: 'mcp',
+    summary: 'serve the forkd tools to an MCP client on stdio (see docs/mcp.md)',
+    load: () => import('./mcp.js'),
+  },
 ];
 
 /** The verb a command line runs (`forkd help VERB` shows VERB's help, so it needs VERB). */

@@ -17,6 +17,7 @@ import { parseLimitDefaults, type LimitDefaultFlags } from '../services/limits.j
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
 import type { BranchModeT } from '../contract/schemas.js';
 import { Store } from '../store/db.js';
+import { installMcp } from '../mcp/http.js';
 import { createLogger, fastifyLoggerOptions, type LogLevel } from './log.js';
 import { claimRunDir, runDirOf } from './rundir.js';
 import { Listeners, parseListen, type TcpOptions } from './servers.js';
@@ -116,6 +117,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       logger: fastifyLoggerOptions(opts.logLevel),
       serverFactory: listeners.serverFactory,
     });
+    await installMcp(app, { daemonUrl: `unix:${run.socket}` });
     const tcpAddress = await listeners.listen(app, run.socket, tcp);
     log.info({ socket: run.socket, tcp: tcpAddress, tls: Boolean(tcp?.tls) }, 'forkd daemon ready');
     let closing: Promise<void> | undefined;

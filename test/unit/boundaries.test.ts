@@ -49,6 +49,11 @@ const WRONG: [string, string, string][] = [
     "import { monitor } from '../../drivers/qemu/vm.js';\nvoid monitor;\n",
   ],
   [
+    'the MCP server calling a service instead of the SDK',
+    'src/mcp/x.ts',
+    "import { buildServices } from '../services/index.js';\nvoid buildServices;\n",
+  ],
+  [
     'the contract importing a layer above it',
     'src/contract/x.ts',
     "import { ForkdError } from '../errors.js';\nvoid ForkdError;\n",
@@ -66,6 +71,7 @@ test('lint allows what the layers may do', async () => {
   const ok: [string, string][] = [
     ['src/api/routes/x.ts', "import type { Services } from '../../services/contracts.js';\n"],
     ['src/services/x.ts', "import { Vm } from '../drivers/qemu/vm.js';\nvoid Vm;\n"],
+    ['src/mcp/x.ts', "import { LIMITS } from '../contract/rules.js';\nvoid LIMITS;\n"],
     ['src/drivers/qemu/x.ts', "import { monitor } from './vm.js';\nvoid monitor;\n"],
     [
       'src/drivers/agent/x.ts',
