@@ -10,6 +10,7 @@ import type { Paths } from '../config.js';
 import type { RamRegion } from '../drivers/qemu/capture.js';
 import type { Store } from '../store/db.js';
 import { BranchManager } from './branch/service.js';
+import { ContextManager } from './contexts/service.js';
 import type { Services } from './contracts.js';
 import { Host } from './host.js';
 import { ImageStore } from './images/index.js';
@@ -74,7 +75,9 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     branchMode: opts.branchMode,
     whileStopped: opts.whileStopped,
   });
+  const contexts = new ContextManager({ agentOf: (id) => sandboxes.agentOf(id), sandboxes, branch });
   const services: Services = {
+    contexts,
     sandboxes,
     snapshots,
     branch,

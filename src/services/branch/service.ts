@@ -16,6 +16,7 @@ import { locateGuest } from '../guest.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import { validateTag } from '../snapshots/files.js';
+import { inheritedOnFork } from '../snapshots/hooks.js';
 import type { SnapshotMeta } from '../snapshots/registry.js';
 import type { SnapshotManager } from '../snapshots/service.js';
 import { ForkdError } from '../../errors.js';
@@ -137,6 +138,7 @@ export class BranchManager implements BranchService {
       cpus: source.info.cpus,
       created_at: new Date().toISOString(),
       labels: req.labels ?? {},
+      ...(await inheritedOnFork(this.opts.paths, source.info.snapshot)),
     };
   }
 

@@ -14,6 +14,7 @@ import { ForkdError } from '../../errors.js';
 import { locateGuest } from '../guest.js';
 import { DEFAULT_IMAGE } from '../images/index.js';
 import { bootSandbox, destroySandbox, type Sandbox } from '../sandboxes/sandbox.js';
+import { warmContexts } from './hooks.js';
 import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
 
 export interface CreateContext {
@@ -71,6 +72,7 @@ export async function createSnapshot(
       cpus: sb.vm.spec.cpus,
       created_at: new Date().toISOString(),
       labels: req.labels ?? {},
+      ...(req.on_fork?.length ? { on_fork: req.on_fork } : {}),
     });
     await rm(sb.dir, { recursive: true, force: true });
     return { manifest, pauseMs: cap.pauseMs, parent: sb.id };
@@ -94,6 +96,7 @@ async function warm(agent: AgentClient, req: CreateSnapshotT, ctx: CreateContext
     const detached = `(${cmd}) </dev/null >/tmp/forkd-start-${i}.log 2>&1 &`;
     await mustSucceed(agent, detached, 'start command', ctx.signal);
   }
+  await warmContexts(agent, req, ctx.onProgress);
   const deadline = Date.now() + (req.wait_timeout_s ?? DEFAULT_WAIT_S) * 1000;
   if (req.wait_for) await waitUntil(agent, req.wait_for, deadline, ctx);
   if (req.wait_port) await waitUntil(agent, portCheck(req.wait_port), deadline, ctx);

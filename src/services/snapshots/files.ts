@@ -44,6 +44,8 @@ export interface SnapshotManifest {
   created_at: string;
   labels: Record<string, string>;
   files: Record<SnapshotFileRole, FileEntry>;
+  /** Commands every child runs right after its restore (`snapshot create --on-fork`). */
+  on_fork?: string[];
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */

@@ -22,6 +22,7 @@ import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import {
   connectGuest,
+  destroySandbox,
   memPathOf,
   newSandboxId,
   OWNER_FILE,
@@ -29,6 +30,7 @@ import {
   sandboxVmSpec,
   type Sandbox,
 } from '../sandboxes/sandbox.js';
+import { runForkHooks } from './hooks.js';
 import { snapshotDir, SNAPSHOT_FILES, type SnapshotManifest } from './files.js';
 import type { Pool } from './pool.js';
 
@@ -198,6 +200,10 @@ function forkOne(ctx: ForkContext, m: SnapshotManifest, req: ForkRequest, caller
       const child = pooled ?? (await prepareChild(ctx.paths, m, id));
       onStarted(child.vm);
       const up = await restoreChild(child, { env, signal });
+      await runForkHooks(up.agent, m.on_fork).catch(async (e: unknown) => {
+        await destroySandbox(up);
+        throw e;
+      });
       crashPoint('fork:child-up');
       return up;
     },
