@@ -14,7 +14,8 @@ interface Flags extends DaemonFlags {
   env?: string[];
 }
 
-const connect = (id: string, flags: Flags) => Sandbox.connect(parseSandboxId(id), clientConfig(flags));
+const connect = (id: string, flags: Flags) =>
+  Sandbox.connect(parseSandboxId(id), clientConfig(flags));
 
 function show(c: ContextInfo, json: boolean): void {
   if (json) printJson(c);
@@ -36,7 +37,14 @@ export function register(cmd: Command): void {
       }
       const sbx = await connect(id, flags);
       const envs = flags.env?.length ? parseEnv(flags.env) : undefined;
-      show(await sbx.contexts.create({ name: optionalName(name, 'the context name'), cwd: flags.cwd, envs }), Boolean(flags.json));
+      show(
+        await sbx.contexts.create({
+          name: optionalName(name, 'the context name'),
+          cwd: flags.cwd,
+          envs,
+        }),
+        Boolean(flags.json),
+      );
     }),
   );
   daemonOptions(
@@ -60,7 +68,10 @@ export function register(cmd: Command): void {
     ['rm', 'end the context and forget its state'],
   ] as const) {
     daemonOptions(
-      cmd.command(`${verb} <id> <name>`).description(what).option('--json', 'machine-readable output'),
+      cmd
+        .command(`${verb} <id> <name>`)
+        .description(what)
+        .option('--json', 'machine-readable output'),
     ).action(
       action(async (id: string, name: string, flags: Flags) => {
         const sbx = await connect(id, flags);

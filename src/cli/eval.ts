@@ -73,7 +73,11 @@ export function parseVariants(text: string, file: string): string[] {
   } else {
     variants = trimmed.split('\n').filter((l) => l.trim().length > 0);
   }
-  if (!Array.isArray(variants) || variants.length === 0 || variants.some((v) => typeof v !== 'string')) {
+  if (
+    !Array.isArray(variants) ||
+    variants.length === 0 ||
+    variants.some((v) => typeof v !== 'string')
+  ) {
     throw usage(`${file}: give a JSON array of code strings, or one variant per line`);
   }
   return variants as string[];
@@ -82,7 +86,8 @@ export function parseVariants(text: string, file: string): string[] {
 /** Non-text results are named on stderr (a PNG on a terminal helps nobody). */
 function describeRich(x: Execution): string[] {
   return x.results.flatMap((r) =>
-    r.formats()
+    r
+      .formats()
       .filter((f) => f !== 'text/plain' && f !== 'application/json')
       .map((f) => `[${f} result: ${String(r.data[f]).length} characters; see --json]\n`),
   );
@@ -93,7 +98,8 @@ async function runOne(
   code: string,
   o: { context?: string; timeoutMs?: number; json: boolean },
 ): Promise<number> {
-  const interrupt = () => void sandbox.contexts.interrupt(o.context ?? 'python').catch(() => undefined);
+  const interrupt = () =>
+    void sandbox.contexts.interrupt(o.context ?? 'python').catch(() => undefined);
   process.on('SIGINT', interrupt);
   try {
     const x = await sandbox.runCode(code, {

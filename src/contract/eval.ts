@@ -18,17 +18,15 @@ export const ContextLanguage = Type.Literal('python');
 export const DEFAULT_CONTEXT = 'python';
 export const DEFAULT_EVAL_TIMEOUT_MS = 300_000;
 
-export const Context = Type.Object(
-  {
-    name: ContextName,
-    language: ContextLanguage,
-    cwd: Type.String(),
-    env: Type.Record(Type.String(), Type.String()),
-    pid: Type.Integer({ description: 'the interpreter process in the guest' }),
-    created_at: Type.String(),
-    alive: Type.Boolean({ description: 'false when its process died: restart it' }),
-  },
-);
+export const Context = Type.Object({
+  name: ContextName,
+  language: ContextLanguage,
+  cwd: Type.String(),
+  env: Type.Record(Type.String(), Type.String()),
+  pid: Type.Integer({ description: 'the interpreter process in the guest' }),
+  created_at: Type.String(),
+  alive: Type.Boolean({ description: 'false when its process died: restart it' }),
+});
 
 export const CreateContext = Type.Object(
   {
@@ -72,18 +70,16 @@ export const EvalError = Type.Object({
   traceback: Type.String(),
 });
 
-export const Execution = Type.Object(
-  {
-    results: Type.Array(EvalResult),
-    logs: Type.Object({ stdout: Type.Array(Type.String()), stderr: Type.Array(Type.String()) }),
-    error: Type.Union([EvalError, Type.Null()]),
-    text: Type.Union([Type.String(), Type.Null()], {
-      description: "the main result's text/plain",
-    }),
-    execution_count: Type.Integer(),
-    duration_ms: Type.Number(),
-  },
-);
+export const Execution = Type.Object({
+  results: Type.Array(EvalResult),
+  logs: Type.Object({ stdout: Type.Array(Type.String()), stderr: Type.Array(Type.String()) }),
+  error: Type.Union([EvalError, Type.Null()]),
+  text: Type.Union([Type.String(), Type.Null()], {
+    description: "the main result's text/plain",
+  }),
+  execution_count: Type.Integer(),
+  duration_ms: Type.Number(),
+});
 
 /**
  * Streaming eval (application/x-ndjson): {"type":"stdout"|"stderr","text"} while it runs,
@@ -91,19 +87,20 @@ export const Execution = Type.Object(
  * (the code raised), then {"type":"end","execution_count","duration_ms"}; a failure of the
  * daemon or guest after the stream began is a last {"type":"failed","error":{code,message}}.
  */
-export const EvalEvent = Type.Union(
-  [
-    Type.Object({ type: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]), text: Type.String() }),
-    Type.Object({ type: Type.Literal('result'), ...EvalResult.properties }),
-    Type.Object({ type: Type.Literal('error'), ...EvalError.properties }),
-    Type.Object({
-      type: Type.Literal('end'),
-      execution_count: Type.Integer(),
-      duration_ms: Type.Number(),
-    }),
-    Type.Object({ type: Type.Literal('failed'), error: ErrorBody.properties.error }),
-  ],
-);
+export const EvalEvent = Type.Union([
+  Type.Object({
+    type: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]),
+    text: Type.String(),
+  }),
+  Type.Object({ type: Type.Literal('result'), ...EvalResult.properties }),
+  Type.Object({ type: Type.Literal('error'), ...EvalError.properties }),
+  Type.Object({
+    type: Type.Literal('end'),
+    execution_count: Type.Integer(),
+    duration_ms: Type.Number(),
+  }),
+  Type.Object({ type: Type.Literal('failed'), error: ErrorBody.properties.error }),
+]);
 
 export const EvalForkRequest = Type.Object(
   {
@@ -117,21 +114,19 @@ export const EvalForkRequest = Type.Object(
   strict,
 );
 
-export const EvalForkResult = Type.Object(
-  {
-    snapshot: Type.String({ description: 'the branch the children were forked from' }),
-    results: Type.Array(
-      Type.Object({
-        index: Type.Integer(),
-        sandbox: Type.Union([SandboxId, Type.Null()]),
-        execution: Type.Union([Execution, Type.Null()]),
-        failure: Type.Union([ErrorBody.properties.error, Type.Null()], {
-          description: 'why this variant has no execution (its child failed to start, …)',
-        }),
+export const EvalForkResult = Type.Object({
+  snapshot: Type.String({ description: 'the branch the children were forked from' }),
+  results: Type.Array(
+    Type.Object({
+      index: Type.Integer(),
+      sandbox: Type.Union([SandboxId, Type.Null()]),
+      execution: Type.Union([Execution, Type.Null()]),
+      failure: Type.Union([ErrorBody.properties.error, Type.Null()], {
+        description: 'why this variant has no execution (its child failed to start, …)',
       }),
-    ),
-  },
-);
+    }),
+  ),
+});
 
 export type ContextT = Static<typeof Context>;
 export type CreateContextT = Static<typeof CreateContext>;

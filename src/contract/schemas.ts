@@ -405,13 +405,15 @@ export const CreateSnapshot = Type.Object(
     eval: Type.Optional(
       Type.Array(Type.String({ maxLength: 1048576 }), {
         maxItems: 64,
-        description: 'code run in the first context, in order (imports to keep warm); an error aborts',
+        description:
+          'code run in the first context, in order (imports to keep warm); an error aborts',
       }),
     ),
     on_fork: Type.Optional(
       Type.Array(GuestCommand, {
         maxItems: 64,
-        description: 'run by the agent in every child right after its restore, before it is handed out',
+        description:
+          'run by the agent in every child right after its restore, before it is handed out',
       }),
     ),
   },

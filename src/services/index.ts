@@ -75,7 +75,11 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     branchMode: opts.branchMode,
     whileStopped: opts.whileStopped,
   });
-  const contexts = new ContextManager({ agentOf: (id) => sandboxes.agentOf(id), sandboxes, branch });
+  const contexts = new ContextManager({
+    agentOf: (id) => sandboxes.agentOf(id),
+    sandboxes,
+    branch,
+  });
   const services: Services = {
     contexts,
     sandboxes,

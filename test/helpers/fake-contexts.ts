@@ -69,7 +69,8 @@ export class FakeContexts implements ContextService {
 
   private context(id: string, name: string): ContextT {
     const c = this.of(id).get(name);
-    if (!c) throw new ForkdError('context_not_found', `no code context "${name}"`, { context: name });
+    if (!c)
+      throw new ForkdError('context_not_found', `no code context "${name}"`, { context: name });
     return c;
   }
 

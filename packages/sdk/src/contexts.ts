@@ -220,7 +220,11 @@ export async function runCode(
       x.error = { name: ev.name, value: ev.value, traceback: ev.traceback };
       await opts.onError?.(x.error);
     } else if (ev.type === 'end') {
-      return toExecution({ ...x, execution_count: ev.execution_count, duration_ms: ev.duration_ms });
+      return toExecution({
+        ...x,
+        execution_count: ev.execution_count,
+        duration_ms: ev.duration_ms,
+      });
     } else if (ev.type === 'failed') {
       throw errorFromResponse(500, ev);
     }
@@ -306,7 +310,11 @@ export class Contexts {
    */
   async list(opts: CallOptions = {}): Promise<ContextInfo[]> {
     const path = `${this.base}/contexts`;
-    const wire = await this.transport.json<WireContext[]>({ method: 'GET', path, signal: opts.signal });
+    const wire = await this.transport.json<WireContext[]>({
+      method: 'GET',
+      path,
+      signal: opts.signal,
+    });
     return wire.map(toContext);
   }
 

@@ -58,6 +58,12 @@ export interface SnapshotCreateOptions extends SandboxOptions {
   labels?: Record<string, string>;
   /** Progress messages as the daemon reports them (the create then streams). */
   onProgress?(message: string): void;
+  /** Python code contexts started in the parent; every fork inherits them warm. */
+  contexts?: string[];
+  /** Code run in the first context before the capture (imports to keep warm). */
+  eval?: string[];
+  /** Commands every child runs right after its restore, before it is handed out. */
+  onFork?: string[];
 }
 
 /**
@@ -134,6 +140,9 @@ function createBody(opts: SnapshotCreateOptions): CreateSnapshotBody {
     wait_port: opts.waitPort,
     wait_timeout_s: opts.waitTimeoutMs === undefined ? undefined : toSeconds(opts.waitTimeoutMs),
     labels: opts.labels,
+    contexts: opts.contexts,
+    eval: opts.eval,
+    on_fork: opts.onFork,
   });
 }
 

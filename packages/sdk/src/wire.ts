@@ -242,6 +242,9 @@ export interface CreateSnapshotBody {
   wait_timeout_s?: number;
   labels?: Record<string, string>;
   stream?: boolean;
+  contexts?: string[];
+  eval?: string[];
+  on_fork?: string[];
 }
 
 /** `BranchRequest`. */

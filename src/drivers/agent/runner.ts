@@ -167,6 +167,25 @@ function lineSplitter(onLine: (line: string) => void): (chunk: Buffer) => void {
   };
 }
 
+/** Why an eval's pipe ended before the runner's `end` event. */
+function withoutEnd(context: string, r: { exitCode: number | null; timedOut: boolean }): ForkdError {
+  if (r.exitCode === 3) return notFound(context);
+  if (r.exitCode === 2) {
+    return new ForkdError(
+      'unsupported',
+      "the sandbox's agent predates code contexts (no --connect mode): recreate its snapshot or image",
+      { context },
+    );
+  }
+  return new ForkdError(
+    r.timedOut ? 'timeout' : 'guest_error',
+    r.timedOut
+      ? `the context "${context}" did not answer in time`
+      : `the context "${context}" ended the eval without a result (its process died?)`,
+    { context },
+  );
+}
+
 /**
  * Run code in a context; `onEvent` gets the runner's events as they come. The context must
  * exist (context_not_found otherwise: a socket without a server is reported the same way).
@@ -176,7 +195,8 @@ export function evalCode(
   req: { context: string; code: string; timeoutMs: number },
   onEvent: (ev: RunnerEvent) => void,
 ): EvalHandle {
-  let ended = false;
+  let sawEnd: (() => void) | undefined;
+  const ended = new Promise<void>((resolve) => (sawEnd = resolve));
   const handle: ExecHandle = agent.exec(
     {
       argv: [AGENT_SELF, '--connect', contextFile(req.context, 'sock')],
@@ -186,26 +206,20 @@ export function evalCode(
     {
       onStdout: lineSplitter((line) => {
         const ev = JSON.parse(line) as RunnerEvent;
-        if (ev.type === 'end') ended = true;
         onEvent(ev);
+        if (ev.type === 'end') sawEnd?.();
       }),
     },
   );
   const request = JSON.stringify({ op: 'eval', code: req.code, timeout_ms: req.timeoutMs });
-  const done = (async () => {
+  const exited = (async () => {
     await handle.started;
     await handle.writeStdin(Buffer.from(`${request}\n`));
     await handle.endStdin();
-    const r = await handle.result;
-    if (ended) return;
-    if (r.exitCode === 3) throw notFound(req.context);
-    throw new ForkdError(
-      r.timedOut ? 'timeout' : 'guest_error',
-      r.timedOut
-        ? `the context "${req.context}" did not answer in time`
-        : `the context "${req.context}" ended the eval without a result (its process died?)`,
-      { context: req.context },
-    );
+    throw withoutEnd(req.context, await handle.result);
   })();
+  // Done at the `end` event: the client's exit (and the agent's EOF grace) is not waited for.
+  const done = Promise.race([ended, exited]);
+  exited.catch(() => undefined);
   return { done, cancel: () => handle.kill() };
 }

@@ -128,7 +128,9 @@ export class ContextManager implements ContextService {
 }
 
 function failure(index: number, sandbox: string | null, e: unknown) {
-  const err = isForkdError(e) ? e : new ForkdError('internal', 'the variant failed: see the daemon log');
+  const err = isForkdError(e)
+    ? e
+    : new ForkdError('internal', 'the variant failed: see the daemon log');
   return {
     index,
     sandbox,

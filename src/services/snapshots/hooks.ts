@@ -45,15 +45,22 @@ async function mustEval(agent: AgentClient, context: string, code: string): Prom
   await h.done;
   if (!error) return;
   const traceback = error.traceback.slice(-OUTPUT_TAIL);
-  throw new ForkdError('bad_request', `warm-up code failed (${error.name}): ${code}\n${traceback}`, {
-    code,
-    name: error.name,
-    traceback,
-  });
+  throw new ForkdError(
+    'bad_request',
+    `warm-up code failed (${error.name}): ${code}\n${traceback}`,
+    {
+      code,
+      name: error.name,
+      traceback,
+    },
+  );
 }
 
 /** Run the snapshot's on-fork commands in a freshly restored child, in order. */
-export async function runForkHooks(agent: AgentClient, onFork: string[] | undefined): Promise<void> {
+export async function runForkHooks(
+  agent: AgentClient,
+  onFork: string[] | undefined,
+): Promise<void> {
   for (const cmd of onFork ?? []) {
     const r = await agent.run({ argv: ['sh', '-c', cmd] });
     if (r.exitCode === 0) continue;

@@ -66,7 +66,9 @@ test('forks answer from the inherited interpreter: no re-import, variables kept,
   for (const a of answers) assert.deepEqual(json(a), ['imported before the snapshot', 42, 0]);
   assert.deepEqual(json(await evalIn(ids[0]!, 'x = 7\nx')), 7);
   for (const id of ids.slice(1)) assert.equal(json(await evalIn(id, 'x')), 42);
-  const rand = await Promise.all(ids.map((id) => evalIn(id, 'numpy.random.rand(), random.random()')));
+  const rand = await Promise.all(
+    ids.map((id) => evalIn(id, 'numpy.random.rand(), random.random()')),
+  );
   const values = rand.map((a) => JSON.stringify(json(a)));
   assert.equal(new Set(values).size, ids.length, `the same random numbers: ${values.join(' ')}`);
   for (const id of ids) {
@@ -86,7 +88,12 @@ test('rich results, tracebacks and streamed output', async () => {
   assert.deepEqual(plot.logs.stdout.join(''), 'plotted\n');
   const png = plot.results.find((r) => typeof r.data['image/png'] === 'string');
   assert.ok(png, `no PNG among ${JSON.stringify(plot.results.map((r) => Object.keys(r.data)))}`);
-  assert.deepEqual(Buffer.from(png.data['image/png'] as string, 'base64').subarray(1, 4).toString(), 'PNG');
+  assert.deepEqual(
+    Buffer.from(png.data['image/png'] as string, 'base64')
+      .subarray(1, 4)
+      .toString(),
+    'PNG',
+  );
 
   const html = await evalIn(id, 'class H:\n  def _repr_html_(self): return "<b>hi</b>"\nH()');
   assert.equal(html.results[0]?.data['text/html'], '<b>hi</b>');
@@ -122,12 +129,21 @@ test('a timeout or an interrupt stops the code, not the context; restart gives f
   assert.equal(restarted.alive, true);
   assert.equal((await evalIn(id, 'x')).error?.name, 'NameError');
 
-  const other = await s.services.contexts.create(id, { name: 'other', cwd: '/tmp', env: { MY_VAR: 'v' } });
+  const other = await s.services.contexts.create(id, {
+    name: 'other',
+    cwd: '/tmp',
+    env: { MY_VAR: 'v' },
+  });
   assert.equal(other.cwd, '/tmp');
-  const where = await evalIn(id, 'import os\nos.getcwd(), os.environ["MY_VAR"]', { context: 'other' });
+  const where = await evalIn(id, 'import os\nos.getcwd(), os.environ["MY_VAR"]', {
+    context: 'other',
+  });
   assert.deepEqual(json(where), ['/tmp', 'v']);
   await s.services.contexts.remove(id, 'other');
-  await assert.rejects(evalIn(id, '1', { context: 'other' }), (e) => isForkdError(e) && e.code === 'context_not_found');
+  await assert.rejects(
+    evalIn(id, '1', { context: 'other' }),
+    (e) => isForkdError(e) && e.code === 'context_not_found',
+  );
 });
 
 test('fan-out: 5 variants in 5 children branched from the same state, one call', async () => {
@@ -140,8 +156,15 @@ test('fan-out: 5 variants in 5 children branched from the same state, one call',
     assert.equal(r.failure, null, JSON.stringify(r.failure));
     return json(r.execution!) as [number, string, number];
   });
-  assert.deepEqual(values.map((v) => v.slice(0, 2)), [0, 1, 2, 3, 4].map((i) => [i, 'from the source']));
-  assert.equal(new Set(values.map((v) => v[2])).size, 5, 'the children drew the same random numbers');
+  assert.deepEqual(
+    values.map((v) => v.slice(0, 2)),
+    [0, 1, 2, 3, 4].map((i) => [i, 'from the source']),
+  );
+  assert.equal(
+    new Set(values.map((v) => v[2])).size,
+    5,
+    'the children drew the same random numbers',
+  );
   for (const r of out.results) assert.equal((await s.sandboxes.get(r.sandbox!)).state, 'stopped');
   await Promise.all(ids.map((i) => s.sandboxes.kill(i)));
   await s.snapshots.remove(out.snapshot, { force: true }).catch(() => undefined);
