@@ -3,7 +3,7 @@
  *  - eval round trip in a fork of a snapshot whose Python context imported numpy, vs
  *    `exec python3 -c` of the same code in the same fork (which imports numpy each time);
  *  - eval fan-out of 10 variants end to end (branch + 10 children + 10 evals + kills).
- * Usage: node dist/bench/eval.js [--quick]. Needs the forkd-test-python image in the
+ * Usage: node dist/bench/eval.js [--quick] [--eval-only]. Needs the forkd-test-python image in the
  * set-up home (scripts/setup.sh builds it); the guest gets this checkout's agent.
  */
 import { caller, startBenchServices } from './services.js';
@@ -12,6 +12,8 @@ import { PYTHON_IMAGE, privateGuest } from '../test/helpers/python-image.js';
 import type { TestHome } from '../test/helpers/home.js';
 
 const quick = process.argv.includes('--quick');
+/** Only the round trips and their breakdown (no cold imports, no fan-out). */
+const evalOnly = process.argv.includes('--eval-only');
 const EVALS = quick ? 10 : 50;
 const COLD = quick ? 3 : 10;
 const FANOUTS = quick ? 1 : 3;
@@ -51,6 +53,15 @@ async function main(): Promise<void> {
     const evals: number[] = [];
     for (let i = 0; i < EVALS; i++) evals.push((await timed(evalOnce))[0]);
     console.log(`eval round trip in a fork (context warm, numpy imported): ${summary(evals)}`);
+    const inGuest: number[] = [];
+    for (let i = 0; i < 10; i++) inGuest.push((await evalOnce()).duration_ms);
+    console.log(`  of which the code itself ran in the interpreter: ${summary(inGuest)}`);
+    const trues: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      trues.push((await timed(() => s.services.sandboxes.exec(id, { argv: ['true'] })))[0]);
+    }
+    console.log(`  baseline, exec \`true\` in the same fork: ${summary(trues)}`);
+    if (evalOnly) return;
     const cold: number[] = [];
     const argv = ['python3', '-c', `import numpy; print(${CODE})`];
     for (let i = 0; i < COLD; i++) {

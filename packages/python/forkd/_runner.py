@@ -21,6 +21,7 @@ import socket
 import sys
 import time
 import traceback
+from typing import Any, Dict, List, Optional
 
 ROOT = "/run/forkd/contexts"
 RUNNER = os.path.basename(__file__)
@@ -33,28 +34,28 @@ class ContextTimeout(Exception):
 class Stream:
     """sys.stdout/sys.stderr while code runs: every write becomes an event at once."""
 
-    def __init__(self, out, kind):
+    def __init__(self, out: "Channel", kind: str) -> None:
         self.out, self.kind = out, kind
 
-    def write(self, text):
+    def write(self, text: str) -> int:
         if text:
             self.out.event({"type": self.kind, "text": str(text)})
         return len(text)
 
-    def flush(self):
+    def flush(self) -> None:
         pass
 
-    def isatty(self):
+    def isatty(self) -> bool:
         return False
 
 
 class Channel:
     """One connection: newline-delimited JSON out; a vanished reader is not an error."""
 
-    def __init__(self, conn):
+    def __init__(self, conn: socket.socket) -> None:
         self.conn, self.gone = conn, False
 
-    def event(self, obj):
+    def event(self, obj: Dict[str, Any]) -> None:
         if self.gone:
             return
         try:
@@ -63,7 +64,7 @@ class Channel:
             self.gone = True
 
 
-def to_json(value):
+def to_json(value: Any) -> Any:
     """The value as JSON when it has an exact JSON form (numpy scalars/arrays included)."""
     if hasattr(value, "tolist") and type(value).__module__.startswith("numpy"):
         value = value.tolist()
@@ -74,7 +75,7 @@ def to_json(value):
     return json.loads(text) if len(text) <= 1 << 20 else None
 
 
-def figure_png(fig):
+def figure_png(fig: Any) -> str:
     import io
 
     buf = io.BytesIO()
@@ -82,9 +83,9 @@ def figure_png(fig):
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def bundle(value):
+def bundle(value: Any) -> Dict[str, Any]:
     """A MIME bundle like IPython's display: the _repr_*_ methods, figures as PNG."""
-    out = {"text/plain": repr(value)}
+    out: Dict[str, Any] = {"text/plain": repr(value)}
     for mime, method in (
         ("text/html", "_repr_html_"),
         ("image/svg+xml", "_repr_svg_"),
@@ -115,7 +116,7 @@ def bundle(value):
     return out
 
 
-def open_figures():
+def open_figures() -> List[Any]:
     """Figures pyplot still holds after the code ran (closed once sent, as Jupyter does)."""
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
@@ -126,13 +127,13 @@ def open_figures():
 
 
 class Context:
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.globals = {"__name__": "__main__", "__builtins__": __builtins__}
+        self.globals: Dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
         self.count = 0
         self.host = socket.gethostname()
 
-    def reseed_if_forked(self):
+    def reseed_if_forked(self) -> None:
         host = socket.gethostname()
         if host == self.host:
             return
@@ -144,12 +145,12 @@ class Context:
         if np is not None:
             np.random.seed(int.from_bytes(os.urandom(4), "little"))
 
-    def run(self, code, out, timeout_ms):
+    def run(self, code: str, out: Channel, timeout_ms: float) -> None:
         self.reseed_if_forked()
         self.count += 1
         started = time.monotonic()
         saved = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = Stream(out, "stdout"), Stream(out, "stderr")
+        sys.stdout, sys.stderr = Stream(out, "stdout"), Stream(out, "stderr")  # type: ignore[assignment]
         if timeout_ms:
             signal.setitimer(signal.ITIMER_REAL, timeout_ms / 1000)
         try:
@@ -167,11 +168,13 @@ class Context:
             sys.stdout, sys.stderr = saved
         out.event({"type": "end", "execution_count": self.count, "duration_ms": round((time.monotonic() - started) * 1000, 3)})
 
-    def execute(self, code):
+    def execute(self, code: str) -> Any:
         tree = ast.parse(code, "<cell>", "exec")
-        last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+        last: Optional[ast.Expression] = None
+        tail = tree.body[-1] if tree.body else None
+        if isinstance(tail, ast.Expr):
+            tree.body.pop()
+            last = ast.Expression(tail.value)
         exec(compile(tree, "<cell>", "exec"), self.globals)
         if last is None:
             return None
@@ -179,7 +182,7 @@ class Context:
         self.globals["_"] = value
         return value
 
-    def report(self, e, out):
+    def report(self, e: BaseException, out: Channel) -> None:
         name = "TimeoutError" if isinstance(e, ContextTimeout) else type(e).__name__
         tb = traceback.format_exception(type(e), e, e.__traceback__)
         # Drop the runner's own frames: the user's traceback starts at <cell>.
@@ -187,11 +190,11 @@ class Context:
         out.event({"type": "error", "name": name, "value": str(e), "traceback": "".join(lines)})
 
 
-def on_alarm(signum, frame):
+def on_alarm(signum: int, frame: Any) -> None:
     raise ContextTimeout("the code ran past its timeout and was interrupted")
 
 
-def serve(name, listener):
+def serve(name: str, listener: socket.socket) -> None:
     ctx = Context(name)
     signal.signal(signal.SIGALRM, on_alarm)
     while True:
@@ -207,17 +210,20 @@ def serve(name, listener):
             conn.close()
 
 
-def read_request(conn):
+def read_request(conn: socket.socket) -> Dict[str, Any]:
     buf = b""
     while not buf.endswith(b"\n"):
         chunk = conn.recv(65536)
         if not chunk:
             break
         buf += chunk
-    return json.loads(buf or b"{}")
+    req = json.loads(buf or b"{}")
+    if not isinstance(req, dict):
+        raise ValueError("a request is a JSON object")
+    return req
 
 
-def handle(ctx, conn):
+def handle(ctx: Context, conn: socket.socket) -> None:
     out = Channel(conn)
     try:
         req = read_request(conn)
@@ -234,7 +240,7 @@ def handle(ctx, conn):
         out.event({"type": "error", "name": "ProtocolError", "value": "unknown op %r" % op, "traceback": ""})
 
 
-def start(name, cwd, env_json):
+def start(name: str, cwd: str, env_json: str) -> None:
     """Bind, write the metadata, detach the server, and return once it accepts."""
     os.makedirs(ROOT, exist_ok=True)
     path = os.path.join(ROOT, name + ".sock")
