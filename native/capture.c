@@ -16,6 +16,11 @@
  *       make the VMM reap frozen forks a killed copier left, restore MADV_DONTFORK
  *   forkd-capture live-probe
  *       run the live sequence against a test process: is live capture possible here?
+ *   forkd-capture diff PAGES LAYER...
+ *       make PAGES a diff over a parent memory: punch every page equal to the parent's
+ *       (LAYERs: the parent's chain, topmost diff first, a full file last; memdiff.c)
+ *   forkd-capture overlay SRC DST
+ *       write SRC's data extents into DST at the same offsets (materializing a diff)
  *
  * Every command prints one JSON line of results on stdout; errors go to stderr, exit 1.
  * The pause of a branch is the `pages` command, so it reads pagemap in large batches and
@@ -32,6 +37,7 @@
 #include <unistd.h>
 
 #include "live.h"
+#include "memdiff.h"
 #include "pages.h"
 
 /* ---- sparse-copy ---------------------------------------------------------------------- */
@@ -47,26 +53,7 @@ static int sparse_copy(const char *src, const char *dst, uint64_t size_hint) {
   uint64_t size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : size_hint;
   if (ftruncate(out, (off_t)size) < 0) die("ftruncate");
   uint64_t copied = 0;
-  if (S_ISREG(st.st_mode)) {
-    off_t pos = 0;
-    for (;;) {
-      off_t data = lseek(in, pos, SEEK_DATA);
-      if (data < 0) {
-        if (errno == ENXIO) break;
-        die("SEEK_DATA");
-      }
-      off_t hole = lseek(in, data, SEEK_HOLE);
-      if (hole < 0) die("SEEK_HOLE");
-      off_t ioff = data, ooff = data;
-      while (ioff < hole) {
-        ssize_t n = copy_file_range(in, &ioff, out, &ooff, (size_t)(hole - ioff), 0);
-        if (n < 0) die("copy_file_range");
-        if (n == 0) break;
-        copied += (uint64_t)n;
-      }
-      pos = hole;
-    }
-  }
+  if (S_ISREG(st.st_mode) && copy_extents(in, out, &copied) < 0) die("copy extents");
   if (fsync(out) < 0 && errno != EINVAL) die("fsync");
   close(in);
   close(out);
@@ -127,7 +114,9 @@ static void usage(void) {
           "       forkd-capture compare PID VSTART VEND FILEOFF FILE\n"
           "       forkd-capture live PID VSTART VEND FILEOFF DST\n"
           "       forkd-capture live-cleanup PID VSTART VEND\n"
-          "       forkd-capture live-probe\n");
+          "       forkd-capture live-probe\n"
+          "       forkd-capture diff PAGES LAYER...\n"
+          "       forkd-capture overlay SRC DST\n");
   exit(2);
 }
 
@@ -140,6 +129,8 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "live") && argc == 7) return live_capture(argv + 2);
   if (!strcmp(argv[1], "live-cleanup") && argc == 5) return live_cleanup(argv + 2);
   if (!strcmp(argv[1], "live-probe") && argc == 2) return live_probe();
+  if (!strcmp(argv[1], "diff") && argc >= 4) return memdiff(argv[2], argv + 3, argc - 3);
+  if (!strcmp(argv[1], "overlay") && argc == 4) return overlay(argv[2], argv[3]);
   usage();
   return 2;
 }

@@ -8,7 +8,7 @@
  * removing `forkd rmi`.
  */
 import type { Command } from 'commander';
-import { Sandbox, Snapshot, type SnapshotInfo } from '@forkd/sdk';
+import { Sandbox, Snapshot, type SnapshotInfo, type SnapshotMemoryInfo } from '@forkd/sdk';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { commandExit, EXIT } from './exit.js';
 import { action, formatBytes, printJson, printTable } from './output.js';
@@ -236,12 +236,24 @@ async function info(tag: string, flags: DaemonFlags): Promise<void> {
     ['children', `${s.childrenAlive} alive`],
     ['pool', `${s.pool.ready} of ${s.pool.size} ready${s.pool.prewarm ? ', pre-warmed' : ''}`],
     ['size', `${formatBytes(s.logicalBytes)} logical, ${formatBytes(s.physicalBytes)} on disk`],
+    ...(s.memory ? [['memory stored', memoryStorage(s.memory)] as [string, string]] : []),
   ]);
   process.stdout.write('\n');
   printTable(
     ['FILE', 'SIZE', 'ON DISK', 'SHA256'],
     s.files.map((f) => [f.name, formatBytes(f.size), formatBytes(f.allocated), f.sha256]),
   );
+}
+
+/** How a snapshot's memory is stored: full, or a diff (and its cache for forks). */
+function memoryStorage(m: SnapshotMemoryInfo): string {
+  const sizes = `${formatBytes(m.logicalBytes)} logical, ${formatBytes(m.storedBytes)} stored`;
+  if (m.kind === 'full') return `full: ${sizes}`;
+  const cache =
+    m.materializedBytes > 0
+      ? `${formatBytes(m.materializedBytes)} materialized`
+      : 'not materialized';
+  return `diff over ${m.parent} (depth ${m.depth}): ${sizes}, ${cache}`;
 }
 
 /** `name   value` lines, names aligned. */

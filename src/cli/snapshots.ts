@@ -5,7 +5,7 @@
  */
 import type { Command } from 'commander';
 import { Snapshot, type SnapshotInfo } from '@forkd/sdk';
-import { SNAPSHOT, toWire } from '@forkd/sdk/wire';
+import { SNAPSHOT, SNAPSHOT_MEMORY, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, formatBytes, printJson, printTable } from './output.js';
 
@@ -41,7 +41,9 @@ async function listSnapshots(flags: DaemonFlags): Promise<void> {
 
 /** A snapshot in the REST API's shape (what `--json` prints). */
 export function snapshotJson(s: SnapshotInfo): Record<string, unknown> {
-  return toWire(SNAPSHOT, s);
+  const json = toWire(SNAPSHOT, s);
+  if (s.memory) json.memory = toWire(SNAPSHOT_MEMORY, s.memory);
+  return json;
 }
 
 /** Ready and bootable: forks of it can start. */

@@ -329,6 +329,21 @@ export const SnapshotFile = Type.Object({
   sha256: Type.String(),
 });
 
+/** How a snapshot's memory is stored: full, or a diff over its parent's (materialized for forks). */
+export const SnapshotMemory = Type.Object({
+  kind: Type.Union([Type.Literal('full'), Type.Literal('diff')]),
+  parent: Type.Union([Type.String(), Type.Null()], {
+    description: 'the snapshot whose memory a diff is over',
+  }),
+  logical_bytes: Type.Integer({ description: 'guest RAM size' }),
+  stored_bytes: Type.Integer({ description: 'bytes its stored memory file takes on disk' }),
+  materialized_bytes: Type.Integer({
+    description:
+      'bytes of the full file built from a diff for forks (cached, evictable; 0 when none)',
+  }),
+  depth: Type.Integer({ description: 'diffs read through to a full memory (0 = full)' }),
+});
+
 export const Snapshot = Type.Object(
   {
     tag: SnapshotTag,
@@ -354,6 +369,7 @@ export const Snapshot = Type.Object(
     }),
     ancestors: Type.Array(Type.String(), { description: 'parent, grandparent, …' }),
     dependents: Type.Array(Type.String(), { description: 'snapshots whose chain includes it' }),
+    memory: Type.Optional(SnapshotMemory),
   },
   { $id: 'Snapshot' },
 );

@@ -102,10 +102,12 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       return recovered;
     },
     detach: async () => {
+      await snapshots.background; // a memory compaction under way finishes first
       await snapshots.pool.close(); // pool VMs are not sandboxes: they are not kept
       sandboxes.detach();
     },
     close: async () => {
+      await snapshots.background;
       await snapshots.pool.close();
       await sandboxes.killAll();
     },

@@ -118,6 +118,15 @@ test('stdin and kill reach a running streaming exec', async () => {
   });
 });
 
+test('a client hanging up on a command that prints nothing kills it too', async () => {
+  fake.reset();
+  fake.streamDelayMs = 5;
+  const res = await post(EXEC, { argv: ['silent'], stream: true });
+  await readLines(res, 1);
+  res.destroy();
+  await until(() => [...fake.execs.values()].some((e) => e.killed === 'SIGKILL'));
+});
+
 test('a client hanging up mid-stream kills the exec; the daemon keeps serving', async () => {
   fake.reset();
   fake.streamDelayMs = 5;

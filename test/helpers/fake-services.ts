@@ -129,7 +129,20 @@ function snapshotRecord(tag: string, over: Partial<SnapshotT> = {}): SnapshotT {
     depth: 0,
     ancestors: [],
     dependents: [],
+    memory: fakeMemory(over.parent ?? null, over.parent ? 1 : 0),
     ...over,
+  };
+}
+
+/** A branch's memory is a diff over its parent's, as the real services store it. */
+function fakeMemory(parent: string | null, depth: number): NonNullable<SnapshotT['memory']> {
+  return {
+    kind: parent ? 'diff' : 'full',
+    parent,
+    logical_bytes: 256 * MiB,
+    stored_bytes: parent ? 6 * MiB : 61 * MiB,
+    materialized_bytes: 0,
+    depth: parent ? depth : 0,
   };
 }
 
@@ -314,6 +327,7 @@ export class FakeServices {
       depth: ancestors.length,
       ancestors,
       dependents: this.dependents(tag),
+      memory: fakeMemory(s.parent, ancestors.length),
     };
   }
 
@@ -353,7 +367,8 @@ export class FakeServices {
 
   /**
    * What a streamed command does in the fake guest, by argv[0]: `lines A B` prints one line per
-   * argument with a delay; `sleep` prints ticks until killed; `crash` fails with a host path
+   * argument with a delay; `sleep` prints ticks until killed; `silent` prints nothing until
+   * killed; `crash` fails with a host path
    * in the error after one line; `missing` does not exist; anything else echoes its args
    * (and exits as exitCodeOf says).
    */
@@ -365,6 +380,8 @@ export class FakeServices {
         yield out(`tick ${i}\n`);
         await sleep(this.streamDelayMs);
       }
+    } else if (cmd === 'silent') {
+      while (!ex.killed) await sleep(this.streamDelayMs);
     } else if (cmd === 'crash') {
       yield out('about to crash\n');
       throw new Error('agent socket /var/lib/forkd/sandboxes/sbx-1/agent.sock closed');

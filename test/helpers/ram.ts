@@ -1,11 +1,15 @@
 /**
  * Looking at a QEMU process from the host, for capture tests: its guest RAM read while it
  * is stopped (the reference a capture must equal page for page), its memory use, and the
- * processes a live branch must not leave behind (zombie or traced forks, copiers).
+ * processes a live branch must not leave behind (zombie or traced forks, copiers); and a
+ * snapshot's memory as a fork maps it (a diff materialized).
  */
 import { open, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { Paths } from '../../src/config.js';
 import type { RamRegion } from '../../src/drivers/qemu/capture.js';
+import { readManifest } from '../../src/services/snapshots/files.js';
+import { materialize } from '../../src/services/snapshots/memory.js';
 
 const CHUNK = 2 << 20;
 const PAGE = 4096;
@@ -130,4 +134,9 @@ export async function ramIsDontFork(region: RamRegion): Promise<boolean> {
 export async function sharedAnonKiB(pid: number): Promise<number> {
   const kib = await procKiB(pid, 'smaps_rollup');
   return kib('Anonymous') - kib('Pss_Anon');
+}
+
+/** The full memory file of a snapshot as a fork maps it (a diff's is materialized first). */
+export async function memoryOf(p: Paths, tag: string): Promise<string> {
+  return (await materialize(p, await readManifest(p, tag))).path;
 }

@@ -122,6 +122,20 @@ class PoolInfo:
 
 
 @dataclass(frozen=True)
+class SnapshotMemoryInfo:
+    """How a snapshot's memory is stored (wire object ``SnapshotMemory``): ``full``, or a
+    ``diff`` over ``parent``'s memory (only the pages that changed), materialized into a full
+    file for forks and cached (``materialized_bytes``, 0 when not)."""
+
+    kind: str
+    parent: Optional[str]
+    logical_bytes: int
+    stored_bytes: int
+    materialized_bytes: int
+    depth: int
+
+
+@dataclass(frozen=True)
 class SnapshotInfo:
     """What the daemon knows about a snapshot (wire object ``Snapshot``).
 
@@ -153,6 +167,10 @@ class SnapshotInfo:
     depth: int = 0
     ancestors: List[str] = field(default_factory=list)
     dependents: List[str] = field(default_factory=list)
+    # A daemon older than diff memory sends none (nor does an unpublished snapshot).
+    memory: Optional[SnapshotMemoryInfo] = field(
+        default=None, metadata=nested(SnapshotMemoryInfo)
+    )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { BadRequestError } from './errors.js';
+import { BadRequestError, type ForkdError } from './errors.js';
 
 /**
  * How to reach the daemon. Every SDK entry point accepts these fields.
@@ -70,7 +70,8 @@ export function parseUrl(url: string): Endpoint {
     const socketPath = url.slice('unix:'.length).replace(/^\/\/(?=\/)/, '');
     if (socketPath) return { kind: 'unix', socketPath };
   } else if (/^https?:\/\//.test(url)) {
-    const u = new URL(url);
+    const u = tryUrl(url);
+    if (!u) throw badUrl(url, 'its host or port is not valid');
     const kind = u.protocol === 'https:' ? 'https' : 'http';
     return {
       kind,
@@ -79,10 +80,20 @@ export function parseUrl(url: string): Endpoint {
       basePath: u.pathname.replace(/\/+$/, ''),
     };
   }
-  throw new BadRequestError(
-    `forkd URL "${url}" is neither http(s)://host:port nor unix:/path/to.sock`,
-    { url },
-  );
+  throw badUrl(url, 'it is neither http(s)://host:port nor unix:/path/to.sock');
+}
+
+/** URL.canParse is newer than the Node 18 the SDK supports. */
+function tryUrl(url: string): URL | undefined {
+  try {
+    return new URL(url);
+  } catch {
+    return undefined;
+  }
+}
+
+function badUrl(url: string, reason: string): ForkdError {
+  return new BadRequestError(`forkd URL "${url}" is not usable: ${reason}`, { url, reason });
 }
 
 /**

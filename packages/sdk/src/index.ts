@@ -44,6 +44,7 @@ export type {
   SandboxState,
   SnapshotFileInfo,
   SnapshotInfo,
+  SnapshotMemoryInfo,
   SnapshotState,
   VerifyReport,
   VersionInfo,

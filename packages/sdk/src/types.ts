@@ -180,6 +180,30 @@ export interface SnapshotInfo {
   ancestors: string[];
   /** Snapshots whose chain includes it: removing it needs `cascade`. */
   dependents: string[];
+  /** How its memory is stored (absent from daemons older than diff memory, and while unpublished). */
+  memory?: SnapshotMemoryInfo;
+}
+
+/**
+ * How a snapshot's memory is stored: `full`, or a `diff` over its parent's memory (a branch:
+ * only the pages that changed), materialized into a full file for forks and cached.
+ *
+ * @example
+ * const { memory } = (await Snapshot.get('step-3')).info;
+ * console.log(memory?.kind, memory?.storedBytes, memory?.materializedBytes);
+ */
+export interface SnapshotMemoryInfo {
+  kind: 'full' | 'diff';
+  /** The snapshot whose memory a diff is over. */
+  parent: string | null;
+  /** Guest RAM size. */
+  logicalBytes: number;
+  /** Bytes its stored memory file takes on disk. */
+  storedBytes: number;
+  /** Bytes of the full file built from a diff for forks (cached, evictable; 0 when none). */
+  materializedBytes: number;
+  /** Diffs read through to a full memory (0: full). */
+  depth: number;
 }
 
 /**

@@ -14,6 +14,7 @@ import type {
   SandboxInfo,
   SnapshotFileInfo,
   SnapshotInfo,
+  SnapshotMemoryInfo,
   VerifyReport,
   VersionInfo,
 } from './types.js';
@@ -94,6 +95,17 @@ export const SNAPSHOT: WireNames<SnapshotInfo> = {
   depth: 'depth',
   ancestors: 'ancestors',
   dependents: 'dependents',
+  memory: 'memory',
+};
+
+/** `SnapshotMemory` in schemas.ts (a Snapshot's `memory`). */
+export const SNAPSHOT_MEMORY: WireNames<SnapshotMemoryInfo> = {
+  kind: 'kind',
+  parent: 'parent',
+  logicalBytes: 'logical_bytes',
+  storedBytes: 'stored_bytes',
+  materializedBytes: 'materialized_bytes',
+  depth: 'depth',
 };
 
 /** `SnapshotFile` in schemas.ts. */
@@ -172,6 +184,7 @@ export function snapshotFromWire(wire: unknown): SnapshotInfo {
     depth: info.depth ?? 0,
     ancestors: info.ancestors ?? [],
     dependents: info.dependents ?? [],
+    ...(info.memory ? { memory: fromWire(SNAPSHOT_MEMORY, info.memory) } : {}),
   };
 }
 

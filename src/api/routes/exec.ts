@@ -3,7 +3,9 @@
  * produced), feed a streaming exec's stdin, signal it. The streaming protocol is in
  * docs/api.md: a `started` line first, then stdout/stderr chunks (base64), then `exit`;
  * a failure after the stream began becomes a final `error` line. A client that disconnects
- * mid-stream gets its exec killed: nobody could read its output any more.
+ * mid-stream gets its exec killed: nobody could read its output any more. The hang-up is
+ * seen when the response closes, not only at the next write, so a silent command (`sleep`,
+ * a server) is killed too.
  */
 import type { FastifyBaseLogger, FastifyRequest } from 'fastify';
 import { ForkdError } from '../../errors.js';
@@ -51,12 +53,13 @@ interface Pump {
   pid: number;
   out: NdjsonStream;
   request: FastifyRequest;
-  /** Called once when the client is gone before the exit. */
+  /** Called when the client is gone before the exit (idempotent). */
   onGone: () => Promise<void>;
 }
 
 /** Copies the service's events into the NDJSON stream until the exit, an error or a hang-up. */
 async function pump({ exec, pid, out, request, onGone }: Pump): Promise<void> {
+  out.once('close', onGone);
   try {
     if (!(await out.line({ type: 'started', exec_id: exec.execId, pid }))) return await onGone();
     for await (const ev of exec.events) {
@@ -68,6 +71,7 @@ async function pump({ exec, pid, out, request, onGone }: Pump): Promise<void> {
     logFailure(request.log, err, e.status);
     await out.line({ type: 'error', ...errorBody(e) });
   } finally {
+    out.off('close', onGone);
     out.close();
   }
 }
@@ -87,7 +91,10 @@ async function startStream(
   const exec = await sandboxes.execStream(id, body);
   const pid = await exec.pid;
   const out = new NdjsonStream();
+  let gone = false;
   const onGone = async () => {
+    if (gone) return;
+    gone = true;
     request.log.info({ exec_id: exec.execId }, 'client left a streaming exec: killing it');
     await sandboxes.killExec(id, exec.execId, 'SIGKILL').catch(() => undefined);
   };

@@ -1,6 +1,7 @@
 /**
  * Capture (DESIGN.md "Memory"): the one operation behind `snapshot create` and `branch`.
- * While the VM runs, sparse-copy its RAM base into the new memory file; stop; freeze the
+ * While the VM runs, sparse-copy its RAM base into the new memory file (or start it empty,
+ * for a memory stored as a diff over the parent's); stop; freeze the
  * disk's top layer; copy the pages the VM wrote (its private pages) over the copy; save
  * the device state without RAM; then resume or leave it stopped for the caller to end.
  * In `live` mode the pages are not copied in the pause: QEMU is made to fork (live.ts), and
@@ -90,6 +91,11 @@ export async function captureVm(
     disk?: DiskFreeze;
     resume: boolean;
     mode?: CaptureMode;
+    /**
+     * What the new memory file starts as (default: a sparse copy of the VM's RAM base).
+     * `empty`: only the written pages end up in it, for a memory stored as a diff.
+     */
+    start?: 'base' | 'empty';
     whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
   },
 ): Promise<CaptureResult> {
@@ -97,7 +103,7 @@ export async function captureVm(
   const size = vm.spec.memoryMiB * 1024 * 1024;
   const region = await ramRegion(vm.pid, vm.spec.memPath, size);
   const { t, lap, reset } = laps();
-  await sparseCopy(vm.spec.memPath, files.memory, size);
+  await sparseCopy(opts.start === 'empty' ? '/dev/zero' : vm.spec.memPath, files.memory, size);
   lap('base_copy_ms');
   let copier: LiveCopier | undefined;
   if (mode === 'live') {

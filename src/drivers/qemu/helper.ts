@@ -1,7 +1,8 @@
 /**
  * forkd-capture, the native capture helper (native/): the command lines it takes and the
  * JSON it answers, for capture.ts and live.ts. Sparse copies of RAM base files, the copy of
- * a QEMU's private guest pages (pagemap + process_vm_readv), and page compares.
+ * a QEMU's private guest pages (pagemap + process_vm_readv), page compares, and memory
+ * diffs (a capture made a diff over its parent's memory; a diff materialized).
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -80,4 +81,17 @@ export interface CopiedPages {
   bytes: number;
   /** How long the copy took. */
   ms: number;
+}
+
+/**
+ * Make `pages` (a VM's written pages in an otherwise empty file) a diff over a parent memory
+ * read through `layers` (topmost diff first, a full file last): equal pages are punched out.
+ */
+export function diffOver(pages: string, layers: string[]): Promise<Record<string, number>> {
+  return captureTool(['diff', pages, ...layers]);
+}
+
+/** Write a diff's pages (its data extents) over `dst` at their offsets. */
+export function overlayInto(diff: string, dst: string): Promise<Record<string, number>> {
+  return captureTool(['overlay', diff, dst]);
 }

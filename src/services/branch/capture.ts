@@ -3,7 +3,8 @@
  * devices and disk come from one instant: the source is stopped, its disk's top layer is
  * frozen (it goes on writing to a fresh layer), the pages it wrote are copied, its device
  * state saved, and it is resumed. The frozen layer becomes the snapshot's disk (a qcow2
- * layer over the snapshot it was built on: a chain); the memory file is standalone.
+ * layer over the snapshot it was built on: a chain); the memory file gets the written pages
+ * (the branch service makes it a diff over its parent's memory).
  * The disk switch is recorded as an intent before anything is made (recover.ts undoes it
  * if the branch fails, now or after a crash).
  */
@@ -31,6 +32,8 @@ export interface BranchCapture {
 
 export interface CaptureOptions {
   mode: CaptureMode;
+  /** `empty`: the memory file gets the written pages only (made a diff before publishing). */
+  start: 'base' | 'empty';
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
   intents: BranchIntentRows;
   /** Told when a failed branch's disk chain could not be repaired. */
@@ -65,7 +68,13 @@ export async function captureBranch(
         memory: join(staging, SNAPSHOT_FILES.memory),
         deviceState: join(staging, SNAPSHOT_FILES.vmstate),
       },
-      { resume: true, mode: opts.mode, disk: { top, next }, whileStopped: opts.whileStopped },
+      {
+        resume: true,
+        mode: opts.mode,
+        start: opts.start,
+        disk: { top, next },
+        whileStopped: opts.whileStopped,
+      },
     );
     crashPoint('branch:switched');
     // One inode, two names: the sandbox keeps the frozen layer open as its backing file,

@@ -4,7 +4,8 @@
  * forked by the snapshot service. The source is leased once from the sandbox service
  * (SandboxHost), and after publishing its disk layers on the new snapshot. The disk switch
  * is recorded before it is made; at start the ones a crash left are finished or undone
- * (recover.ts).
+ * (recover.ts). Its memory is stored as a diff over the snapshot the source came from
+ * (snapshots/memory.ts).
  */
 import { FORK_MAX } from '../../contract/rules.js';
 import type { BranchModeT, BranchRequestT } from '../../contract/schemas.js';
@@ -15,11 +16,13 @@ import type { BranchOutcome, BranchService, Caller } from '../contracts.js';
 import { locateGuest } from '../guest.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
-import { validateTag } from '../snapshots/files.js';
+import { validateTag, type SnapshotManifest } from '../snapshots/files.js';
 import { inheritedOnFork } from '../snapshots/hooks.js';
+import { diffAgainst, memoryChainProblem, memoryId } from '../snapshots/memory.js';
 import type { SnapshotMeta } from '../snapshots/registry.js';
 import type { SnapshotManager } from '../snapshots/service.js';
 import { ForkdError } from '../../errors.js';
+import { crashPoint } from '../../util/crash.js';
 import type { BranchIntentRows } from '../../store/intents.js';
 import { abandonBranch, captureBranch, type BranchCapture } from './capture.js';
 import { BranchModes } from './mode.js';
@@ -75,6 +78,7 @@ export class BranchManager implements BranchService {
       );
     }
     const mode = await this.modes.choose(req.mode);
+    const over = await this.memoryParent(source);
     this.registry.reserve(tag, id);
     let captured: BranchCapture | undefined;
     try {
@@ -82,13 +86,14 @@ export class BranchManager implements BranchService {
         this.log.warn({ sandbox: id, snapshot: tag, err }, 'could not repair the disk chain');
       captured = await captureBranch(this.opts.paths, source, tag, {
         mode,
+        start: over ? 'empty' : 'base',
         whileStopped: this.opts.whileStopped,
         intents: this.opts.intents,
         warn,
       });
-      const meta = await this.meta(tag, source, req);
+      const meta = await this.meta(tag, source, req, over);
       this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
-      const published = this.publish(source, captured, meta, warn);
+      const published = this.publish(source, captured, meta, warn, over);
       const { capture } = captured;
       const answer = async (wait: boolean) => {
         const pages = wait ? await capture.pages : undefined;
@@ -124,8 +129,31 @@ export class BranchManager implements BranchService {
     }
   }
 
+  /**
+   * The snapshot a branch's memory is stored as a diff over: the one the source's disk layers
+   * on (its newest branch) if the source made it, else the one it was forked from (the file
+   * its RAM maps). Pages the source never wrote are that snapshot's in both: a diff needs only
+   * the written pages that differ. Null for a sandbox booted from an image and never branched
+   * (its RAM base is zero: the written pages are the whole memory) or a broken chain.
+   */
+  private async memoryParent(source: Lease): Promise<SnapshotManifest | null> {
+    const ramBase = source.info.snapshot ?? null;
+    for (const tag of [source.diskBase, ramBase]) {
+      if (!tag || !this.registry.isPublished(tag)) continue;
+      const m = await this.registry.manifest(tag).catch(() => undefined);
+      if (!m || (tag !== ramBase && m.source_sandbox !== source.id)) continue;
+      if (!(await memoryChainProblem(this.opts.paths, m))) return m;
+    }
+    return null;
+  }
+
   /** What the manifest says of a branch: built on the snapshot its source's disk layers on. */
-  private async meta(tag: string, source: Lease, req: BranchRequestT): Promise<SnapshotMeta> {
+  private async meta(
+    tag: string,
+    source: Lease,
+    req: BranchRequestT,
+    over: SnapshotManifest | null,
+  ): Promise<SnapshotMeta> {
     return {
       tag,
       image: source.info.image,
@@ -138,6 +166,7 @@ export class BranchManager implements BranchService {
       cpus: source.info.cpus,
       created_at: new Date().toISOString(),
       labels: req.labels ?? {},
+      ...(over ? { memory_diff: { parent: over.tag, parent_memory_id: memoryId(over) } } : {}),
       ...(await inheritedOnFork(this.opts.paths, source.info.snapshot)),
     };
   }
@@ -148,12 +177,20 @@ export class BranchManager implements BranchService {
     captured: BranchCapture,
     meta: SnapshotMeta,
     warn: (err: unknown) => void,
+    over: SnapshotManifest | null,
   ) {
     const { staging, capture, intent } = captured;
-    return this.registry.publish(meta.tag, staging, meta, capture.pages).then(
+    // Once every written page is in the file, those equal to the parent's are punched out.
+    const stored = capture.pages.then(async (pages) => {
+      if (over) await diffAgainst(this.opts.paths, staging, over);
+      crashPoint('branch:diffed');
+      return pages;
+    });
+    return this.registry.publish(meta.tag, staging, meta, stored).then(
       (m) => {
         source.setDiskBase(meta.tag);
         this.opts.intents.clear(meta.tag);
+        this.opts.snapshots.settleMemoryChain(m);
         return m;
       },
       async (e: unknown) => {

@@ -1,5 +1,5 @@
 /**
- * A snapshot's whole disk chain, checked against the manifests: every backing file that
+ * A snapshot's whole chain, checked against the manifests — its memory's (memory.ts) and its disk's: every backing file that
  * each layer's header names exists and is the disk the manifests record (the parent
  * snapshot's `disk.qcow2`, and at the bottom the image's rootfs). A manifest's own files
  * can all be intact while a layer below is gone or another file: forks would then fail
@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { readChain } from '../../drivers/qemu/disk.js';
 import { imageFiles } from '../images/store.js';
+import { memoryChainProblem } from './memory.js';
 import {
   readManifest,
   snapshotDir,
@@ -34,8 +35,15 @@ export function layerBelow(p: Paths, m: SnapshotManifest): string | null {
   return m.image ? imageFiles(p, m.image).rootfs : null;
 }
 
-/** The first problem of `m`'s disk chain, or null when every layer is the one recorded. */
+/**
+ * The first problem of `m`'s chain, or null when every disk layer is the one recorded and
+ * every memory its diffs are over is there (memory.ts).
+ */
 export async function chainProblem(p: Paths, m: SnapshotManifest): Promise<ChainProblem | null> {
+  return (await diskChainProblem(p, m)) ?? (await memoryChainProblem(p, m));
+}
+
+async function diskChainProblem(p: Paths, m: SnapshotManifest): Promise<ChainProblem | null> {
   const chain = await readChain(diskOf(p, m.tag));
   if (chain.missing !== null) {
     const by = chain.layers.at(-1)?.file;

@@ -1,8 +1,9 @@
 /**
  * Compacting a chained snapshot: its disk becomes one qcow2 layer directly over its image
- * (the layers of its parent snapshots folded in), so it no longer depends on them. Memory
- * and device state are standalone already and are shared by hard link (snapshots are
- * immutable, so sharing an inode is safe and costs nothing).
+ * (the layers of its parent snapshots folded in), so it no longer depends on them. Its
+ * memory becomes full too: a full memory, or a diff's materialized one, is shared by hard
+ * link with the device state (snapshots are immutable, so sharing an inode is safe and
+ * costs nothing).
  */
 import { copyFile, link } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -11,13 +12,14 @@ import { rebaseOnto } from '../../drivers/qemu/disk.js';
 import { ForkdError } from '../../errors.js';
 import { imageFiles } from '../images/index.js';
 import { snapshotDir, SNAPSHOT_FILES, type SnapshotManifest } from './files.js';
+import { materialize } from './memory.js';
 
 /** Write a standalone copy of snapshot `m` into `staging`. */
 export async function flattenInto(p: Paths, m: SnapshotManifest, staging: string): Promise<void> {
   if (!m.image)
     throw new ForkdError('bad_request', `snapshot "${m.tag}" has no image to flatten onto`);
   const src = snapshotDir(p, m.tag);
-  await link(join(src, SNAPSHOT_FILES.memory), join(staging, SNAPSHOT_FILES.memory));
+  await link((await materialize(p, m)).path, join(staging, SNAPSHOT_FILES.memory));
   await link(join(src, SNAPSHOT_FILES.vmstate), join(staging, SNAPSHOT_FILES.vmstate));
   const base = imageFiles(p, m.image).rootfs;
   // A safe rebase onto the image writes into the copy every cluster where the old chain

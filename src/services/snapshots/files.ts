@@ -13,8 +13,14 @@ import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import { checkName } from '../checks.js';
 
-/** Bumped only when an older forkd could not restore the new layout. */
-export const SNAPSHOT_FORMAT_VERSION = 1;
+/**
+ * Bumped only when an older forkd could not restore the new layout: 2 is a snapshot whose
+ * memory is a diff over its parent's (`memory.diff`, memory.ts). A snapshot with a full
+ * memory is still written as 1, so older forkd versions keep reading it.
+ */
+export const SNAPSHOT_FORMAT_VERSION = 2;
+/** The oldest format this forkd restores. */
+const OLDEST_FORMAT_VERSION = 1;
 
 export const SNAPSHOT_FILES = { memory: 'memory', vmstate: 'vmstate', disk: 'disk.qcow2' } as const;
 export type SnapshotFileRole = keyof typeof SNAPSHOT_FILES;
@@ -44,6 +50,10 @@ export interface SnapshotManifest {
   created_at: string;
   labels: Record<string, string>;
   files: Record<SnapshotFileRole, FileEntry>;
+  /** The identity of its memory's content (absent: the sha256 of its full memory file). */
+  memory_id?: string;
+  /** Set when its memory is a diff (files.memory is `memory.diff`): the memory it is over. */
+  memory_diff?: { parent: string; parent_memory_id: string };
   /** Commands every child runs right after its restore (`snapshot create --on-fork`). */
   on_fork?: string[];
 }
@@ -79,7 +89,7 @@ export async function sha256File(path: string): Promise<string> {
   return hash.digest('hex');
 }
 
-async function describeFile(dir: string, name: string): Promise<FileEntry> {
+export async function describeFile(dir: string, name: string): Promise<FileEntry> {
   const st = await stat(join(dir, name));
   return {
     name,
@@ -97,9 +107,12 @@ export async function publishSnapshot(
 ): Promise<SnapshotManifest> {
   const files = {} as Record<SnapshotFileRole, FileEntry>;
   for (const role of Object.keys(SNAPSHOT_FILES) as SnapshotFileRole[]) {
-    files[role] = await describeFile(staging, SNAPSHOT_FILES[role]);
+    const name = role === 'memory' && meta.memory_diff ? 'memory.diff' : SNAPSHOT_FILES[role];
+    files[role] = await describeFile(staging, name);
   }
-  const manifest: SnapshotManifest = { format_version: SNAPSHOT_FORMAT_VERSION, ...meta, files };
+  const format_version = meta.memory_diff ? SNAPSHOT_FORMAT_VERSION : OLDEST_FORMAT_VERSION;
+  // A compact passes the manifest it flattens: its format and files are this one's own.
+  const manifest: SnapshotManifest = { ...meta, format_version, files };
   await writeFile(join(staging, 'manifest.json'), JSON.stringify(manifest, null, 2) + '\n');
   const dest = snapshotDir(p, meta.tag);
   if (existsSync(dest)) {
@@ -123,9 +136,10 @@ export async function readManifest(p: Paths, tag: string): Promise<SnapshotManif
 
 /** Why a snapshot cannot be restored (missing or resized files), or null when it can. */
 export async function unbootableReason(p: Paths, m: SnapshotManifest): Promise<string | null> {
-  if (m.format_version !== SNAPSHOT_FORMAT_VERSION) {
-    const was = m.format_version < SNAPSHOT_FORMAT_VERSION ? 'an older' : 'a newer';
-    return `snapshot format ${m.format_version} is not ${SNAPSHOT_FORMAT_VERSION} (written by ${was} forkd): recreate it with this forkd (docs/COMPATIBILITY.md)`;
+  const v = m.format_version;
+  if (!(v >= OLDEST_FORMAT_VERSION && v <= SNAPSHOT_FORMAT_VERSION)) {
+    const was = v < OLDEST_FORMAT_VERSION ? 'an older' : 'a newer';
+    return `snapshot format ${v} is not ${OLDEST_FORMAT_VERSION}–${SNAPSHOT_FORMAT_VERSION} (written by ${was} forkd): recreate it with this forkd (docs/COMPATIBILITY.md)`;
   }
   const dir = snapshotDir(p, m.tag);
   for (const f of Object.values(m.files)) {

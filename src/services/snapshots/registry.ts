@@ -24,6 +24,7 @@ import {
   type SnapshotManifest,
 } from './files.js';
 import { restoreProblem, verifyChain } from './chain.js';
+import { memorySizes, sweepMemory } from './memory.js';
 import { ancestors, descendants } from './lineage.js';
 
 /** A manifest before publishing: what the writer knows (the files are checksummed then). */
@@ -66,6 +67,7 @@ export class SnapshotRegistry {
       else this.rows.update(row.tag, { state: 'failed', reason: INTERRUPTED(row.tag) });
     }
     await sweepStaging(this.opts.paths);
+    await sweepMemory(this.opts.paths);
     for (const tag of await listTags(this.opts.paths)) {
       if (this.isPublished(tag)) continue;
       this.opts.log.warn({ snapshot: tag }, 'removing the files of a snapshot never published');
@@ -279,6 +281,7 @@ export class SnapshotRegistry {
       ancestors: ancestors(m, manifests),
       dependents: descendants(m.tag, manifests).reverse(),
       depth: 0,
+      memory: await memorySizes(this.opts.paths, m, manifests),
     };
     wire.depth = wire.ancestors.length;
     if (reason) wire.reason = reason;

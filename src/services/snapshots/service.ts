@@ -26,6 +26,15 @@ import { createSnapshot } from './create.js';
 import { stagingDir, validateTag, type SnapshotManifest } from './files.js';
 import { discardChild, forkChildren, prepareChild, prewarmChild } from './fork.js';
 import { descendants, lineageOf } from './lineage.js';
+import {
+  compactMemory,
+  evictMaterialized,
+  materialize,
+  memoryCacheBudget,
+  memoryChainMax,
+  memoryDepth,
+  withoutDiff,
+} from './memory.js';
 import { Pool } from './pool.js';
 import { SnapshotRegistry } from './registry.js';
 import { unpinSources } from './unpin.js';
@@ -38,6 +47,10 @@ export interface SnapshotServiceOptions {
   log?: ServiceLog;
   /** Snapshot creations and branches at once (default 2); past it `capacity`. */
   maxCreating?: number;
+  /** Diffs a memory is read through before a branch is compacted (default FORKD_MEMORY_CHAIN_MAX, 16). */
+  memoryChainMax?: number;
+  /** Bytes of unused materialized memory kept (default FORKD_MEMORY_CACHE_MIB, 4096 MiB). */
+  memoryCacheBytes?: number;
 }
 
 export class SnapshotManager implements SnapshotService {
@@ -57,7 +70,7 @@ export class SnapshotManager implements SnapshotService {
     });
     this.pool = new Pool(
       async (tag, prewarm) => {
-        const child = await prepareChild(opts.paths, await this.registry.bootable(tag));
+        const child = await prepareChild(opts.paths, await this.materialized(tag));
         return prewarm ? prewarmChild(child) : child;
       },
       discardChild,
@@ -153,11 +166,12 @@ export class SnapshotManager implements SnapshotService {
       staging = await stagingDir(this.opts.paths, to);
       await flattenInto(this.opts.paths, m, staging);
       const manifest = await this.registry.publish(to, staging, {
-        ...m,
+        ...withoutDiff(m),
         tag: to,
         parent: null,
         created_at: new Date().toISOString(),
       });
+      void this.evictMemory();
       this.log.info({ snapshot: to, from: tag, principal: caller.principal }, 'snapshot compacted');
       return this.registry.toWire(manifest);
     } catch (e) {
@@ -166,6 +180,65 @@ export class SnapshotManager implements SnapshotService {
       throw e;
     }
   }
+
+  /**
+   * A bootable snapshot whose memory a fork can map: a diff's is materialized (once: cached
+   * as its `memory`), and unused caches past the budget are evicted afterwards.
+   */
+  private async materialized(tag: string): Promise<SnapshotManifest> {
+    const m = await this.registry.bootable(tag);
+    const got = await materialize(this.opts.paths, m);
+    if (got.built) {
+      this.log.info({ snapshot: tag, ms: got.ms }, 'materialized a diff memory for forks');
+      void this.evictMemory();
+    }
+    return m;
+  }
+
+  /**
+   * Remove unused materialized memory past the cache budget (never one a VM or pool maps);
+   * queued behind the background compactions, which turn caches into stored memory.
+   */
+  evictMemory(): Promise<string[]> {
+    const evicted = this.background
+      .then(() => this.evictNow())
+      .catch((err: unknown) => {
+        this.log.warn({ err }, 'could not evict materialized memory');
+        return [] as string[];
+      });
+    this.background = evicted.then(() => undefined);
+    return evicted;
+  }
+
+  /** The eviction itself; only from the background queue (or from a job already in it). */
+  private async evictNow(): Promise<string[]> {
+    const inUse = (t: string) =>
+      this.opts.sandboxes.childrenOf(t).length > 0 || this.pool.state(t).size > 0;
+    const budget = this.opts.memoryCacheBytes ?? memoryCacheBudget();
+    return evictMaterialized(this.opts.paths, await this.registry.manifests(), inUse, budget);
+  }
+
+  /**
+   * After a branch is published: past the depth bound its memory is compacted to a full
+   * one in the background (its content unchanged), so no fork reads through a long chain.
+   */
+  settleMemoryChain(m: SnapshotManifest): void {
+    const max = this.opts.memoryChainMax ?? memoryChainMax();
+    const run = async () => {
+      if ((await memoryDepth(this.opts.paths, m)) <= max) return;
+      await compactMemory(this.opts.paths, m);
+      this.log.info({ snapshot: m.tag, max_depth: max }, 'compacted a deep memory chain');
+      await this.evictNow(); // in the queue already: evictMemory() would wait for itself
+    };
+    this.background = this.background
+      .then(run)
+      .catch((err: unknown) =>
+        this.log.warn({ snapshot: m.tag, err }, 'could not compact a memory chain'),
+      );
+  }
+
+  /** Background memory compactions, one at a time (tests and shutdown wait on it). */
+  background: Promise<void> = Promise.resolve();
 
   async lineage(tag?: string): Promise<LineageT> {
     const manifests = await this.registry.manifests();
@@ -185,7 +258,7 @@ export class SnapshotManager implements SnapshotService {
 
   async fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome> {
     checkRange('n', req.n, { min: 1, max: FORK_MAX });
-    const m = await this.registry.bootable(req.snapshot);
+    const m = await this.materialized(req.snapshot);
     const ctx = { paths: this.opts.paths, pool: this.pool, sandboxes: this.opts.sandboxes };
     return forkChildren(ctx, m, req, caller);
   }

@@ -224,6 +224,17 @@ test('snapshot info shows depth, ancestors and dependents; compact makes a stand
   const b1 = out(await forkd('snapshot', 'info', 'b1'));
   assert.match(b1, /^depth\s+1 \(a layer over warm\)$/m);
   assert.match(b1, /^ancestors\s+warm$/m);
+  assert.match(warm, /^memory stored\s+full: 256 MiB logical, 61 MiB stored$/m);
+  assert.match(
+    b1,
+    /^memory stored\s+diff over warm \(depth 1\): 256 MiB logical, 6\.0 MiB stored, not materialized$/m,
+  );
+  const b1json = await json<{ memory: { kind: string; stored_bytes: number } }>(
+    'snapshot',
+    'info',
+    'b1',
+  );
+  assert.deepEqual(b1json.memory, { ...b1json.memory, kind: 'diff', stored_bytes: 6 * 1048576 });
   const r = await forkd('snapshot', 'compact', 'b1', '--to', 'flat');
   assert.equal(r.code, 0, r.stderr);
   assert.match(out(r), /^snapshot flat: /);

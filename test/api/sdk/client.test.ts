@@ -56,6 +56,10 @@ test('addresses: unix:PATH, http(s)://host:port/prefix, the default socket, env 
     basePath: '/api',
   });
   assert.throws(() => parseUrl('ftp://x'), BadRequestError);
+  assert.throws(() => parseUrl('http://host:99999'), {
+    name: 'BadRequestError',
+    message: /forkd URL "http:\/\/host:99999" is not usable: its host or port is not valid/,
+  });
   assert.equal(defaultSocketPath({ FORKD_HOME: '/srv/f' }), '/srv/f/run/forkd.sock');
   const fromEnv = resolveConfig({}, { FORKD_URL: 'http://a:1', FORKD_TOKEN: 't' });
   assert.equal(fromEnv.token, 't');

@@ -1,7 +1,7 @@
 /**
  * Live branch end to end with real VMs (TCG): the source is stopped only to make its QEMU
  * fork (a copy-on-write view of guest RAM) and the written pages are copied from that
- * frozen fork after it resumed. Checked here: the memory file equals the RAM read while
+ * frozen fork after it resumed. Checked here: the memory (a diff, materialized) equals the RAM read while
  * the source was stopped, page for page, over 20 branches of a booted and of a forked
  * sandbox writing memory as fast as they can, and of a 2-vCPU one; children start from the branch instant;
  * memory use returns after each copy; no fork, zombie or copier is left, even when the
@@ -24,6 +24,7 @@ import {
   childrenOf,
   differingPages,
   dumpRam,
+  memoryOf,
   ramIsDontFork,
   removeReference,
   runningCopiers,
@@ -85,7 +86,7 @@ test('live branch: children start at the branch instant, memory and disk alike',
   const res = await s.branch.branch(src, { tag: 'live-log', fork: 3, mode: 'live' }, caller);
   assert.equal(res.mode, 'live');
   assert.ok(res.pause_ms > 0 && res.captured_bytes > 0);
-  assert.equal(await differingPages(refs.at(-1)!.ref, memoryFile('live-log')), 0);
+  assert.equal(await differingPages(refs.at(-1)!.ref, await memoryOf(home.paths, 'live-log')), 0);
   await assertChildrenFromOneInstant(s, src, res);
   const kids = res.children?.sandboxes.map((k) => k.id) ?? [];
   await Promise.all([...kids, src].map((id) => s.sandboxes.kill(id)));
@@ -105,7 +106,7 @@ async function branchRepeatedly(id: string, kind: string): Promise<void> {
     const { ref, region } = refs.at(-1)!;
     assert.equal(region.pid, qemu);
     assert.ok(res.captured_bytes > 0, `${tag}: nothing captured`);
-    differing.push(await differingPages(ref, memoryFile(tag)));
+    differing.push(await differingPages(ref, await memoryOf(home.paths, tag)));
     await removeReference(ref);
     await assertNothingLeft(qemu);
     assert.ok(await ramIsDontFork(region), 'guest RAM is no longer MADV_DONTFORK');
@@ -151,7 +152,7 @@ test('2 vCPUs both writing (one QEMU thread each): live branches match the stopp
   await new Promise((r) => setTimeout(r, 2000));
   for (let i = 0; i < 3; i++) {
     await s.branch.branch(id, { tag: `smp-${i}`, mode: 'live' }, caller);
-    assert.equal(await differingPages(refs.at(-1)!.ref, memoryFile(`smp-${i}`)), 0);
+    assert.equal(await differingPages(refs.at(-1)!.ref, await memoryOf(home.paths, `smp-${i}`)), 0);
     await removeReference(refs.at(-1)!.ref);
     await assertNothingLeft((await s.sandboxes.lease(id)).vm.pid);
   }
@@ -187,7 +188,7 @@ test('copier killed mid-copy: the branch fails, the source runs on, nothing is l
   assert.equal(await sh(s, id, 'echo alive'), 'alive\n');
   await sh(s, id, 'echo after > /root/after.txt; sync');
   const again = await s.branch.branch(id, { tag: 'after-cut', mode: 'live' }, caller);
-  assert.equal(await differingPages(refs.at(-1)!.ref, memoryFile('after-cut')), 0);
+  assert.equal(await differingPages(refs.at(-1)!.ref, await memoryOf(home.paths, 'after-cut')), 0);
   assert.ok(again.pause_ms > 0);
   // The failed branch's disk layer was folded back: the chain outlives the source.
   await s.sandboxes.kill(id);

@@ -8,7 +8,8 @@
  * two, restarting each time. Afterwards every listed snapshot forks and verifies (or is
  * `failed` with a reason: a `--no-wait` branch cut off), both sources run with their
  * data, no stray layer is left (not even one planted naming a snapshot that never
- * existed), and a new branch forks fine.
+ * existed), and a new branch forks fine; then a branch cut off once its memory is a diff,
+ * and a fork cut off while it materializes one, recover too.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -217,7 +218,29 @@ test('daemon killed at every step of a branch, twice in a row, on two sandboxes:
     );
     await kid.kill();
   }
-  assert.equal((await assertEverySnapshotForks()).length, 2);
+  // Diff memory: a branch cut off once its memory was made a diff (before publishing) is
+  // `failed`, its source repaired; a fork cut off while it materializes a diff leaves no
+  // temp file, and the next fork builds it.
+  await branchCrashingAt(a, 'a-diffcut', 'branch:diffed');
+  await restart();
+  await assertSourceHealthy(a, aFiles);
+  const diff = await Sandbox.branch(a, { url: url(), tag: 'a-diff', mode: 'copy' });
+  assert.equal(diff.snapshot.info.memory?.kind, 'diff');
+  assert.equal(diff.snapshot.info.memory?.parent, `${a}-ok`);
+  await writeFile(crashFile, 'memory:materialized');
+  const d3 = daemon as DaemonProcess;
+  const cutMaterialize = diff.snapshot.fork({ n: 1 }).catch((e: unknown) => e);
+  await d3.exited;
+  assert.ok((await cutMaterialize) instanceof Error, 'the fork should not have answered');
+  await restart();
+  const left = await readdir(join(home.paths.snapshots, 'a-diff'));
+  assert.deepEqual(
+    left.filter((n) => n.startsWith('.')),
+    [],
+    'a half-built memory survived',
+  );
+  assert.equal((await assertEverySnapshotForks()).length, 3);
   for (const id of [a, b]) await Sandbox.kill(id, { url: url() });
+  await Snapshot.remove('a-diff', { url: url() });
   for (const id of [a, b]) await Snapshot.remove(`${id}-ok`, { url: url() });
 });
