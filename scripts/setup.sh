@@ -31,4 +31,12 @@ echo "==> build"
 npm run -s build
 echo "==> forkd setup (guest kernel, initramfs, default image)"
 node dist/src/cli/main.js setup
+# The eval tests and bench/eval.ts need python3, numpy and matplotlib in a guest image;
+# built once here (debootstrap: a few minutes, then cached) so the test suite never waits.
+PY_IMAGE="${FORKD_HOME:-/var/lib/forkd}/images/forkd-test-python/image.json"
+if [ "$(id -u)" -eq 0 ] && [ ! -e "$PY_IMAGE" ]; then
+  echo "==> the Python test image (forkd-test-python: python3, numpy, matplotlib)"
+  node dist/src/cli/main.js image build --debian bookworm --name forkd-test-python \
+    --packages python3,python3-numpy,python3-matplotlib
+fi
 node dist/src/cli/main.js doctor || true

@@ -1,6 +1,7 @@
 /* configure.c — what the host pushes after boot and after every restore so that forks
  * differ: wall clock, entropy (reseeding the CRNG), hostname, exec environment defaults. */
 #include "agent.h"
+#include "forkmark.h"
 #include "env.h"
 #include "handlers.h"
 #include "msg.h"
@@ -152,5 +153,7 @@ void handle_configure(const struct request *rq)
 		reply_errno(rq->id, err, "configure: network: %s", what);
 	else
 		reply_ok(rq->id);
+	if (c.hostname && agent_mode == MODE_PID1)
+		fork_mark(c.hostname);
 	free(c.entropy);
 }

@@ -1,9 +1,11 @@
 /* main.c — forkd-agent: modes, signals, and the single poll() loop that serves the host.
  *   PID 1 (getpid()==1): init duties (pid1.c), then the virtio port "forkd.agent"; never exits.
  *   --listen PATH: the same protocol on a unix socket (tests); exits on SIGTERM/SIGINT.
- *   --virtio [NAME]: the port without init duties (debugging inside a guest). */
+ *   --virtio [NAME]: the port without init duties (debugging inside a guest).
+ *   --connect PATH: a byte pipe from stdin/stdout to a guest unix socket (connect.c). */
 #include "agent.h"
 #include "channel.h"
+#include "connect.h"
 #include "handlers.h"
 #include "log.h"
 #include "out.h"
@@ -192,7 +194,8 @@ static int usage(void)
 	fprintf(stderr, "usage: forkd-agent (as PID 1)\n"
 			"       forkd-agent --listen SOCKET_PATH\n"
 			"       forkd-agent --virtio [PORT_NAME]\n"
-			"       forkd-agent --version\n");
+			"       forkd-agent --version\n"
+			"       forkd-agent --connect SOCKET_PATH\n");
 	return 2;
 }
 
@@ -204,6 +207,8 @@ int main(int argc, char **argv)
 		return run_listen(argv[2]);
 	if ((argc == 2 || argc == 3) && strcmp(argv[1], "--virtio") == 0)
 		return run_virtio(argc == 3 ? argv[2] : PORT_NAME);
+	if (argc == 3 && strcmp(argv[1], "--connect") == 0)
+		return run_connect(argv[2]);
 	if (argc == 2 && strcmp(argv[1], "--version") == 0) {
 		printf("forkd-agent %s (protocol %d)\n", AGENT_VERSION, PROTOCOL_VERSION);
 		return 0;

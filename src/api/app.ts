@@ -20,6 +20,7 @@ import { installOpenApi } from './openapi.js';
 import { installStrictInput } from './strict.js';
 import { branchRoutes } from './routes/branch.js';
 import { execRoutes } from './routes/exec.js';
+import { evalRoutes } from './routes/eval.js';
 import { fileRoutes } from './routes/files.js';
 import { hostRoutes } from './routes/host.js';
 import { imageRoutes } from './routes/images.js';
@@ -128,6 +129,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
     snapshotRoutes,
     branchRoutes,
     networkRoutes,
+    evalRoutes,
   ]) {
     await app.register(routes, { services });
   }

@@ -113,6 +113,16 @@ const VERBS: Verb[] = [
     summary: 'serve the forkd tools to an MCP client on stdio (see docs/mcp.md)',
     load: () => import('./mcp.js'),
   },
+  {
+    name: 'eval',
+    summary: 'run code in a warm interpreter of a sandbox (a context); --fan-out runs N variants',
+    load: () => import('./eval.js'),
+  },
+  {
+    name: 'context',
+    summary: "create, list, restart, interrupt and remove a sandbox's code contexts",
+    load: () => import('./context.js'),
+  },
 ];
 
 /** The verb a command line runs (`forkd help VERB` shows VERB's help, so it needs VERB). */

@@ -43,6 +43,9 @@ interface CreateFlags extends DaemonFlags, NetworkFlags {
   waitTimeout?: string;
   env: string[];
   label: string[];
+  context: string[];
+  eval: string[];
+  onFork: string[];
 }
 
 interface DiffFlags extends DaemonFlags {
@@ -76,7 +79,25 @@ export function register(snapshot: Command): void {
         [],
       )
       .option('--label <k=v>', 'label (repeatable)', collect, [])
-      .option('--json', 'machine-readable output, no progress'),
+      .option('--json', 'machine-readable output, no progress')
+      .option(
+        '--context <name>',
+        'start a Python code context, inherited by forks (repeatable)',
+        collect,
+        [],
+      )
+      .option(
+        '--eval <code>',
+        'run code in the first context before the capture (repeatable)',
+        collect,
+        [],
+      )
+      .option(
+        '--on-fork <cmd>',
+        'run in every child right after its restore (repeatable)',
+        collect,
+        [],
+      ),
   ).action(action(create));
   daemonOptions(
     snapshot
@@ -154,6 +175,9 @@ function createOptions(flags: CreateFlags) {
     labels: parseLabels(flags.label),
     network: parseNetworkMode(flags.network),
     egress: parseEgress(flags),
+    contexts: nonEmpty(flags.context.map((c) => parseName(c, '--context'))),
+    eval: nonEmpty(flags.eval),
+    onFork: nonEmpty(flags.onFork),
   };
 }
 

@@ -553,6 +553,26 @@ export const CreateSnapshot = Type.Object(
     stream: Type.Optional(
       Type.Boolean({ description: 'answer with NDJSON progress events, then the snapshot' }),
     ),
+    contexts: Type.Optional(
+      Type.Array(Type.String({ pattern: NAME_PATTERN }), {
+        maxItems: 16,
+        description: 'Python code contexts started in the parent, inherited by every fork',
+      }),
+    ),
+    eval: Type.Optional(
+      Type.Array(Type.String({ maxLength: 1048576 }), {
+        maxItems: 64,
+        description:
+          'code run in the first context, in order (imports to keep warm); an error aborts',
+      }),
+    ),
+    on_fork: Type.Optional(
+      Type.Array(GuestCommand, {
+        maxItems: 64,
+        description:
+          'run by the agent in every child right after its restore, before it is handed out',
+      }),
+    ),
   },
   strict,
 );

@@ -25,6 +25,15 @@ import type {
   SnapshotT,
   VerifyResultT,
 } from '../contract/schemas.js';
+import type {
+  ContextT,
+  CreateContextT,
+  EvalEventT,
+  EvalForkRequestT,
+  EvalForkResultT,
+  EvalRequestT,
+  ExecutionT,
+} from '../contract/eval.js';
 
 /** Who asked: `unix` for the local socket, else the token's id. For the audit log. */
 export interface Caller {
@@ -185,7 +194,24 @@ export interface SandboxUsageT {
   oom_kills: number;
 }
 
+/** Code contexts (warm interpreters) of running sandboxes, and eval in them. */
+export interface ContextService {
+  create(id: string, req: CreateContextT): Promise<ContextT>;
+  list(id: string): Promise<ContextT[]>;
+  /** Fresh state: the interpreter is replaced, with the same cwd and env. */
+  restart(id: string, name: string): Promise<ContextT>;
+  remove(id: string, name: string): Promise<void>;
+  /** Ctrl-C: the running code gets KeyboardInterrupt; the context lives on. */
+  interrupt(id: string, name: string): Promise<void>;
+  eval(id: string, req: EvalRequestT): Promise<ExecutionT>;
+  /** Resolves once the code started (a missing context is an error of this call). */
+  evalStream(id: string, req: EvalRequestT): Promise<AsyncIterable<EvalEventT>>;
+  /** Branch the sandbox with one child per variant, run each, gather the N results. */
+  evalFork(id: string, req: EvalForkRequestT, caller: Caller): Promise<EvalForkResultT>;
+}
+
 export interface Services {
+  contexts: ContextService;
   sandboxes: SandboxService;
   snapshots: SnapshotService;
   branch: BranchService;

@@ -10,6 +10,7 @@ import type { Paths } from '../config.js';
 import type { RamRegion } from '../drivers/qemu/capture.js';
 import type { Store } from '../store/db.js';
 import { BranchManager } from './branch/service.js';
+import { ContextManager } from './contexts/service.js';
 import type { Services } from './contracts.js';
 import { Host } from './host.js';
 import { Limiter, type LimitDefaults } from './limits.js';
@@ -110,7 +111,13 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     branchMode: opts.branchMode,
     whileStopped: opts.whileStopped,
   });
+  const contexts = new ContextManager({
+    agentOf: (id) => sandboxes.agentOf(id),
+    sandboxes,
+    branch,
+  });
   const services: Services = {
+    contexts,
     sandboxes,
     snapshots,
     branch,

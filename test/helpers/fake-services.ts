@@ -13,6 +13,7 @@ import type { InjectOptions } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError } from '../../src/errors.js';
 import { AUTO_DEFAULTS, resolveLimits } from '../../src/services/limits.js';
+import { FakeContexts, SEED_CONTEXT } from './fake-contexts.js';
 import type {
   AuditEntry,
   BranchOutcome,
@@ -49,12 +50,13 @@ export const SEED = {
   brokenSnapshot: 'broken',
 };
 
-type ServiceName = 'sandboxes' | 'images' | 'snapshots' | 'branch';
+type ServiceName = 'sandboxes' | 'images' | 'snapshots' | 'branch' | 'contexts';
 const SERVICES: ReadonlySet<string> = new Set<ServiceName>([
   'sandboxes',
   'images',
   'snapshots',
   'branch',
+  'contexts',
 ]);
 
 export interface Call {
@@ -204,6 +206,7 @@ export class FakeServices {
   /** Set when a snapshot create stopped because its progress callback threw (client gone). */
   createAborted = false;
   readonly services: Services;
+  readonly contexts = new FakeContexts((id) => void this.running(id), SEED.sandbox);
 
   private readonly failures = new Map<string, Error>();
   private sandboxes = new Map<string, SandboxT>();
@@ -218,6 +221,7 @@ export class FakeServices {
   constructor() {
     this.reset();
     this.services = {
+      contexts: this.recorded('contexts', this.contexts),
       sandboxes: this.recorded('sandboxes', this.sandboxService()),
       images: this.recorded('images', this.imageService()),
       snapshots: this.recorded('snapshots', this.snapshotService()),
@@ -293,6 +297,7 @@ export class FakeServices {
     this.failingChildren.clear();
     this.diskBases.clear();
     this.createAborted = false;
+    this.contexts?.reset();
   }
 
   /** The next calls of `service.method` throw `err`. */
@@ -796,6 +801,46 @@ export function validRequests(): RouteRequest[] {
       route: '/v1/sandboxes/:id/exec',
       url: `${S}/exec`,
       body: { argv: ['echo', 'hi'], cwd: '/', timeout_ms: 1000 },
+      status: 200,
+    },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/contexts',
+      url: `${S}/contexts`,
+      body: { name: 'other', language: 'python', cwd: '/tmp', env: { A: '1' } },
+      status: 201,
+    },
+    { method: 'GET', route: '/v1/sandboxes/:id/contexts', url: `${S}/contexts`, status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/contexts/:name/restart',
+      url: `${S}/contexts/${SEED_CONTEXT}/restart`,
+      status: 200,
+    },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/contexts/:name/interrupt',
+      url: `${S}/contexts/${SEED_CONTEXT}/interrupt`,
+      status: 204,
+    },
+    {
+      method: 'DELETE',
+      route: '/v1/sandboxes/:id/contexts/:name',
+      url: `${S}/contexts/${SEED_CONTEXT}`,
+      status: 204,
+    },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/eval',
+      url: `${S}/eval`,
+      body: { code: '1 + 1', context: SEED_CONTEXT, timeout_ms: 1000, stream: false },
+      status: 200,
+    },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/eval-fork',
+      url: `${S}/eval-fork`,
+      body: { variants: ['1', '2'], context: SEED_CONTEXT, timeout_ms: 1000, keep: false },
       status: 200,
     },
     {

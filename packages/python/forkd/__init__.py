@@ -26,6 +26,7 @@ from ._async import (
 from ._client import Forkd, Images
 from ._commands import CommandHandle, Commands
 from ._config import ConnectionConfig, default_socket_path, parse_url, resolve_config
+from ._eval import Execution, ExecutionError, Result
 from ._files import Files, FileStream
 from ._sandbox import Sandbox
 from ._snapshots import BranchResult, ForkFailure, ForkResult, Snapshot
@@ -94,4 +95,5 @@ __all__ = [
     "resolve_config",
 ]
 __all__ += ["CatalogEntry", "ForkdError", "error_from_response"]
+__all__ += ["Execution", "ExecutionError", "Result"]
 __all__ += _catalog.__all__

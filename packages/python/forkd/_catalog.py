@@ -33,6 +33,10 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
         ),
     ),
     "exec_not_found": CatalogEntry(404, "No running exec with that id in this sandbox."),
+    "context_not_found": CatalogEntry(
+        404,
+        "No code context with that name in this sandbox: list them, or create it first.",
+    ),
     "snapshot_not_found": CatalogEntry(404, "No snapshot with that tag."),
     "snapshot_not_bootable": CatalogEntry(
         409,
@@ -197,6 +201,16 @@ class ExecNotFoundError(ForkdError):
     """
 
     code = "exec_not_found"
+    status = 404
+
+
+class ContextNotFoundError(ForkdError):
+    """No code context with that name in this sandbox: list them, or create it first.
+
+    Code ``context_not_found``, HTTP 404.
+    """
+
+    code = "context_not_found"
     status = 404
 
 
@@ -443,6 +457,7 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "sandbox_not_running": SandboxNotRunningError,
     "sandbox_broken": SandboxBrokenError,
     "exec_not_found": ExecNotFoundError,
+    "context_not_found": ContextNotFoundError,
     "snapshot_not_found": SnapshotNotFoundError,
     "snapshot_not_bootable": SnapshotNotBootableError,
     "snapshot_broken": SnapshotBrokenError,
@@ -479,6 +494,7 @@ __all__ = [
     "SandboxNotRunningError",
     "SandboxBrokenError",
     "ExecNotFoundError",
+    "ContextNotFoundError",
     "SnapshotNotFoundError",
     "SnapshotNotBootableError",
     "SnapshotBrokenError",

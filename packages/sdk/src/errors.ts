@@ -27,6 +27,10 @@ export const ERROR_CATALOG = {
       "The sandbox's disk chain could not be repaired after an interrupted branch: restart the daemon to retry, or kill it.",
   },
   exec_not_found: { status: 404, meaning: 'No running exec with that id in this sandbox.' },
+  context_not_found: {
+    status: 404,
+    meaning: 'No code context with that name in this sandbox: list them, or create it first.',
+  },
   snapshot_not_found: { status: 404, meaning: 'No snapshot with that tag.' },
   snapshot_not_bootable: {
     status: 409,
@@ -289,6 +293,7 @@ export const {
   SandboxNotRunningError,
   SandboxBrokenError,
   ExecNotFoundError,
+  ContextNotFoundError,
   SnapshotNotFoundError,
   SnapshotNotBootableError,
   SnapshotBrokenError,

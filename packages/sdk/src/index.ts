@@ -26,6 +26,8 @@ export type {
 export { Commands, CommandHandle } from './commands.js';
 export type { CommandOptions, CommandSignal, StartOptions } from './commands.js';
 export { Files } from './files.js';
+export { Contexts, Execution, Result } from './contexts.js';
+export type { ContextInfo, EvalForkResult, ExecutionError, RunCodeOptions } from './contexts.js';
 export type { WriteInfo, WriteOptions } from './files.js';
 export { Images } from './images.js';
 export type { ImageCreateOptions } from './images.js';

@@ -5,6 +5,14 @@
  */
 import { branchSandbox, type BranchOptions, type BranchResult } from './branch.js';
 import { Commands } from './commands.js';
+import {
+  Contexts,
+  evalFork,
+  runCode,
+  type EvalForkResult,
+  type Execution,
+  type RunCodeOptions,
+} from './contexts.js';
 import { Forkd, type CallOptions } from './client.js';
 import type { ClientConfig } from './config.js';
 import { Files } from './files.js';
@@ -121,6 +129,13 @@ export class Sandbox {
    * await sbx.files.write('/tmp/x', 'data');
    */
   readonly files: Files;
+  /**
+   * Its code contexts (warm interpreters).
+   *
+   * @example
+   * await sbx.contexts.list();
+   */
+  readonly contexts: Contexts;
   private current: SandboxInfo;
 
   private constructor(
@@ -130,6 +145,32 @@ export class Sandbox {
     this.current = info;
     this.commands = new Commands(client.transport, sandboxPath(info.id));
     this.files = new Files(client.transport, sandboxPath(info.id));
+    this.contexts = new Contexts(client.transport, sandboxPath(info.id));
+  }
+
+  /**
+   * Run code in a warm interpreter that keeps its state between calls (default context
+   * `python`, created on first use); forks of the sandbox inherit it.
+   *
+   * @example
+   * await sbx.runCode('import numpy as np; a = np.arange(3)');
+   * console.log((await sbx.runCode('a.sum()')).text); // '3'
+   */
+  runCode(code: string, opts?: RunCodeOptions): Promise<Execution> {
+    return runCode(this.client.transport, sandboxPath(this.id), code, opts);
+  }
+
+  /**
+   * Fan-out: branch the sandbox into one child per variant, run each there, get all results.
+   *
+   * @example
+   * const { results } = await sbx.evalFork(['f(1)', 'f(2)', 'f(3)']);
+   */
+  evalFork(
+    variants: string[],
+    opts?: { context?: string; timeoutMs?: number; keep?: boolean } & CallOptions,
+  ): Promise<EvalForkResult> {
+    return evalFork(this.client.transport, sandboxPath(this.id), variants, opts);
   }
 
   /**

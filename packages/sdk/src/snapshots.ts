@@ -71,6 +71,12 @@ export interface SnapshotCreateOptions extends SandboxOptions {
   egress?: EgressPolicy;
   /** Progress messages as the daemon reports them (the create then streams). */
   onProgress?(message: string): void;
+  /** Python code contexts started in the parent; every fork inherits them warm. */
+  contexts?: string[];
+  /** Code run in the first context before the capture (imports to keep warm). */
+  eval?: string[];
+  /** Commands every child runs right after its restore, before it is handed out. */
+  onFork?: string[];
 }
 
 /**
@@ -153,6 +159,9 @@ function createBody(opts: SnapshotCreateOptions): CreateSnapshotBody {
     labels: opts.labels,
     network: opts.network,
     egress: egressToWire(opts.egress),
+    contexts: opts.contexts,
+    eval: opts.eval,
+    on_fork: opts.onFork,
   });
 }
 

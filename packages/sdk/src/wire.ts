@@ -322,6 +322,9 @@ export interface CreateSnapshotBody {
   network?: NetworkMode;
   egress?: unknown;
   stream?: boolean;
+  contexts?: string[];
+  eval?: string[];
+  on_fork?: string[];
 }
 
 /** `BranchRequest`. */

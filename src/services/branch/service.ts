@@ -17,6 +17,7 @@ import { locateGuest } from '../guest.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import { validateTag, type SnapshotManifest } from '../snapshots/files.js';
+import { inheritedOnFork } from '../snapshots/hooks.js';
 import { diffAgainst, memoryChainProblem, memoryId } from '../snapshots/memory.js';
 import type { SnapshotMeta } from '../snapshots/registry.js';
 import type { SnapshotManager } from '../snapshots/service.js';
@@ -170,6 +171,7 @@ export class BranchManager implements BranchService {
       network: source.vm.spec.net ? 'nat' : 'none',
       ...(source.info.network ? { egress: source.info.network.egress } : {}),
       ...inheritedLimits(source.info),
+      ...(await inheritedOnFork(this.opts.paths, source.info.snapshot)),
     };
   }
 

@@ -403,6 +403,11 @@ export class SandboxManager implements SandboxService, SandboxHost {
     await this.end(id, 'stopped', 'killed');
   }
 
+  /** The agent session of a running sandbox, for the services that talk to its guest. */
+  agentOf(id: string): AgentClient {
+    return this.running(id).agent;
+  }
+
   async exec(id: string, req: ExecRequestT): Promise<ExecResultT> {
     const live = this.running(id);
     return this.execGate.around(() => runBuffered(live.agent, req));

@@ -16,6 +16,7 @@ import { DEFAULT_IMAGE } from '../images/index.js';
 import { bootSandbox, destroySandbox, newSandboxId, type Sandbox } from '../sandboxes/sandbox.js';
 import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import type { NetworkService } from '../network/service.js';
+import { warmContexts } from './hooks.js';
 import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
 
 export interface CreateContext {
@@ -84,6 +85,7 @@ export async function createSnapshot(
       labels: req.labels ?? {},
       network: mode,
       ...(egress ? { egress } : {}),
+      ...(req.on_fork?.length ? { on_fork: req.on_fork } : {}),
     });
     await ctx.network?.release(id);
     await rm(sb.dir, { recursive: true, force: true });
@@ -109,6 +111,7 @@ async function warm(agent: AgentClient, req: CreateSnapshotT, ctx: CreateContext
     const detached = `(${cmd}) </dev/null >/tmp/forkd-start-${i}.log 2>&1 &`;
     await mustSucceed(agent, detached, 'start command', ctx.signal);
   }
+  await warmContexts(agent, req, ctx.onProgress);
   const deadline = Date.now() + (req.wait_timeout_s ?? DEFAULT_WAIT_S) * 1000;
   if (req.wait_for) await waitUntil(agent, req.wait_for, deadline, ctx);
   if (req.wait_port) await waitUntil(agent, portCheck(req.wait_port), deadline, ctx);

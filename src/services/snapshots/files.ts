@@ -63,6 +63,8 @@ export interface SnapshotManifest {
   egress?: Egress;
   /** The resource limits of the sandbox it captured, which its children inherit (docs/limits.md). */
   limits?: Limits;
+  /** Commands every child runs right after its restore (`snapshot create --on-fork`). */
+  on_fork?: string[];
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */

@@ -27,6 +27,7 @@ import type { Limiter } from '../limits.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import {
   connectGuest,
+  destroySandbox,
   memPathOf,
   newSandboxId,
   OWNER_FILE,
@@ -34,6 +35,7 @@ import {
   sandboxVmSpec,
   type Sandbox,
 } from '../sandboxes/sandbox.js';
+import { runForkHooks } from './hooks.js';
 import { snapshotDir, SNAPSHOT_FILES, type SnapshotManifest } from './files.js';
 import type { Pool } from './pool.js';
 
@@ -300,6 +302,10 @@ function forkOne(
         await ctx.network.enforce(id, m.egress ?? OPEN_EGRESS, req.egress);
       }
       const up = await restoreChild(child, { env, signal });
+      await runForkHooks(up.agent, m.on_fork).catch(async (e: unknown) => {
+        await destroySandbox(up);
+        throw e;
+      });
       crashPoint('fork:child-up');
       return up;
     },

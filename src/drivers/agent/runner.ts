@@ -1,0 +1,225 @@
+/**
+ * The code-context runner in the guest (packages/python/forkd/_runner.py): one Python
+ * process per context, each serving a unix socket under /run/forkd/contexts. The host
+ * reaches a context by exec'ing the agent's own static binary in `--connect` mode
+ * (/proc/1/exe: a client that starts in milliseconds, where a Python client would cost
+ * hundreds under TCG): one JSON request on its stdin, NDJSON events on its stdout.
+ * Contexts are managed with small shell commands; their state lives in the guest only,
+ * so forks and branches carry them along with the processes.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { repoRoot } from '../../config.js';
+import { ForkdError } from '../../errors.js';
+import type { AgentClient, ExecHandle } from './client.js';
+
+export const RUNNER_PATH = '/run/forkd/runner.py';
+export const CONTEXTS_DIR = '/run/forkd/contexts';
+/** The agent's own binary, reachable after the switch to the image root. */
+const AGENT_SELF = '/proc/1/exe';
+/** Past the runner's own timeout, the pipe is cut this much later (a wedged interpreter). */
+const PIPE_GRACE_MS = 30_000;
+
+export interface ContextInfo {
+  name: string;
+  language: 'python';
+  cwd: string;
+  env: Record<string, string>;
+  pid: number;
+  created_at: string;
+  /** False when its process is gone (killed from inside the sandbox): restart it. */
+  alive: boolean;
+}
+
+/** One event of an eval, as the runner sends it. */
+export type RunnerEvent =
+  | { type: 'stdout' | 'stderr'; text: string }
+  | { type: 'result'; main: boolean; data: Record<string, unknown> }
+  | { type: 'error'; name: string; value: string; traceback: string }
+  | { type: 'end'; execution_count: number; duration_ms: number };
+
+let runnerSource: Promise<Buffer> | undefined;
+
+/** The runner's source as shipped in this checkout (read once). */
+function source(): Promise<Buffer> {
+  runnerSource ??= readFile(join(repoRoot(), 'packages', 'python', 'forkd', '_runner.py'));
+  return runnerSource;
+}
+
+function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+function contextFile(name: string, ext: string): string {
+  return `${CONTEXTS_DIR}/${name}.${ext}`;
+}
+
+function notFound(name: string): ForkdError {
+  return new ForkdError(
+    'context_not_found',
+    `no code context "${name}" in this sandbox: list them with forkd context ls, or create it`,
+    { context: name },
+  );
+}
+
+/** Runs a shell snippet; a non-zero exit becomes guest_error with its output. */
+async function sh(agent: AgentClient, script: string, what: string): Promise<string> {
+  const r = await agent.run({ argv: ['sh', '-c', script] });
+  if (r.exitCode !== 0) {
+    const output = (r.stdout.toString() + r.stderr.toString()).trim().slice(-2000);
+    throw new ForkdError('guest_error', `${what} failed in the guest: ${output}`, { output });
+  }
+  return r.stdout.toString();
+}
+
+/** Every context of the sandbox, from the runner's metadata files. */
+export async function listContexts(agent: AgentClient): Promise<ContextInfo[]> {
+  const out = await sh(
+    agent,
+    `for f in ${CONTEXTS_DIR}/*.json; do [ -e "$f" ] || continue; ` +
+      `p=$(cat "\${f%.json}.pid" 2>/dev/null); ` +
+      `if [ -n "$p" ] && [ -d /proc/$p ]; then a=1; else a=0; fi; ` +
+      `printf '%s %s\\n' "$a" "$(cat "$f")"; done`,
+    'listing contexts',
+  );
+  return out
+    .split('\n')
+    .filter((l) => l.length > 0)
+    .map((l) => ({ ...(JSON.parse(l.slice(2)) as ContextInfo), alive: l[0] === '1' }));
+}
+
+export async function getContext(agent: AgentClient, name: string): Promise<ContextInfo> {
+  const found = (await listContexts(agent)).find((c) => c.name === name);
+  if (!found) throw notFound(name);
+  return found;
+}
+
+/** Start a context's interpreter; resolves once it serves. */
+export async function startContext(
+  agent: AgentClient,
+  req: { name: string; cwd: string; env: Record<string, string> },
+): Promise<void> {
+  await agent.writeFile(RUNNER_PATH, await source(), { mode: 0o644, parents: true });
+  const r = await agent
+    .run({
+      argv: ['python3', RUNNER_PATH, 'start', req.name, req.cwd, JSON.stringify(req.env)],
+    })
+    .catch((e: unknown) => {
+      if (e instanceof ForkdError && e.code === 'command_not_found') {
+        throw new ForkdError(
+          'command_not_found',
+          'python3 is not in the sandbox image: build one with it (forkd image build --debian bookworm --packages python3)',
+          { command: 'python3' },
+        );
+      }
+      throw e;
+    });
+  if (r.exitCode !== 0) {
+    const output = r.stderr.toString().trim().slice(-2000);
+    const cwdMissing = /FileNotFoundError|No such file/.test(output);
+    throw new ForkdError(
+      cwdMissing ? 'cwd_not_found' : 'guest_error',
+      cwdMissing
+        ? `the context's cwd ${req.cwd} does not exist in the sandbox`
+        : `the context "${req.name}" did not start: ${output}`,
+      { context: req.name, output },
+    );
+  }
+}
+
+/** End a context's process group and remove its files. */
+export async function removeContext(agent: AgentClient, name: string): Promise<void> {
+  await getContext(agent, name);
+  const pidFile = shellQuote(contextFile(name, 'pid'));
+  await sh(
+    agent,
+    `p=$(cat ${pidFile} 2>/dev/null); [ -n "$p" ] && kill -KILL -"$p" 2>/dev/null; ` +
+      `rm -f ${['json', 'pid', 'sock', 'log'].map((e) => shellQuote(contextFile(name, e))).join(' ')}`,
+    'removing the context',
+  );
+}
+
+/** SIGINT to the context's interpreter: the running code gets KeyboardInterrupt. */
+export async function interruptContext(agent: AgentClient, name: string): Promise<void> {
+  const ctx = await getContext(agent, name);
+  if (!ctx.alive) return;
+  await sh(agent, `kill -INT ${ctx.pid}`, 'interrupting the context');
+}
+
+export interface EvalHandle {
+  /** Events in order, ending with `end` (resolves `done`), or an error. */
+  readonly done: Promise<void>;
+  /** Cut the pipe (the code keeps running unless interrupted too). */
+  cancel(): Promise<void>;
+}
+
+/** Splits the runner's NDJSON output into events (chunks may cut lines anywhere). */
+function lineSplitter(onLine: (line: string) => void): (chunk: Buffer) => void {
+  let pending = '';
+  return (chunk) => {
+    pending += chunk.toString('utf8');
+    let nl: number;
+    while ((nl = pending.indexOf('\n')) >= 0) {
+      const line = pending.slice(0, nl);
+      pending = pending.slice(nl + 1);
+      if (line.trim()) onLine(line);
+    }
+  };
+}
+
+/** Why an eval's pipe ended before the runner's `end` event. */
+function withoutEnd(context: string, r: { exitCode: number | null; timedOut: boolean }): ForkdError {
+  if (r.exitCode === 3) return notFound(context);
+  if (r.exitCode === 2) {
+    return new ForkdError(
+      'unsupported',
+      "the sandbox's agent predates code contexts (no --connect mode): recreate its snapshot or image",
+      { context },
+    );
+  }
+  return new ForkdError(
+    r.timedOut ? 'timeout' : 'guest_error',
+    r.timedOut
+      ? `the context "${context}" did not answer in time`
+      : `the context "${context}" ended the eval without a result (its process died?)`,
+    { context },
+  );
+}
+
+/**
+ * Run code in a context; `onEvent` gets the runner's events as they come. The context must
+ * exist (context_not_found otherwise: a socket without a server is reported the same way).
+ */
+export function evalCode(
+  agent: AgentClient,
+  req: { context: string; code: string; timeoutMs: number },
+  onEvent: (ev: RunnerEvent) => void,
+): EvalHandle {
+  let sawEnd: (() => void) | undefined;
+  const ended = new Promise<void>((resolve) => (sawEnd = resolve));
+  const handle: ExecHandle = agent.exec(
+    {
+      argv: [AGENT_SELF, '--connect', contextFile(req.context, 'sock')],
+      stdin: true,
+      timeoutMs: req.timeoutMs + PIPE_GRACE_MS,
+    },
+    {
+      onStdout: lineSplitter((line) => {
+        const ev = JSON.parse(line) as RunnerEvent;
+        onEvent(ev);
+        if (ev.type === 'end') sawEnd?.();
+      }),
+    },
+  );
+  const request = JSON.stringify({ op: 'eval', code: req.code, timeout_ms: req.timeoutMs });
+  const exited = (async () => {
+    await handle.started;
+    await handle.writeStdin(Buffer.from(`${request}\n`));
+    await handle.endStdin();
+    throw withoutEnd(req.context, await handle.result);
+  })();
+  // Done at the `end` event: the client's exit (and the agent's EOF grace) is not waited for.
+  const done = Promise.race([ended, exited]);
+  exited.catch(() => undefined);
+  return { done, cancel: () => handle.kill() };
+}
