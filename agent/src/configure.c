@@ -121,8 +121,11 @@ static bool apply_env(const struct json *env)
 void handle_configure(const struct request *rq)
 {
 	struct config c;
-	if (!req_need_id(rq) || !read_config(rq, &c))
+	bool pty_hangup = false; /* a restored fork: its terminals belong to the source */
+	if (!req_need_id(rq) || !req_bool(rq, "pty_hangup", &pty_hangup) || !read_config(rq, &c))
 		return;
+	if (pty_hangup)
+		pty_hangup_all();
 	int err;
 	if (c.time_ms >= 0 && (err = set_clock(c.time_ms)))
 		reply_errno(rq->id, err, "configure: set the clock");

@@ -25,6 +25,7 @@ import { hostRoutes } from './routes/host.js';
 import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { snapshotRoutes } from './routes/snapshots.js';
+import { ptyRoutes } from './routes/pty.js';
 import { SHARED_SCHEMAS } from '../contract/schemas.js';
 import type { Api } from './types.js';
 
@@ -126,6 +127,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
     imageRoutes,
     snapshotRoutes,
     branchRoutes,
+    ptyRoutes,
   ]) {
     await app.register(routes, { services });
   }

@@ -42,6 +42,8 @@ export const LIMITS = {
   waitTimeoutS: { min: 1, max: 3600 },
   /** The guest port `snapshot create` waits for. */
   waitPort: { min: 1, max: 65535 },
+  /** A terminal's columns and rows (the guest agent's own bounds). */
+  ptySize: { min: 1, max: 1000 },
 } as const satisfies Record<string, IntRange>;
 
 /** Labels and environment variables of a request: how many, and how long a value. */

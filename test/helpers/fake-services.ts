@@ -10,6 +10,7 @@ import { Readable } from 'node:stream';
 import type { InjectOptions } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError } from '../../src/errors.js';
+import { FakePtys } from './fake-pty.js';
 import type {
   AuditEntry,
   BranchOutcome,
@@ -187,6 +188,8 @@ export class FakeServices {
   private counter = 0x100;
   /** The snapshot a branched sandbox's disk layers on (removing it folds it into the source). */
   private readonly diskBases = new Map<string, string>();
+  /** Terminal sessions (GET /pty), echoing their input. */
+  readonly ptys = new FakePtys();
 
   constructor() {
     this.reset();
@@ -208,6 +211,7 @@ export class FakeServices {
 
   /** Back to the seeded state; forgets calls, audit entries and failures. */
   reset(): void {
+    this.ptys.clear();
     this.calls.length = 0;
     this.audit.length = 0;
     this.failures.clear();
@@ -463,6 +467,10 @@ export class FakeServices {
       consoleLog: async (id) => {
         this.running(id);
         return '[    0.000000] Linux version 6.1\nforkd-agent: ready\n';
+      },
+      pty: async (id, req, onData) => {
+        this.running(id);
+        return this.ptys.open(id, req, onData);
       },
     };
   }

@@ -27,6 +27,10 @@ export const ERROR_CATALOG = {
       "The sandbox's disk chain could not be repaired after an interrupted branch: restart the daemon to retry, or kill it.",
   },
   exec_not_found: { status: 404, meaning: 'No running exec with that id in this sandbox.' },
+  pty_session_not_found: {
+    status: 404,
+    meaning: 'No terminal session with that id in this sandbox (it ended and was reported, or never existed).',
+  },
   snapshot_not_found: { status: 404, meaning: 'No snapshot with that tag.' },
   snapshot_not_bootable: {
     status: 409,

@@ -27,6 +27,8 @@ export { Commands, CommandHandle } from './commands.js';
 export type { CommandOptions, CommandSignal, StartOptions } from './commands.js';
 export { Files } from './files.js';
 export type { WriteInfo, WriteOptions } from './files.js';
+export { Pty, PtyHandle, PtyDetachedError } from './pty.js';
+export type { PtyConnectOptions, PtyCreateOptions, PtyExit, PtySize } from './pty.js';
 export { Images } from './images.js';
 export type { ImageCreateOptions } from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';

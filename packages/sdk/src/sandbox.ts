@@ -8,6 +8,7 @@ import { Commands } from './commands.js';
 import { Forkd, type CallOptions } from './client.js';
 import type { ClientConfig } from './config.js';
 import { Files } from './files.js';
+import { Pty } from './pty.js';
 import type { SandboxInfo, SandboxState } from './types.js';
 import { compact, fromWire, SANDBOX, toSeconds, type CreateSandboxBody } from './wire.js';
 
@@ -97,6 +98,13 @@ export class Sandbox {
    * await sbx.files.write('/tmp/x', 'data');
    */
   readonly files: Files;
+  /**
+   * Interactive terminal sessions.
+   *
+   * @example
+   * const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => process.stdout.write(d) });
+   */
+  readonly pty: Pty;
   private current: SandboxInfo;
 
   private constructor(
@@ -106,6 +114,7 @@ export class Sandbox {
     this.current = info;
     this.commands = new Commands(client.transport, sandboxPath(info.id));
     this.files = new Files(client.transport, sandboxPath(info.id));
+    this.pty = new Pty(client.transport, sandboxPath(info.id));
   }
 
   /**

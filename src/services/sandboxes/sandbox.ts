@@ -164,6 +164,8 @@ export async function connectGuest(
       entropy: randomBytes(64),
       hostname: id,
       env: { FORKD_SANDBOX_ID: id, ...req.env },
+      // A restored fork's terminal sessions are its source's: nobody here can reach them.
+      ptyHangup: true,
     });
     return agent;
   } catch (e) {
