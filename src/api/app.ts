@@ -25,7 +25,7 @@ import { hostRoutes } from './routes/host.js';
 import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { snapshotRoutes } from './routes/snapshots.js';
-import { ptyRoutes } from './routes/pty.js';
+import { installWebSocket, ptyRoutes } from './routes/pty.js';
 import { SHARED_SCHEMAS } from '../contract/schemas.js';
 import type { Api } from './types.js';
 
@@ -111,6 +111,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
   // No route takes text/plain; JSON routes take JSON, raw routes add octet-stream.
   app.removeContentTypeParser('text/plain');
   app.decorateRequest('errorCode', null);
+  await installWebSocket(app);
   installErrorHandler(app);
   refuseWhileClosing(app);
   installAuth(app, opts);

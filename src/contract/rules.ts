@@ -71,6 +71,9 @@ export const SIGNALS = [
 ] as const;
 export type SignalName = (typeof SIGNALS)[number];
 
+/** What a terminal session runs when asked for none: a login shell, bash where there is one. */
+export const PTY_LOGIN_SHELL = 'exec "$(command -v bash || command -v sh)" -l';
+
 /** True when `value` is an integer in `range`. */
 export function inRange(value: number, range: IntRange): boolean {
   return Number.isInteger(value) && value >= range.min && value <= range.max;

@@ -785,6 +785,14 @@ export function validRequests(): RouteRequest[] {
       status: 204,
     },
     { method: 'GET', route: '/v1/sandboxes/:id/logs', url: `${S}/logs`, status: 200 },
+    // inject() cannot upgrade: past auth and validation, a WebSocket route refuses a plain
+    // GET (before any service call); test/api/pty.test.ts covers the upgraded session.
+    {
+      method: 'GET',
+      route: '/v1/sandboxes/:id/pty',
+      url: `${S}/pty?cols=80&rows=24&cmd=sh`,
+      status: 400,
+    },
     { method: 'GET', route: '/v1/images', url: '/v1/images', status: 200 },
     {
       method: 'POST',

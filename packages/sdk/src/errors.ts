@@ -289,6 +289,7 @@ export const {
   SandboxNotRunningError,
   SandboxBrokenError,
   ExecNotFoundError,
+  PtySessionNotFoundError,
   SnapshotNotFoundError,
   SnapshotNotBootableError,
   SnapshotBrokenError,

@@ -151,7 +151,12 @@ export class Transport {
       });
       req.once('response', (res) => {
         done();
-        this.errorOf(res, spec.signal).then(reject, reject);
+        // A refused upgrade's connection is not reusable: close it once the error is read.
+        const close = (e: unknown) => {
+          req.destroy();
+          reject(e);
+        };
+        this.errorOf(res, spec.signal).then(close, close);
       });
       req.once('error', (e) => {
         done();

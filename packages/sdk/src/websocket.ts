@@ -88,7 +88,8 @@ export class WsConnection {
     socket.on('data', (chunk: Buffer) => this.feed(chunk));
     socket.on('close', () => this.finish(1006, 'connection lost'));
     socket.on('error', () => this.finish(1006, 'connection lost'));
-    if (head.length > 0) this.feed(head);
+    // Not before the constructor returns: handlers may use this connection.
+    if (head.length > 0) queueMicrotask(() => this.feed(head));
   }
 
   get isOpen(): boolean {
@@ -122,15 +123,17 @@ export class WsConnection {
 
   private feed(chunk: Buffer): void {
     this.pending = this.pending.length ? Buffer.concat([this.pending, chunk]) : chunk;
-    try {
-      for (;;) {
-        const got = decodeFrame(this.pending);
-        if (!got) return;
-        this.pending = this.pending.subarray(got.size);
-        this.onFrame(got.frame);
+    for (;;) {
+      let got: ReturnType<typeof decodeFrame>;
+      try {
+        got = decodeFrame(this.pending);
+      } catch {
+        this.socket.destroy(); // a frame no daemon sends: the stream cannot be trusted
+        return;
       }
-    } catch {
-      this.socket.destroy();
+      if (!got) return;
+      this.pending = this.pending.subarray(got.size);
+      this.onFrame(got.frame);
     }
   }
 

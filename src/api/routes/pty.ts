@@ -121,8 +121,15 @@ function wire(ws: WebSocket, opened: Opened): void {
   );
 }
 
-export async function ptyRoutes(app: Api, { services }: { services: Services }) {
+/**
+ * The WebSocket plugin, on the root app before auth: its hook must mark an upgrade request
+ * first, so that one refused by any hook (a missing token) still has its socket closed.
+ */
+export async function installWebSocket(app: Api): Promise<void> {
   await app.register(websocket, { options: { maxPayload: 2 * MAX_CONTROL_FRAME } });
+}
+
+export async function ptyRoutes(app: Api, { services }: { services: Services }) {
   const sandboxes = services.sandboxes;
 
   type PtyRequest = FastifyRequest<{ Params: { id: string }; Querystring: PtyQueryT }>;

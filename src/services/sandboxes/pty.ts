@@ -4,13 +4,12 @@
  * (`pty-<agent's number>`: the agent holds the session, so a daemon restarted in between can
  * still reattach it), and the mapping of the driver's attachment to the service's.
  */
+import { PTY_LOGIN_SHELL } from '../../contract/rules.js';
 import type { PtyQueryT } from '../../contract/schemas.js';
 import type { AgentClient, PtyAttachment as AgentPty, PtyEnd as AgentEnd } from '../../drivers/agent/client.js';
 import { ForkdError } from '../../errors.js';
 import type { PtyAttachment, PtyEnd } from '../contracts.js';
 
-/** A login shell: bash where the image has it, else its sh (busybox, Alpine). */
-export const DEFAULT_SHELL = 'exec "$(command -v bash || command -v sh)" -l';
 export const DEFAULT_TERM = 'xterm-256color';
 export const DEFAULT_SIZE = { cols: 80, rows: 24 } as const;
 
@@ -93,7 +92,7 @@ export async function openOrAttach(
   }
   const a = await agent.openPty(
     {
-      argv: ['/bin/sh', '-c', req.cmd ?? DEFAULT_SHELL],
+      argv: ['/bin/sh', '-c', req.cmd ?? PTY_LOGIN_SHELL],
       env: { TERM: req.term ?? DEFAULT_TERM },
       cwd: req.cwd,
       user: req.user,
