@@ -49,10 +49,17 @@ export function register(cmd: Command): void {
   ).action(
     action(async (id: string, argv: string[], flags: ShellFlags) => {
       if (flags.attach !== undefined && !SESSION.test(flags.attach)) {
-        throw usage(`--attach ${flags.attach} is not a session id like pty-1`, { flag: '--attach' });
+        throw usage(`--attach ${flags.attach} is not a session id like pty-1`, {
+          flag: '--attach',
+        });
       }
-      if (flags.attach !== undefined && (argv.length > 0 || flags.cwd || flags.user || flags.env.length)) {
-        throw usage('--attach joins a running session: it takes no command, --cwd, --user or --env');
+      if (
+        flags.attach !== undefined &&
+        (argv.length > 0 || flags.cwd || flags.user || flags.env.length)
+      ) {
+        throw usage(
+          '--attach joins a running session: it takes no command, --cwd, --user or --env',
+        );
       }
       const env = parseEnv(flags.env);
       const login = Object.keys(env).length > 0 ? envPrefix(env, PTY_LOGIN_SHELL) : undefined;
@@ -142,7 +149,9 @@ function onTermination(term: PtyHandle, restore: () => void): () => void {
   const handler = (signal: NodeJS.Signals) => {
     restore();
     term.disconnect();
-    process.stderr.write(`\nforkd: detached from ${term.session}; reattach with --attach ${term.session}\n`);
+    process.stderr.write(
+      `\nforkd: detached from ${term.session}; reattach with --attach ${term.session}\n`,
+    );
     process.exit(128 + constants.signals[signal]);
   };
   process.on('SIGHUP', handler);
@@ -176,7 +185,9 @@ export async function runTerminal(pty: Pty, o: TerminalOptions): Promise<number>
   } catch (e) {
     if (!(e instanceof PtyDetachedError)) throw e;
     restore();
-    process.stderr.write(`\nforkd: ${e.message.replace(/sandbox\.pty\.connect\('([^']+)'\)/, '`forkd shell ID --attach $1`')}\n`);
+    process.stderr.write(
+      `\nforkd: ${e.message.replace(/sandbox\.pty\.connect\('([^']+)'\)/, '`forkd shell ID --attach $1`')}\n`,
+    );
     return EXIT.failure;
   } finally {
     for (const u of undo) u();

@@ -571,7 +571,12 @@ export const PtyQuery = Type.Object(
     ),
     cwd: Type.Optional(GuestPath),
     user: Type.Optional(Type.String({ pattern: USER_PATTERN })),
-    term: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9._+-]{1,64}$', description: 'TERM (default xterm-256color)' })),
+    term: Type.Optional(
+      Type.String({
+        pattern: '^[A-Za-z0-9._+-]{1,64}$',
+        description: 'TERM (default xterm-256color)',
+      }),
+    ),
     session: Type.Optional(PtySessionId),
     since: Type.Optional(
       Type.Integer({ minimum: 0, description: 'reattach: replay output from this byte offset' }),

@@ -37,7 +37,8 @@ function collector() {
     async until(piece: string, ms = 5000): Promise<void> {
       const deadline = Date.now() + ms;
       while (!text.includes(piece)) {
-        if (Date.now() > deadline) assert.fail(`no ${JSON.stringify(piece)} in ${JSON.stringify(text)}`);
+        if (Date.now() > deadline)
+          assert.fail(`no ${JSON.stringify(piece)} in ${JSON.stringify(text)}`);
         await sleep(5);
       }
     },
@@ -119,7 +120,10 @@ test('refusals come before the upgrade, as catalog errors', async () => {
   cli.fake.failWith(
     'sandboxes',
     'pty',
-    new ForkdError('unsupported', 'the guest agent of this sandbox (0.0.9) does not know "pty_open" requests'),
+    new ForkdError(
+      'unsupported',
+      'the guest agent of this sandbox (0.0.9) does not know "pty_open" requests',
+    ),
   );
   await assert.rejects(sbx.pty.create({ cols: 80, rows: 24, onData }), UnsupportedError);
   cli.fake.reset();
@@ -129,8 +133,9 @@ test('a stopped sandbox and an unknown one are refused', async () => {
   const created = await cli.json<{ id: string }>('create');
   await cli.forkd('kill', created.id);
   const stopped = await Sandbox.connect(created.id, { url: url() });
-  await assert.rejects(stopped.pty.create({ cols: 80, rows: 24, onData: () => {} }), (e: Error) =>
-    e.name === 'SandboxNotRunningError',
+  await assert.rejects(
+    stopped.pty.create({ cols: 80, rows: 24, onData: () => {} }),
+    (e: Error) => e.name === 'SandboxNotRunningError',
   );
   const r = await cli.forkd('shell', 'sbx-999999999999');
   assert.equal(r.code, 3, r.stderr.toString());
@@ -140,7 +145,9 @@ test('a stopped sandbox and an unknown one are refused', async () => {
 test('a bad control frame is answered with an error frame; the session goes on', async () => {
   const out = collector();
   const errors: Error[] = [];
-  const term: PtyHandle = await (await sandbox()).pty.create({
+  const term: PtyHandle = await (
+    await sandbox()
+  ).pty.create({
     cols: 80,
     rows: 24,
     onData: out.onData,
@@ -168,7 +175,10 @@ test('a plain GET (no Upgrade) is a bad request', async () => {
 
 test('the upgrade needs the bearer token like every route', async () => {
   const fake = new FakeServices();
-  const app = await buildApp(fake.services, { requireAuth: true, tokens: new Map([['s3cret', 'ci']]) });
+  const app = await buildApp(fake.services, {
+    requireAuth: true,
+    tokens: new Map([['s3cret', 'ci']]),
+  });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.server.address() as { port: number };
   try {
@@ -194,7 +204,10 @@ test('the upgrade needs the bearer token like every route', async () => {
     });
     assert.equal(status, 401);
     assert.deepEqual(fake.serviceCalls(), []);
-    const sbx = await Sandbox.connect(SEED.sandbox, { url: `http://127.0.0.1:${port}`, token: 's3cret' });
+    const sbx = await Sandbox.connect(SEED.sandbox, {
+      url: `http://127.0.0.1:${port}`,
+      token: 's3cret',
+    });
     const term = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
     term.sendInput('exit 7\r');
     assert.equal((await term.wait()).exitCode, 7);
@@ -210,10 +223,15 @@ test('forkd shell: keys in, output out, the exit code of the session', async () 
 });
 
 test('forkd exec -t runs the command on a terminal; --timeout is refused', async () => {
-  const r = await runCli(['exec', '-t', SEED.sandbox, '--', 'sh'], { env: cli.env, input: 'exit 0\r' });
+  const r = await runCli(['exec', '-t', SEED.sandbox, '--', 'sh'], {
+    env: cli.env,
+    input: 'exit 0\r',
+  });
   assert.equal(r.code, 0, r.stderr.toString());
   const opened = cli.fake.calls.filter((c) => c.method === 'pty').at(-1);
   assert.equal((opened?.args[1] as { cmd?: string }).cmd, 'exec sh');
-  const bad = await runCli(['exec', '-t', '--timeout', '5', SEED.sandbox, '--', 'sh'], { env: cli.env });
+  const bad = await runCli(['exec', '-t', '--timeout', '5', SEED.sandbox, '--', 'sh'], {
+    env: cli.env,
+  });
   assert.equal(bad.code, 2);
 });

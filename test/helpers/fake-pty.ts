@@ -33,7 +33,12 @@ export class FakePtys {
 
   open(sandbox: string, req: PtyQueryT, onData: Watcher['onData']): PtyAttachment {
     if (req.session === undefined) {
-      const s: Session = { id: `pty-${this.counter++}`, sandbox, output: Buffer.alloc(0), line: '' };
+      const s: Session = {
+        id: `pty-${this.counter++}`,
+        sandbox,
+        output: Buffer.alloc(0),
+        line: '',
+      };
       this.sessions.set(s.id, s);
       return this.attach(s, 0, onData);
     }

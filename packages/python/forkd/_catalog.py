@@ -33,6 +33,13 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
         ),
     ),
     "exec_not_found": CatalogEntry(404, "No running exec with that id in this sandbox."),
+    "pty_session_not_found": CatalogEntry(
+        404,
+        (
+            "No terminal session with that id in this sandbox (it ended and was reported, or "
+            "never existed)."
+        ),
+    ),
     "snapshot_not_found": CatalogEntry(404, "No snapshot with that tag."),
     "snapshot_not_bootable": CatalogEntry(
         409,
@@ -193,6 +200,17 @@ class ExecNotFoundError(ForkdError):
     """
 
     code = "exec_not_found"
+    status = 404
+
+
+class PtySessionNotFoundError(ForkdError):
+    """No terminal session with that id in this sandbox (it ended and was reported, or never
+    existed).
+
+    Code ``pty_session_not_found``, HTTP 404.
+    """
+
+    code = "pty_session_not_found"
     status = 404
 
 
@@ -429,6 +447,7 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "sandbox_not_running": SandboxNotRunningError,
     "sandbox_broken": SandboxBrokenError,
     "exec_not_found": ExecNotFoundError,
+    "pty_session_not_found": PtySessionNotFoundError,
     "snapshot_not_found": SnapshotNotFoundError,
     "snapshot_not_bootable": SnapshotNotBootableError,
     "snapshot_broken": SnapshotBrokenError,
@@ -464,6 +483,7 @@ __all__ = [
     "SandboxNotRunningError",
     "SandboxBrokenError",
     "ExecNotFoundError",
+    "PtySessionNotFoundError",
     "SnapshotNotFoundError",
     "SnapshotNotBootableError",
     "SnapshotBrokenError",

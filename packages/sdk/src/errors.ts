@@ -29,7 +29,8 @@ export const ERROR_CATALOG = {
   exec_not_found: { status: 404, meaning: 'No running exec with that id in this sandbox.' },
   pty_session_not_found: {
     status: 404,
-    meaning: 'No terminal session with that id in this sandbox (it ended and was reported, or never existed).',
+    meaning:
+      'No terminal session with that id in this sandbox (it ended and was reported, or never existed).',
   },
   snapshot_not_found: { status: 404, meaning: 'No snapshot with that tag.' },
   snapshot_not_bootable: {

@@ -135,7 +135,9 @@ export class Transport {
       'sec-websocket-key': key,
     };
     const req = this.request({ ...spec, method: 'GET' }, headers, false);
-    const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
+    const accept = createHash('sha1')
+      .update(key + WS_GUID)
+      .digest('base64');
     return new Promise((resolve, reject) => {
       const onAbort = () => {
         req.destroy();
@@ -147,7 +149,13 @@ export class Transport {
         done();
         if (res.headers['sec-websocket-accept'] === accept) return resolve({ socket, head });
         socket.destroy();
-        reject(this.failure(new Error('bad Sec-WebSocket-Accept'), spec.signal, 'answered a WebSocket wrongly'));
+        reject(
+          this.failure(
+            new Error('bad Sec-WebSocket-Accept'),
+            spec.signal,
+            'answered a WebSocket wrongly',
+          ),
+        );
       });
       req.once('response', (res) => {
         done();
@@ -241,7 +249,12 @@ export class Transport {
     if (ep.kind === 'unix') {
       // An empty servername (TLS only) spares node's agent its IP-address check, whose
       // regular expressions cost a short CLI call several ms to compile.
-      const unix = { ...common, socketPath: ep.socketPath, path, agent: pooled ? AGENTS.http : false };
+      const unix = {
+        ...common,
+        socketPath: ep.socketPath,
+        path,
+        agent: pooled ? AGENTS.http : false,
+      };
       return http.request({ ...unix, servername: '' } as http.RequestOptions);
     }
     const mod = ep.kind === 'https' ? httpsModule() : http;

@@ -269,7 +269,10 @@ export class Pty {
             }
           },
           onClose: (code, reason) => {
-            const why = code === 1006 ? 'lost its connection to the daemon' : `was closed (${code} ${reason})`;
+            const why =
+              code === 1006
+                ? 'lost its connection to the daemon'
+                : `was closed (${code} ${reason})`;
             fail(new PtyDetachedError(session || '(unopened)', why));
           },
         },

@@ -69,7 +69,10 @@ export function decodeFrame(buf: Buffer): { frame: Frame; size: number } | undef
   if (buf.length < off + len) return undefined;
   const payload = Buffer.from(buf.subarray(off, off + len));
   if (masked) for (let i = 0; i < len; i++) payload[i]! ^= buf[maskAt + (i & 3)]!;
-  return { frame: { fin: (buf[0]! & 0x80) !== 0, opcode: buf[0]! & 0x0f, payload }, size: off + len };
+  return {
+    frame: { fin: (buf[0]! & 0x80) !== 0, opcode: buf[0]! & 0x0f, payload },
+    size: off + len,
+  };
 }
 
 /** Both ends of one WebSocket connection on an upgraded socket. */

@@ -62,7 +62,9 @@ async function control(pty: PtyAttachment, text: string): Promise<void> {
   try {
     msg = JSON.parse(text) as Record<string, unknown>;
   } catch {
-    throw badFrame('a text frame must be a JSON object; send terminal input as binary frames or {"type":"input","data":"…"}');
+    throw badFrame(
+      'a text frame must be a JSON object; send terminal input as binary frames or {"type":"input","data":"…"}',
+    );
   }
   switch (msg?.type) {
     case 'input':

@@ -6,7 +6,11 @@
  */
 import { PTY_LOGIN_SHELL } from '../../contract/rules.js';
 import type { PtyQueryT } from '../../contract/schemas.js';
-import type { AgentClient, PtyAttachment as AgentPty, PtyEnd as AgentEnd } from '../../drivers/agent/client.js';
+import type {
+  AgentClient,
+  PtyAttachment as AgentPty,
+  PtyEnd as AgentEnd,
+} from '../../drivers/agent/client.js';
 import { ForkdError } from '../../errors.js';
 import type { PtyAttachment, PtyEnd } from '../contracts.js';
 
@@ -86,9 +90,13 @@ export async function openOrAttach(
     return wrap(a);
   }
   if (req.since !== undefined) {
-    throw new ForkdError('bad_request', 'since needs session: it is an offset in an existing session', {
-      field: 'since',
-    });
+    throw new ForkdError(
+      'bad_request',
+      'since needs session: it is an offset in an existing session',
+      {
+        field: 'since',
+      },
+    );
   }
   const a = await agent.openPty(
     {

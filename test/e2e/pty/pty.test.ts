@@ -46,13 +46,18 @@ after(async () => {
 });
 
 /** Polls `read` until `ok` holds (bounded); fails with the last value seen. */
-async function until<T>(read: () => Promise<T> | T, ok: (v: T) => boolean, what: string): Promise<T> {
+async function until<T>(
+  read: () => Promise<T> | T,
+  ok: (v: T) => boolean,
+  what: string,
+): Promise<T> {
   const deadline = Date.now() + WAIT_MS;
   let last: T;
   for (;;) {
     last = await read();
     if (ok(last)) return last;
-    if (Date.now() > deadline) assert.fail(`${what}: not seen in ${WAIT_MS} ms; last: ${String(last)}`);
+    if (Date.now() > deadline)
+      assert.fail(`${what}: not seen in ${WAIT_MS} ms; last: ${String(last)}`);
     await sleep(100);
   }
 }
@@ -77,7 +82,11 @@ class Tmux {
   async line(text: string, expect: RegExp): Promise<string> {
     await this.keys('-l', text);
     await this.keys('Enter');
-    return until(() => this.screen(), (s) => expect.test(s), `${text} → ${expect}`);
+    return until(
+      () => this.screen(),
+      (s) => expect.test(s),
+      `${text} → ${expect}`,
+    );
   }
 }
 
@@ -88,7 +97,11 @@ test('forkd shell through a real terminal: prompt, output, resize, Ctrl-C, exit 
   await tmux.cmd('new-session', '-d', '-s', 'pty', '-x', '80', '-y', '24', shell);
   t.after(() => tmux.cmd('kill-server').catch(() => undefined));
 
-  await until(() => tmux.screen(), (s) => /[#$] ?$/m.test(s), 'a prompt');
+  await until(
+    () => tmux.screen(),
+    (s) => /[#$] ?$/m.test(s),
+    'a prompt',
+  );
   await tmux.line('echo out-$((6*7))', /^out-42$/m);
   await tmux.line('stty size', /^24 80$/m);
   await tmux.cmd('resize-window', '-t', 'pty', '-x', '100', '-y', '30');
@@ -116,8 +129,17 @@ test('forkd shell through a real terminal: prompt, output, resize, Ctrl-C, exit 
 /** A session whose output is collected, and a wait for a piece of it. */
 async function session(s: Sandbox = sbx) {
   let text = '';
-  const term = await s.pty.create({ cols: 80, rows: 24, onData: (d) => void (text += Buffer.from(d)) });
-  const seen = (re: RegExp) => until(() => text, (x) => re.test(x), String(re));
+  const term = await s.pty.create({
+    cols: 80,
+    rows: 24,
+    onData: (d) => void (text += Buffer.from(d)),
+  });
+  const seen = (re: RegExp) =>
+    until(
+      () => text,
+      (x) => re.test(x),
+      String(re),
+    );
   return { term, seen, text: () => text };
 }
 
@@ -146,7 +168,11 @@ test('a session survives a daemon restart: reattach replays what it missed', asy
     since,
     onData: (d) => void (text += Buffer.from(d)),
   });
-  await until(() => text, (x) => /meanwhile-6/.test(x), 'the output of the restart gap');
+  await until(
+    () => text,
+    (x) => /meanwhile-6/.test(x),
+    'the output of the restart gap',
+  );
   assert.doesNotMatch(text, /before-2/);
   again.sendInput('exit 5\r');
   assert.equal((await again.wait()).exitCode, 5);
