@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-tools make gcc
   cpio xz-utils zstd kmod iproute2 util-linux ca-certificates
   # the Python SDK's type check and wheel build (packages/python)
-  mypy python3-build python3-setuptools python3-wheel)
+  mypy python3-build python3-setuptools python3-wheel
+  # the terminal-session e2e test drives `forkd shell` through a real terminal
+  tmux)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -4,7 +4,8 @@
  * server): a prompt, a command's output, a window resize seen by `stty size`, Ctrl-C
  * interrupting `sleep 100`, `exit 3` giving 3. The SDK's session; a daemon restart in the
  * middle of a session (the agent kept it: reattach replays what was missed); and a session
- * that keeps going through a branch of its sandbox, in both branch modes.
+ * that keeps going through a branch of its sandbox, in both branch modes, while the child of
+ * the branch starts without it (hung up on restore).
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -183,11 +184,31 @@ for (const mode of ['copy', 'live'] as const) {
     const { term, seen } = await session();
     term.sendInput('echo pre-$((4+4))\r');
     await seen(/pre-8/);
-    const r = await sbx.branch({ tag: `pty-${mode}`, mode });
+    // A second session, recognisable in `ps`: its child of the branch must not have it.
+    const marker = await sbx.pty.create({
+      cols: 80,
+      rows: 24,
+      cmd: 'exec sleep 4321',
+      onData: () => {},
+    });
+    const r = await sbx.branch({ tag: `pty-${mode}`, mode, fork: mode === 'copy' ? 1 : 0 });
     assert.equal(r.mode, mode);
     term.sendInput('echo post-$((5+5))\r');
     await seen(/post-10/);
     term.sendInput('exit 0\r');
     assert.equal((await term.wait()).exitCode, 0);
+    const child = r.children?.sandboxes[0];
+    if (child) {
+      const ps = await until(
+        async () => (await child.commands.run('ps')).stdout,
+        (out) => !/sleep 4321/.test(out),
+        'the inherited session hung up in the child',
+      );
+      assert.doesNotMatch(ps, /sleep 4321/);
+      assert.match((await sbx.commands.run('ps')).stdout, /sleep 4321/, 'the source keeps it');
+      await child.kill();
+    }
+    await marker.kill();
+    await marker.wait();
   });
 }
