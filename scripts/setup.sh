@@ -10,7 +10,9 @@ PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-t
   # guest networking: the egress policy is nftables rules in each sandbox's namespace
   nftables
   # the Python SDK's type check and wheel build (packages/python)
-  mypy python3-build python3-setuptools python3-wheel)
+  mypy python3-build python3-setuptools python3-wheel
+  # the terminal-session e2e test drives `forkd shell` through a real terminal
+  tmux)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

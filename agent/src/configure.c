@@ -137,8 +137,11 @@ static int configure_net(const struct net_config *n, const char **what)
 void handle_configure(const struct request *rq)
 {
 	struct config c;
-	if (!req_need_id(rq) || !read_config(rq, &c))
+	bool pty_hangup = false; /* a restored fork: its terminals belong to the source */
+	if (!req_need_id(rq) || !req_bool(rq, "pty_hangup", &pty_hangup) || !read_config(rq, &c))
 		return;
+	if (pty_hangup)
+		pty_hangup_all();
 	int err;
 	const char *what = "";
 	if (c.time_ms >= 0 && (err = set_clock(c.time_ms)))

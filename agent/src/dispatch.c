@@ -28,6 +28,13 @@ static const struct handler {
 	{"mkdir", handle_mkdir},
 	{"remove", handle_remove},
 	{"configure", handle_configure},
+	{"pty_open", handle_pty_open},
+	{"pty_attach", handle_pty_attach},
+	{"pty_input", handle_pty_input},
+	{"pty_resize", handle_pty_resize},
+	{"pty_signal", handle_pty_signal},
+	{"pty_close", handle_pty_close},
+	{"pty_detach", handle_pty_detach},
 };
 
 static bool blank(const char *s, size_t n)
@@ -205,6 +212,7 @@ void session_end(void)
 {
 	exec_session_end();
 	files_session_end();
+	pty_session_end();
 }
 
 void handle_sync(const struct request *rq)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -63,7 +64,7 @@ static const struct {
 	{"SIGIO", SIGIO},     {"SIGPWR", SIGPWR},     {"SIGSYS", SIGSYS},
 };
 
-static int signal_number(const char *name)
+int signal_number(const char *name)
 {
 	for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
 		if (strcmp(signals[i].name, name) == 0)
@@ -71,7 +72,7 @@ static int signal_number(const char *name)
 	return -1;
 }
 
-static const char *signal_name(int sig, char *buf, size_t len)
+const char *signal_name(int sig, char *buf, size_t len)
 {
 	for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
 		if (signals[i].sig == sig)
@@ -194,6 +195,7 @@ struct launch {
 	struct user user;
 	int in, out, err; /* the child's ends */
 	int report;       /* CLOEXEC pipe: silent on success, a struct failure otherwise */
+	bool ctty;        /* fd 0 is a terminal slave: make it the session's controlling tty */
 	struct rlimit nofile;
 };
 
@@ -263,6 +265,8 @@ static void __attribute__((noreturn)) child_run(const struct launch *l)
 	sigaction(SIGPIPE, &dfl, NULL); /* ignored dispositions survive exec */
 	setrlimit(RLIMIT_NOFILE, &l->nofile);
 	if (setsid() < 0 || dup2(l->in, 0) < 0 || dup2(l->out, 1) < 0 || dup2(l->err, 2) < 0)
+		child_fail(l->report, STAGE_SETUP, errno);
+	if (l->ctty && ioctl(0, TIOCSCTTY, 0) < 0)
 		child_fail(l->report, STAGE_SETUP, errno);
 	if (l->switch_user &&
 	    (setgroups((size_t)l->user.ngroups, l->user.groups) < 0 || setgid(l->user.gid) < 0 ||
@@ -634,6 +638,7 @@ void exec_reap(void)
 {
 	int status;
 	pid_t pid;
+	pty_reap(); /* terminal sessions first: waitpid(-1) below would take their status */
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
 		for (struct exec *e = execs; e; e = e->next) {
 			if (e->pid == pid && !e->exited) {
@@ -730,4 +735,26 @@ void exec_kill_all(void)
 {
 	for (struct exec *e = execs; e; e = e->next)
 		kill_group(e, SIGKILL);
+}
+
+/* ---- for other families (pty.c): the same argv, env, user, cwd and PATH rules ---- */
+
+pid_t exec_spawn_on(const struct request *rq, int fd, bool ctty)
+{
+	static struct spec s;
+	memset(&s, 0, sizeof s);
+	if (!read_spec(rq, &s))
+		return -1;
+	struct launch l = {0};
+	if (!prepare(rq, &s, &l))
+		return -1;
+	l.in = l.out = l.err = fd;
+	l.ctty = ctty;
+	struct failure f;
+	pid_t pid = spawn(&l, &f);
+	if (pid < 0)
+		reply_failure(rq->id, &s, &f);
+	free_candidates(l.paths);
+	env_free(&s.env);
+	return pid;
 }

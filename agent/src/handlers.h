@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct request {
 	const struct json *msg;
@@ -64,5 +65,25 @@ void exec_kill_all(void);
 void files_poll(struct pollset *ps);
 void files_tick(void);
 void files_session_end(void);
+
+/* exec.c, shared with other families: signal names, and a spawn with the exec rules (argv,
+ * env, cwd, user of the request) onto one fd as stdin/stdout/stderr; -1 once it replied. */
+int signal_number(const char *name);
+const char *signal_name(int sig, char *buf, size_t len);
+pid_t exec_spawn_on(const struct request *rq, int fd, bool ctty);
+
+/* pty.c: terminal sessions, which outlive a host session (PROTOCOL.md "pty_open"). */
+void handle_pty_open(const struct request *rq);
+void handle_pty_attach(const struct request *rq);
+void handle_pty_input(const struct request *rq);
+void handle_pty_resize(const struct request *rq);
+void handle_pty_signal(const struct request *rq);
+void handle_pty_close(const struct request *rq);
+void handle_pty_detach(const struct request *rq);
+void pty_poll(struct pollset *ps);
+void pty_tick(int64_t now);
+void pty_reap(void);
+void pty_session_end(void);
+void pty_hangup_all(void);
 
 #endif

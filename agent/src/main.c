@@ -135,11 +135,13 @@ static void serve(struct channel *ch)
 			ch->wait(ch, &ps);
 		exec_poll(&ps);
 		files_poll(&ps);
+		pty_poll(&ps);
 		pollset_run(&ps);
 		if (signal_fd < 0)
 			exec_reap();
 		exec_tick(now_ms());
 		files_tick();
+		pty_tick(now_ms());
 		if (ch->fd >= 0 && out_broken())
 			host_gone(ch);
 	}
@@ -173,6 +175,7 @@ static int run_listen(const char *path)
 	agent_log("ready (protocol %d, agent %s) on %s", PROTOCOL_VERSION, AGENT_VERSION, path);
 	serve(ch);
 	exec_kill_all();
+	pty_hangup_all();
 	session_end();
 	ch->close(ch);
 	agent_log("stopped");

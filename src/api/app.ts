@@ -27,6 +27,7 @@ import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { snapshotRoutes } from './routes/snapshots.js';
 import { networkRoutes } from './routes/network.js';
+import { installWebSocket, ptyRoutes } from './routes/pty.js';
 import { SHARED_SCHEMAS } from '../contract/schemas.js';
 import type { Api } from './types.js';
 
@@ -112,6 +113,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
   // No route takes text/plain; JSON routes take JSON, raw routes add octet-stream.
   app.removeContentTypeParser('text/plain');
   app.decorateRequest('errorCode', null);
+  await installWebSocket(app);
   installErrorHandler(app);
   refuseWhileClosing(app);
   installAuth(app, opts);
@@ -130,6 +132,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
     branchRoutes,
     networkRoutes,
     evalRoutes,
+    ptyRoutes,
   ]) {
     await app.register(routes, { services });
   }

@@ -30,6 +30,7 @@ interface ExecFlags extends DaemonFlags {
   user?: string;
   timeout?: string;
   stdin?: boolean;
+  tty?: boolean;
 }
 
 export function register(cmd: Command): void {
@@ -41,9 +42,11 @@ export function register(cmd: Command): void {
       .option('--cwd <dir>', 'working directory in the sandbox (absolute)')
       .option('--user <user>', 'user name or uid to run as')
       .option('--timeout <seconds>', 'kill the command after this many seconds (exit 124)')
-      .option('-i, --stdin', 'forward stdin even when it is a terminal'),
+      .option('-i, --stdin', 'forward stdin even when it is a terminal')
+      .option('-t, --tty', 'run it on a terminal, interactively (as `forkd shell ID -- CMD…`)'),
   ).action(
     action(async (id: string, argv: string[], flags: ExecFlags) => {
+      if (flags.tty) return execOnTerminal(id, argv, flags);
       const options = {
         env: parseEnv(flags.env),
         cwd: parseCwd(flags.cwd),
@@ -55,6 +58,21 @@ export function register(cmd: Command): void {
       return attach(commandsOf(parseSandboxId(id), clientConfig(flags)), argv, options);
     }),
   );
+}
+
+/** `exec -t`: the command on a terminal session; a timeout has no meaning there. */
+async function execOnTerminal(id: string, argv: string[], flags: ExecFlags): Promise<number> {
+  if (flags.timeout !== undefined) {
+    throw usage('--timeout does not apply with -t: end the session with Ctrl-C or `exit`', {
+      flag: '--timeout',
+    });
+  }
+  const { ptyOf, runTerminal, shellCommand } = await import('./shell.js');
+  return runTerminal(ptyOf(parseSandboxId(id), clientConfig(flags)), {
+    cmd: shellCommand(argv, parseEnv(flags.env)),
+    cwd: parseCwd(flags.cwd),
+    user: parseUser(flags.user),
+  });
 }
 
 /** `--cwd` is a guest path: relative to what would it be? */

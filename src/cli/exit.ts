@@ -43,6 +43,7 @@ const BY_CODE: Record<ErrorCode, number> = {
   sandbox_not_found: EXIT.notFound,
   exec_not_found: EXIT.notFound,
   context_not_found: EXIT.notFound,
+  pty_session_not_found: EXIT.notFound,
   snapshot_not_found: EXIT.notFound,
   guest_file_not_found: EXIT.notFound,
   sandbox_not_running: EXIT.refused,

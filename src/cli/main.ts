@@ -38,6 +38,11 @@ const VERBS: Verb[] = [
     load: () => import('./exec.js'),
   },
   {
+    name: 'shell',
+    summary: 'an interactive terminal in a running sandbox (a login shell, or a command)',
+    load: () => import('./shell.js'),
+  },
+  {
     name: 'ps',
     summary: 'list sandboxes (running ones; --all for stopped and dead too)',
     load: () => import('./ps.js'),

@@ -42,6 +42,8 @@ export const LIMITS = {
   waitTimeoutS: { min: 1, max: 3600 },
   /** The guest port `snapshot create` waits for. */
   waitPort: { min: 1, max: 65535 },
+  /** A terminal's columns and rows (the guest agent's own bounds). */
+  ptySize: { min: 1, max: 1000 },
 } as const satisfies Record<string, IntRange>;
 
 /** Labels and environment variables of a request: how many, and how long a value. */
@@ -68,6 +70,9 @@ export const SIGNALS = [
   'SIGCONT',
 ] as const;
 export type SignalName = (typeof SIGNALS)[number];
+
+/** What a terminal session runs when asked for none: a login shell, bash where there is one. */
+export const PTY_LOGIN_SHELL = 'exec "$(command -v bash || command -v sh)" -l';
 
 /** True when `value` is an integer in `range`. */
 export function inRange(value: number, range: IntRange): boolean {

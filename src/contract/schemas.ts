@@ -734,3 +734,37 @@ export type NetworkModeT = Static<typeof NetworkMode>;
 export type EgressPolicyT = Static<typeof EgressPolicy>;
 export type SandboxNetworkT = Static<typeof SandboxNetwork>;
 export type PublishedPortT = Static<typeof PublishedPort>;
+
+// ---- terminal sessions (GET /v1/sandboxes/:id/pty, a WebSocket) ---------------------------
+
+/** A terminal session's id: `pty-` and the guest agent's session number. */
+export const PtySessionId = Type.String({ pattern: '^pty-[0-9]{1,15}$' });
+
+/** Opening (cols, rows, cmd…) or reattaching (session, since) a terminal session. */
+export const PtyQuery = Type.Object(
+  {
+    cols: Type.Optional(Type.Integer(between(LIMITS.ptySize))),
+    rows: Type.Optional(Type.Integer(between(LIMITS.ptySize))),
+    cmd: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 65536,
+        description: 'run by /bin/sh -c; default: a login shell (bash if the image has it)',
+      }),
+    ),
+    cwd: Type.Optional(GuestPath),
+    user: Type.Optional(Type.String({ pattern: USER_PATTERN })),
+    term: Type.Optional(
+      Type.String({
+        pattern: '^[A-Za-z0-9._+-]{1,64}$',
+        description: 'TERM (default xterm-256color)',
+      }),
+    ),
+    session: Type.Optional(PtySessionId),
+    since: Type.Optional(
+      Type.Integer({ minimum: 0, description: 'reattach: replay output from this byte offset' }),
+    ),
+  },
+  strict,
+);
+export type PtyQueryT = Static<typeof PtyQuery>;

@@ -59,6 +59,8 @@ export class Listeners {
     const handler = this.handler as Handler;
     this.tcp = tcp.tls ? createHttpsServer(tcp.tls, handler) : createHttpServer(handler);
     const server = this.tcp;
+    // WebSocket upgrades (terminal sessions) are served by the app's own server.
+    server.on('upgrade', (req, socket, head) => this.unix?.emit('upgrade', req, socket, head));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(tcp.port, tcp.host, () => {

@@ -14,6 +14,7 @@ import type {
   SandboxNetworkT,
   NetworkModeT,
   LineageT,
+  PtyQueryT,
   ExecRequestT,
   ExecResultT,
   CreateSnapshotT,
@@ -57,6 +58,40 @@ export interface ExecStream {
   >;
 }
 
+/** How a terminal session's attachment ended (the `exit` frame, or replaced by another). */
+export type PtyEnd =
+  | {
+      type: 'exit';
+      exit_code: number | null;
+      signal: string | null;
+      duration_ms: number;
+      /** Bytes the session produced in all. */
+      offset: number;
+    }
+  | { type: 'detached' };
+
+/**
+ * One attachment to a terminal session (GET /v1/sandboxes/:id/pty). The session outlives
+ * it: `detach` (the client went) leaves it running, and a new attachment with `since`
+ * replays the output the guest still holds.
+ */
+export interface PtyAttachment {
+  session: string;
+  pid: number;
+  /** The byte offset of the first output delivered to `onData`. */
+  offset: number;
+  input(data: Buffer): Promise<void>;
+  resize(cols: number, rows: number): Promise<void>;
+  /** To the terminal's foreground job (as Ctrl-C would send SIGINT). */
+  signal(name: string): Promise<void>;
+  /** Hang the terminal up: the shell is killed, `ended` reports its exit. */
+  kill(): Promise<void>;
+  /** Stop watching; the session keeps running for a later reattach. */
+  detach(): Promise<void>;
+  /** Rejects when the guest channel was lost. */
+  ended: Promise<PtyEnd>;
+}
+
 export interface SandboxService {
   create(req: CreateSandboxT, caller: Caller): Promise<SandboxT>;
   list(filter: {
@@ -83,6 +118,12 @@ export interface SandboxService {
   makeDir(id: string, path: string, opts: { parents?: boolean; mode?: number }): Promise<void>;
   removeFile(id: string, path: string, opts: { recursive?: boolean }): Promise<void>;
   consoleLog(id: string): Promise<string>;
+  /** Open a terminal session (cols, rows, cmd…) or reattach one (session, since). */
+  pty(
+    id: string,
+    req: PtyQueryT,
+    onData: (chunk: Buffer, offset: number) => void,
+  ): Promise<PtyAttachment>;
 }
 
 /** A fork request: n children of one snapshot (POST /v1/sandboxes with snapshot). */

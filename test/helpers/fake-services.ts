@@ -14,6 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError } from '../../src/errors.js';
 import { AUTO_DEFAULTS, resolveLimits } from '../../src/services/limits.js';
 import { FakeContexts, SEED_CONTEXT } from './fake-contexts.js';
+import { FakePtys } from './fake-pty.js';
 import type {
   AuditEntry,
   BranchOutcome,
@@ -217,6 +218,8 @@ export class FakeServices {
   private counter = 0x100;
   /** The snapshot a branched sandbox's disk layers on (removing it folds it into the source). */
   private readonly diskBases = new Map<string, string>();
+  /** Terminal sessions (GET /pty), echoing their input. */
+  readonly ptys = new FakePtys();
 
   constructor() {
     this.reset();
@@ -275,6 +278,7 @@ export class FakeServices {
 
   /** Back to the seeded state; forgets calls, audit entries and failures. */
   reset(): void {
+    this.ptys.clear();
     this.calls.length = 0;
     this.audit.length = 0;
     this.failures.clear();
@@ -536,6 +540,10 @@ export class FakeServices {
       consoleLog: async (id) => {
         this.running(id);
         return '[    0.000000] Linux version 6.1\nforkd-agent: ready\n';
+      },
+      pty: async (id, req, onData) => {
+        this.running(id);
+        return this.ptys.open(id, req, onData);
       },
     };
   }
@@ -924,6 +932,14 @@ export function validRequests(): RouteRequest[] {
       url: `${S}/ports/8080/index.html`,
       status: 200,
     })),
+    // inject() cannot upgrade: past auth and validation, a WebSocket route refuses a plain
+    // GET (before any service call); test/api/pty.test.ts covers the upgraded session.
+    {
+      method: 'GET',
+      route: '/v1/sandboxes/:id/pty',
+      url: `${S}/pty?cols=80&rows=24&cmd=sh`,
+      status: 400,
+    },
     { method: 'GET', route: '/v1/images', url: '/v1/images', status: 200 },
     {
       method: 'POST',

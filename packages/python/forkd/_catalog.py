@@ -37,6 +37,13 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
         404,
         "No code context with that name in this sandbox: list them, or create it first.",
     ),
+    "pty_session_not_found": CatalogEntry(
+        404,
+        (
+            "No terminal session with that id in this sandbox (it ended and was reported, or "
+            "never existed)."
+        ),
+    ),
     "snapshot_not_found": CatalogEntry(404, "No snapshot with that tag."),
     "snapshot_not_bootable": CatalogEntry(
         409,
@@ -211,6 +218,17 @@ class ContextNotFoundError(ForkdError):
     """
 
     code = "context_not_found"
+    status = 404
+
+
+class PtySessionNotFoundError(ForkdError):
+    """No terminal session with that id in this sandbox (it ended and was reported, or never
+    existed).
+
+    Code ``pty_session_not_found``, HTTP 404.
+    """
+
+    code = "pty_session_not_found"
     status = 404
 
 
@@ -458,6 +476,7 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "sandbox_broken": SandboxBrokenError,
     "exec_not_found": ExecNotFoundError,
     "context_not_found": ContextNotFoundError,
+    "pty_session_not_found": PtySessionNotFoundError,
     "snapshot_not_found": SnapshotNotFoundError,
     "snapshot_not_bootable": SnapshotNotBootableError,
     "snapshot_broken": SnapshotBrokenError,
@@ -495,6 +514,7 @@ __all__ = [
     "SandboxBrokenError",
     "ExecNotFoundError",
     "ContextNotFoundError",
+    "PtySessionNotFoundError",
     "SnapshotNotFoundError",
     "SnapshotNotBootableError",
     "SnapshotBrokenError",

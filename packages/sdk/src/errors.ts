@@ -31,6 +31,11 @@ export const ERROR_CATALOG = {
     status: 404,
     meaning: 'No code context with that name in this sandbox: list them, or create it first.',
   },
+  pty_session_not_found: {
+    status: 404,
+    meaning:
+      'No terminal session with that id in this sandbox (it ended and was reported, or never existed).',
+  },
   snapshot_not_found: { status: 404, meaning: 'No snapshot with that tag.' },
   snapshot_not_bootable: {
     status: 409,
@@ -294,6 +299,7 @@ export const {
   SandboxBrokenError,
   ExecNotFoundError,
   ContextNotFoundError,
+  PtySessionNotFoundError,
   SnapshotNotFoundError,
   SnapshotNotBootableError,
   SnapshotBrokenError,

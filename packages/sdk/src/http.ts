@@ -4,14 +4,16 @@
  * typed errors, a daemon that cannot be dialled becomes DaemonUnreachableError saying how to
  * start one, and an AbortSignal ends the request and its response body alike.
  */
+import { createHash, randomBytes } from 'node:crypto';
 import * as http from 'node:http';
 import type * as Https from 'node:https';
 import { createRequire } from 'node:module';
-import { Readable } from 'node:stream';
+import { Readable, type Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ResolvedConfig } from './config.js';
 import { DaemonUnreachableError, errorFromResponse, ForkdError } from './errors.js';
 import { VERSION } from './version.js';
+import { WS_GUID } from './websocket.js';
 
 /**
  * node:https (TLS, crypto) is loaded only by a client of an https:// daemon: on the local
@@ -117,6 +119,61 @@ export class Transport {
     throw error;
   }
 
+  /**
+   * Open a WebSocket (a GET with Upgrade): resolves with the upgraded socket and the bytes
+   * that came with the 101, or throws the catalog error the daemon answered instead.
+   */
+  upgrade(
+    spec: Pick<RequestSpec, 'path' | 'query' | 'signal'>,
+  ): Promise<{ socket: Duplex; head: Buffer }> {
+    spec.signal?.throwIfAborted();
+    const key = randomBytes(16).toString('base64');
+    const headers = {
+      connection: 'Upgrade',
+      upgrade: 'websocket',
+      'sec-websocket-version': '13',
+      'sec-websocket-key': key,
+    };
+    const req = this.request({ ...spec, method: 'GET' }, headers, false);
+    const accept = createHash('sha1')
+      .update(key + WS_GUID)
+      .digest('base64');
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        req.destroy();
+        reject(abortReason(spec.signal));
+      };
+      spec.signal?.addEventListener('abort', onAbort, { once: true });
+      const done = () => spec.signal?.removeEventListener('abort', onAbort);
+      req.once('upgrade', (res, socket, head) => {
+        done();
+        if (res.headers['sec-websocket-accept'] === accept) return resolve({ socket, head });
+        socket.destroy();
+        reject(
+          this.failure(
+            new Error('bad Sec-WebSocket-Accept'),
+            spec.signal,
+            'answered a WebSocket wrongly',
+          ),
+        );
+      });
+      req.once('response', (res) => {
+        done();
+        // A refused upgrade's connection is not reusable: close it once the error is read.
+        const close = (e: unknown) => {
+          req.destroy();
+          reject(e);
+        };
+        this.errorOf(res, spec.signal).then(close, close);
+      });
+      req.once('error', (e) => {
+        done();
+        reject(this.failure(e, spec.signal));
+      });
+      req.end();
+    });
+  }
+
   /** Send, then parse the JSON answer (undefined for an empty body). */
   async json<T>(spec: RequestSpec): Promise<T> {
     const text = (await this.bytes(spec)).toString('utf8');
@@ -172,7 +229,12 @@ export class Transport {
     );
   }
 
-  private request(spec: RequestSpec, headers: Record<string, string>): http.ClientRequest {
+  /** `pooled` false: a connection of its own (an upgraded socket never goes back to a pool). */
+  private request(
+    spec: RequestSpec,
+    headers: Record<string, string>,
+    pooled = true,
+  ): http.ClientRequest {
     const ep = this.config.endpoint;
     const path = spec.path + queryString(spec.query);
     const common = {
@@ -187,7 +249,12 @@ export class Transport {
     if (ep.kind === 'unix') {
       // An empty servername (TLS only) spares node's agent its IP-address check, whose
       // regular expressions cost a short CLI call several ms to compile.
-      const unix = { ...common, socketPath: ep.socketPath, path, agent: AGENTS.http };
+      const unix = {
+        ...common,
+        socketPath: ep.socketPath,
+        path,
+        agent: pooled ? AGENTS.http : false,
+      };
       return http.request({ ...unix, servername: '' } as http.RequestOptions);
     }
     const mod = ep.kind === 'https' ? httpsModule() : http;
@@ -196,7 +263,7 @@ export class Transport {
       host: ep.host,
       port: ep.port,
       path: ep.basePath + path,
-      agent: agentFor(ep.kind),
+      agent: pooled ? agentFor(ep.kind) : false,
     });
   }
 

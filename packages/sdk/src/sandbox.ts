@@ -36,6 +36,7 @@ import {
   toSeconds,
   type CreateSandboxBody,
 } from './wire.js';
+import { Pty } from './pty.js';
 
 /**
  * Options of the static calls: where the daemon is, and a signal.
@@ -136,6 +137,13 @@ export class Sandbox {
    * await sbx.contexts.list();
    */
   readonly contexts: Contexts;
+  /**
+   * Interactive terminal sessions.
+   *
+   * @example
+   * const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => process.stdout.write(d) });
+   */
+  readonly pty: Pty;
   private current: SandboxInfo;
 
   private constructor(
@@ -146,6 +154,7 @@ export class Sandbox {
     this.commands = new Commands(client.transport, sandboxPath(info.id));
     this.files = new Files(client.transport, sandboxPath(info.id));
     this.contexts = new Contexts(client.transport, sandboxPath(info.id));
+    this.pty = new Pty(client.transport, sandboxPath(info.id));
   }
 
   /**

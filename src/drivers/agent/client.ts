@@ -14,10 +14,12 @@ import {
   writeFile,
   type FileStat,
 } from './files.js';
+import { attachPty, openPty, type PtyAttachment, type PtyHandlers, type PtyOpenRequest } from './pty.js';
 
 export type { CallOptions } from './connection.js';
 export type { ExecHandle, ExecHandlers, ExecRequest, ExecResult } from './exec.js';
 export type { FileStat } from './files.js';
+export type { PtyAttachment, PtyEnd, PtyHandlers, PtyOpenRequest, PtySize } from './pty.js';
 
 export interface AgentInfo {
   protocol: number;
@@ -44,6 +46,8 @@ export interface Configuration {
   env?: Record<string, string | null>;
   /** Static guest network: eth0 address (CIDR), default gateway, resolver. */
   net?: { address: string; gateway: string; dns: string };
+  /** A restored fork: hang up the terminal sessions it inherited (they belong to its source). */
+  ptyHangup?: boolean;
 }
 
 const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
@@ -138,6 +142,16 @@ export class AgentClient {
     return { ...result, stdout: Buffer.concat(stdout), stderr: Buffer.concat(stderr) };
   }
 
+  /** Starts a command on a new terminal in the guest (`unsupported` on an older agent). */
+  openPty(req: PtyOpenRequest, handlers?: PtyHandlers): Promise<PtyAttachment> {
+    return openPty(this.conn, req, handlers);
+  }
+
+  /** Attaches to a running (or finished, unreported) terminal session: replay from `since`. */
+  attachPty(target: { pty: number; since?: number }, handlers?: PtyHandlers): Promise<PtyAttachment> {
+    return attachPty(this.conn, target, handlers);
+  }
+
   /** Writes a file atomically; returns its size. */
   writeFile(
     path: string,
@@ -191,6 +205,7 @@ export class AgentClient {
       net_address: c.net?.address,
       net_gateway: c.net?.gateway,
       net_dns: c.net?.dns,
+      pty_hangup: c.ptyHangup,
     };
     await this.conn.call(fields, { ...opts, kind: 'control' }).done;
   }

@@ -175,6 +175,8 @@ export async function connectGuest(
       hostname: id,
       env: { FORKD_SANDBOX_ID: id, ...req.env },
       net,
+      // A restored fork's terminal sessions are its source's: nobody here can reach them.
+      ptyHangup: true,
     });
     return agent;
   } catch (e) {

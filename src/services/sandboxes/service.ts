@@ -14,6 +14,7 @@ import type {
   ExecRequestT,
   ExecResultT,
   FileStatT,
+  PtyQueryT,
   SandboxT,
 } from '../../contract/schemas.js';
 import { LIMITS } from '../../contract/rules.js';
@@ -26,7 +27,13 @@ import { ForkdError } from '../../errors.js';
 import type { SandboxRow, SandboxState } from '../../store/sandboxes.js';
 import type { Store } from '../../store/db.js';
 import { checkRange } from '../checks.js';
-import type { Caller, ExecStream, SandboxService, SandboxUsageT } from '../contracts.js';
+import type {
+  Caller,
+  ExecStream,
+  PtyAttachment,
+  SandboxService,
+  SandboxUsageT,
+} from '../contracts.js';
 import { formatSize, Limiter } from '../limits.js';
 import { DEFAULT_IMAGE, getImage } from '../images/index.js';
 import {
@@ -38,6 +45,7 @@ import {
   type Sandbox,
 } from './sandbox.js';
 import { runBuffered, startStreaming } from './exec.js';
+import { openOrAttach } from './pty.js';
 import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
 import { openDownload, readTail, toWireStat } from './files.js';
@@ -472,6 +480,15 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   async removeFile(id: string, path: string, opts: { recursive?: boolean }): Promise<void> {
     await this.running(id).agent.remove(path, opts);
+  }
+
+  /** A terminal session: opened, or reattached by its session id (the agent holds it). */
+  async pty(
+    id: string,
+    req: PtyQueryT,
+    onData: (chunk: Buffer, offset: number) => void,
+  ): Promise<PtyAttachment> {
+    return openOrAttach(this.running(id).agent, req, onData);
   }
 
   /** The last 1 MiB of the guest console; an ended sandbox's is kept until its row goes. */

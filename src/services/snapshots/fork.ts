@@ -128,7 +128,12 @@ async function resumeChild(
   env?: Record<string, string>,
 ): Promise<Sandbox> {
   await child.vm.resume();
-  await child.agent.configure({ timeMs: Date.now(), entropy: randomBytes(64), env: env ?? {} });
+  await child.agent.configure({
+    timeMs: Date.now(),
+    entropy: randomBytes(64),
+    env: env ?? {},
+    ptyHangup: true,
+  });
   return { id: child.id, dir: child.dir, vm: child.vm, agent: child.agent };
 }
 

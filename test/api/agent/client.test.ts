@@ -300,3 +300,18 @@ test('a file read whose size disagrees with its chunks is an error', async (t) =
   await assert.rejects(client.readFile('/f'), assertCode('guest_error'));
   await sleep(0);
 });
+
+test('an agent from before terminal sessions: openPty is refused as unsupported, never sent', async (t) => {
+  const { OldAgent } = await import('../../helpers/old-agent.js');
+  const { PROTOCOL_V1_TYPES } = await import('../../../src/drivers/agent/wire.js');
+  const old = await OldAgent.start([...PROTOCOL_V1_TYPES]);
+  t.after(() => old.close());
+  const client = await AgentClient.connect(old.socketPath, { timeoutMs: 5000 });
+  t.after(() => client.close());
+  await assert.rejects(
+    client.openPty({ argv: ['/bin/sh'], cols: 80, rows: 24 }),
+    (e: unknown) => isForkdError(e) && e.code === 'unsupported' && /"pty_open"/.test(e.message),
+  );
+  await assert.rejects(client.attachPty({ pty: 1 }), (e: unknown) => isForkdError(e) && e.code === 'unsupported');
+  assert.deepEqual(old.received, [], 'nothing was sent');
+});

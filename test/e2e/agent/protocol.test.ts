@@ -29,6 +29,13 @@ const REQUEST_TYPES = [
   'mkdir',
   'remove',
   'configure',
+  'pty_open',
+  'pty_attach',
+  'pty_input',
+  'pty_resize',
+  'pty_signal',
+  'pty_close',
+  'pty_detach',
 ];
 /** Every `"type":"…"` that appears in PROTOCOL.md's examples (both directions). */
 const MESSAGE_TYPES = [
@@ -42,6 +49,13 @@ const MESSAGE_TYPES = [
   'list',
   'mkdir',
   'ping',
+  'pty_attach',
+  'pty_close',
+  'pty_detach',
+  'pty_input',
+  'pty_open',
+  'pty_resize',
+  'pty_signal',
   'remove',
   'result',
   'signal',
@@ -81,6 +95,13 @@ const PROBES: { msg: Record<string, unknown>; expect: string }[] = [
   { msg: { type: 'mkdir' }, expect: 'bad_request' },
   { msg: { type: 'remove' }, expect: 'bad_request' },
   { msg: { type: 'configure' }, expect: 'result' },
+  { msg: { type: 'pty_open' }, expect: 'bad_request' },
+  { msg: { type: 'pty_attach', pty: 424242 }, expect: 'no_such_request' },
+  { msg: { type: 'pty_input', data: '' }, expect: 'no_such_request' },
+  { msg: { type: 'pty_resize', target: 424242, cols: 80, rows: 24 }, expect: 'no_such_request' },
+  { msg: { type: 'pty_signal', target: 424242, signal: 'SIGINT' }, expect: 'no_such_request' },
+  { msg: { type: 'pty_close', target: 424242 }, expect: 'no_such_request' },
+  { msg: { type: 'pty_detach', target: 424242 }, expect: 'no_such_request' },
 ];
 
 const protocolDoc = () => readFileSync(join(REPO_ROOT, 'agent', 'PROTOCOL.md'), 'utf8');
@@ -139,7 +160,8 @@ test('sync echoes a 53-bit nonce, protocol 1 and the agent version', async (t) =
 });
 
 test("the host keeps protocol 1's first inventory for agents that list no types", () => {
-  assert.deepEqual([...PROTOCOL_V1_TYPES].sort(), ['sync', 'data', 'eof', ...REQUEST_TYPES].sort());
+  const first = REQUEST_TYPES.slice(0, REQUEST_TYPES.indexOf('configure') + 1);
+  assert.deepEqual([...PROTOCOL_V1_TYPES].sort(), ['sync', 'data', 'eof', ...first].sort());
 });
 
 test('a request the agent did not list is refused on the host as unsupported', async (t) => {
