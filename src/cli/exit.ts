@@ -65,6 +65,11 @@ const BY_CODE: Record<ErrorCode, number> = {
   agent_unreachable: EXIT.failure,
   guest_error: EXIT.failure,
   internal: EXIT.failure,
+  reference_not_found: EXIT.notFound,
+  registry_unauthorized: EXIT.refused,
+  registry_unreachable: EXIT.failure,
+  blob_invalid: EXIT.failure,
+  image_format_unsupported: EXIT.failure,
 };
 
 /**

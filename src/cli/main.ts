@@ -49,7 +49,7 @@ const VERBS: Verb[] = [
   },
   { name: 'logs', summary: "print a sandbox's console log", load: () => import('./logs.js') },
   { name: 'kill', summary: 'kill sandboxes', load: () => import('./kill.js') },
-  { name: 'image', summary: 'build, list and remove images', load: () => import('./image.js') },
+  { name: 'image', summary: 'build, pull, import, inspect, list and remove images', load: () => import('./image.js') },
   {
     name: 'images',
     summary: 'list images (same as `forkd image ls`)',
@@ -93,6 +93,21 @@ const VERBS: Verb[] = [
     load: () => import('./setup.js'),
   },
   { name: 'version', summary: 'print the forkd version', load: () => import('./version.js') },
+  {
+    name: 'from-image',
+    summary: 'pull an OCI image and make a snapshot of it in one step (cached by digest)',
+    load: () => import('./from-image.js'),
+  },
+  {
+    name: 'login',
+    summary: 'give the daemon credentials for a registry (checked, then kept)',
+    load: () => import('./login.js'),
+  },
+  {
+    name: 'logout',
+    summary: "make the daemon forget a registry's credentials",
+    load: () => import('./logout.js'),
+  },
 ];
 
 /** The verb a command line runs (`forkd help VERB` shows VERB's help, so it needs VERB). */

@@ -25,7 +25,7 @@ import {
 import { LIMITS } from './rules.js';
 import { formatLabels, shortTime, snapshotJson, usable, whyUnusable } from './snapshots.js';
 
-interface CreateFlags extends DaemonFlags {
+export interface CreateFlags extends DaemonFlags {
   image?: string;
   tag?: string;
   memory?: string;
@@ -47,31 +47,12 @@ interface DiffFlags extends DaemonFlags {
 
 export function register(snapshot: Command): void {
   daemonOptions(
-    snapshot
-      .command('create')
-      .description('boot an image, warm it up and capture it as a snapshot')
-      .option('--tag <tag>', 'snapshot name: a-z, 0-9, ".", "_", "-"')
-      .option('--image <name>', "image to boot (default: the daemon's)")
-      .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
-      .option('--cpus <n>', 'virtual CPUs')
-      .option('--warm <cmd>', 'run to completion before the capture (repeatable)', collect, [])
-      .option(
-        '--start <cmd>',
-        'start and keep running inside the snapshot (repeatable)',
-        collect,
-        [],
-      )
-      .option('--wait-for <cmd>', 'before the capture, retry this until it exits 0')
-      .option('--wait-port <port>', 'before the capture, wait until this guest TCP port listens')
-      .option('--wait-timeout <seconds>', 'how long --wait-for / --wait-port may take')
-      .option(
-        '-e, --env <K=V>',
-        'environment of the warm and start commands (repeatable)',
-        collect,
-        [],
-      )
-      .option('--label <k=v>', 'label (repeatable)', collect, [])
-      .option('--json', 'machine-readable output, no progress'),
+    createFlags(
+      snapshot
+        .command('create')
+        .description('boot an image, warm it up and capture it as a snapshot')
+        .option('--image <name>', "image to boot (default: the daemon's)"),
+    ),
   ).action(action(create));
   daemonOptions(
     snapshot
@@ -120,6 +101,32 @@ export function register(snapshot: Command): void {
   ).action(action(diff));
 }
 
+/** The flags of a snapshot create (also taken by `forkd from-image`). */
+export function createFlags(cmd: Command): Command {
+  return cmd
+    .option('--tag <tag>', 'snapshot name: a-z, 0-9, ".", "_", "-"')
+    .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
+      .option('--cpus <n>', 'virtual CPUs')
+      .option('--warm <cmd>', 'run to completion before the capture (repeatable)', collect, [])
+      .option(
+        '--start <cmd>',
+        'start and keep running inside the snapshot (repeatable)',
+        collect,
+        [],
+      )
+      .option('--wait-for <cmd>', 'before the capture, retry this until it exits 0')
+      .option('--wait-port <port>', 'before the capture, wait until this guest TCP port listens')
+      .option('--wait-timeout <seconds>', 'how long --wait-for / --wait-port may take')
+      .option(
+        '-e, --env <K=V>',
+        'environment of the warm and start commands (repeatable)',
+        collect,
+        [],
+      )
+      .option('--label <k=v>', 'label (repeatable)', collect, [])
+      .option('--json', 'machine-readable output, no progress');
+}
+
 /** A repeatable flag's values, or undefined when it was not given. */
 const nonEmpty = (values: string[]): string[] | undefined => (values.length ? values : undefined);
 
@@ -160,7 +167,7 @@ function onInterrupt(fn: () => void): () => void {
   };
 }
 
-async function create(flags: CreateFlags): Promise<number | void> {
+export async function create(flags: CreateFlags): Promise<number | void> {
   const opts = createOptions(flags);
   const onProgress = flags.json
     ? undefined

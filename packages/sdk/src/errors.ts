@@ -81,6 +81,29 @@ export const ERROR_CATALOG = {
   guest_error: { status: 500, meaning: 'The guest agent reported an error.' },
   timeout: { status: 504, meaning: 'The operation did not finish in time.' },
   internal: { status: 500, meaning: 'An unexpected failure inside forkd.' },
+  reference_not_found: {
+    status: 404,
+    meaning: 'The registry or archive has no such repository, tag or digest.',
+  },
+  registry_unauthorized: {
+    status: 403,
+    meaning:
+      'The registry refused access: log in with `forkd login REGISTRY` (or check the credentials and the repository name).',
+  },
+  registry_unreachable: {
+    status: 502,
+    meaning: 'The registry could not be reached or answered with an error; retry, or check its address.',
+  },
+  blob_invalid: {
+    status: 502,
+    meaning:
+      'A blob from the registry or archive does not match its digest or size (corrupt or truncated); nothing of it was kept.',
+  },
+  image_format_unsupported: {
+    status: 422,
+    meaning:
+      'The image uses a media type, compression, platform or archive layout forkd does not handle.',
+  },
 } as const;
 
 /**

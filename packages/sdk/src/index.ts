@@ -28,13 +28,15 @@ export type { CommandOptions, CommandSignal, StartOptions } from './commands.js'
 export { Files } from './files.js';
 export type { WriteInfo, WriteOptions } from './files.js';
 export { Images } from './images.js';
-export type { ImageCreateOptions } from './images.js';
+export type { ImageCreateOptions, ImagePullOptions, ImageImportOptions } from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';
 export type { ClientConfig, Endpoint, ResolvedConfig } from './config.js';
 export type {
   CommandResult,
   EntryInfo,
   ImageInfo,
+  ImageConfigInfo,
+  ImageProgress,
   LineageKind,
   LineageNode,
   PoolInfo,
