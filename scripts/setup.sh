@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-tools make gcc
   cpio xz-utils zstd kmod iproute2 util-linux ca-certificates
   # the Python SDK's type check and wheel build (packages/python)
-  mypy python3-build python3-setuptools python3-wheel)
+  mypy python3-build python3-setuptools python3-wheel
+  # image pull tests: a real registry on loopback, htpasswd, xattrs on test layers, token certs
+  docker-registry apache2-utils attr openssl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

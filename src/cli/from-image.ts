@@ -22,9 +22,16 @@ async function fromImage(ref: string, flags: CreateFlags & PullFlags): Promise<n
   if (!flags.tag) throw usage('missing --tag TAG (the snapshot name)');
   const image = await pullImage(ref, flags);
   const existing = await Snapshot.get(flags.tag, clientConfig(flags)).catch(() => undefined);
-  if (existing && existing.info.image === image.name && existing.info.createdAt >= image.createdAt) {
+  if (
+    existing &&
+    existing.info.image === image.name &&
+    existing.info.createdAt >= image.createdAt
+  ) {
     if (!flags.json) process.stderr.write(`  snapshot ${flags.tag} is already of this image\n`);
-    if (flags.json) process.stdout.write(JSON.stringify({ tag: flags.tag, image: image.name, reused: true }) + '\n');
+    if (flags.json)
+      process.stdout.write(
+        JSON.stringify({ tag: flags.tag, image: image.name, reused: true }) + '\n',
+      );
     else process.stdout.write(`snapshot ${flags.tag}: up to date with ${ref}\n`);
     return;
   }

@@ -59,7 +59,6 @@ export function pullFlags(cmd: Command): Command {
     .option('--size <size>', 'filesystem size like 512M or 2G (default: 2 × content + 128M)');
 }
 
-
 /** Pull through the daemon with progress on stderr; shared with `from-image`. */
 export async function pullImage(ref: string, flags: PullFlags): Promise<ImageInfo> {
   const forkd = new Forkd(clientConfig(flags));
@@ -110,7 +109,10 @@ async function inspect(name: string, flags: DaemonFlags & { json?: boolean }): P
     ['source', JSON.stringify(image.source)],
   ];
   if (c) {
-    lines.push(['entrypoint', JSON.stringify(c.entrypoint ?? [])], ['cmd', JSON.stringify(c.cmd ?? [])]);
+    lines.push(
+      ['entrypoint', JSON.stringify(c.entrypoint ?? [])],
+      ['cmd', JSON.stringify(c.cmd ?? [])],
+    );
     lines.push(['workdir', c.workingDir ?? '/'], ['user', c.user ?? 'root']);
     for (const e of c.env) lines.push(['env', e]);
   }
@@ -161,7 +163,9 @@ function progressPrinter(): ((e: ImageProgress) => void) & { end(): void } {
     const width = 24;
     const filled = e.total ? Math.round((width * e.current) / e.total) : width;
     const bar = `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}]`;
-    process.stderr.write(`\r\x1b[K  ${e.message} ${bar} ${formatBytes(e.current)}/${formatBytes(e.total)}`);
+    process.stderr.write(
+      `\r\x1b[K  ${e.message} ${bar} ${formatBytes(e.current)}/${formatBytes(e.total)}`,
+    );
     open = true;
   };
   return Object.assign(say, {

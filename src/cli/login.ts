@@ -28,8 +28,13 @@ async function login(registry: string, flags: LoginFlags): Promise<void> {
   const password = flags.passwordStdin
     ? (await readStdin()).replace(/\r?\n$/, '')
     : process.env.FORKD_REGISTRY_PASSWORD;
-  if (!password) throw usage('give the password on stdin with --password-stdin (or in FORKD_REGISTRY_PASSWORD)');
-  await new Forkd(clientConfig(flags)).images.login({ registry, username: flags.username, password });
+  if (!password)
+    throw usage('give the password on stdin with --password-stdin (or in FORKD_REGISTRY_PASSWORD)');
+  await new Forkd(clientConfig(flags)).images.login({
+    registry,
+    username: flags.username,
+    password,
+  });
   process.stdout.write(`logged in to ${registry}\n`);
 }
 

@@ -49,7 +49,11 @@ const VERBS: Verb[] = [
   },
   { name: 'logs', summary: "print a sandbox's console log", load: () => import('./logs.js') },
   { name: 'kill', summary: 'kill sandboxes', load: () => import('./kill.js') },
-  { name: 'image', summary: 'build, pull, import, inspect, list and remove images', load: () => import('./image.js') },
+  {
+    name: 'image',
+    summary: 'build, pull, import, inspect, list and remove images',
+    load: () => import('./image.js'),
+  },
   {
     name: 'images',
     summary: 'list images (same as `forkd image ls`)',

@@ -51,7 +51,10 @@ interface Booted {
 
 export function register(cmd: Command): void {
   cmd
-    .argument('[command...]', "command and arguments (after --); default: the image's Entrypoint + Cmd")
+    .argument(
+      '[command...]',
+      "command and arguments (after --); default: the image's Entrypoint + Cmd",
+    )
     .option('--image <name>', 'image to boot (default: busybox)')
     .option('--memory <size>', 'guest memory, e.g. 256M or 1G', '256M')
     .option('--cpus <n>', 'virtual CPUs', '1')
@@ -107,7 +110,8 @@ async function imageDefaults(
   image: string | undefined,
   daemon: Forkd | undefined,
 ): Promise<{ argv: string[]; cwd?: string; user?: string }> {
-  let config: { entrypoint?: string[]; cmd?: string[]; workingDir?: string; user?: string } | undefined;
+  let config:
+    { entrypoint?: string[]; cmd?: string[]; workingDir?: string; user?: string } | undefined;
   if (daemon) config = (await daemon.images.get(image ?? 'busybox')).config;
   else {
     const [{ paths }, { DEFAULT_IMAGE, getImage }] = await Promise.all([
@@ -119,7 +123,9 @@ async function imageDefaults(
   }
   const argv = [...(config?.entrypoint ?? []), ...(config?.cmd ?? [])];
   if (argv.length === 0) {
-    throw usage('missing the command: give one after --, or use an image whose config has an Entrypoint or Cmd');
+    throw usage(
+      'missing the command: give one after --, or use an image whose config has an Entrypoint or Cmd',
+    );
   }
   // The agent takes a user or uid; a config's `user:group` runs as that user's own group.
   const user = config?.user?.split(':')[0] || undefined;

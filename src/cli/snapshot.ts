@@ -106,25 +106,20 @@ export function createFlags(cmd: Command): Command {
   return cmd
     .option('--tag <tag>', 'snapshot name: a-z, 0-9, ".", "_", "-"')
     .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
-      .option('--cpus <n>', 'virtual CPUs')
-      .option('--warm <cmd>', 'run to completion before the capture (repeatable)', collect, [])
-      .option(
-        '--start <cmd>',
-        'start and keep running inside the snapshot (repeatable)',
-        collect,
-        [],
-      )
-      .option('--wait-for <cmd>', 'before the capture, retry this until it exits 0')
-      .option('--wait-port <port>', 'before the capture, wait until this guest TCP port listens')
-      .option('--wait-timeout <seconds>', 'how long --wait-for / --wait-port may take')
-      .option(
-        '-e, --env <K=V>',
-        'environment of the warm and start commands (repeatable)',
-        collect,
-        [],
-      )
-      .option('--label <k=v>', 'label (repeatable)', collect, [])
-      .option('--json', 'machine-readable output, no progress');
+    .option('--cpus <n>', 'virtual CPUs')
+    .option('--warm <cmd>', 'run to completion before the capture (repeatable)', collect, [])
+    .option('--start <cmd>', 'start and keep running inside the snapshot (repeatable)', collect, [])
+    .option('--wait-for <cmd>', 'before the capture, retry this until it exits 0')
+    .option('--wait-port <port>', 'before the capture, wait until this guest TCP port listens')
+    .option('--wait-timeout <seconds>', 'how long --wait-for / --wait-port may take')
+    .option(
+      '-e, --env <K=V>',
+      'environment of the warm and start commands (repeatable)',
+      collect,
+      [],
+    )
+    .option('--label <k=v>', 'label (repeatable)', collect, [])
+    .option('--json', 'machine-readable output, no progress');
 }
 
 /** A repeatable flag's values, or undefined when it was not given. */

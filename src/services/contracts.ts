@@ -150,7 +150,10 @@ export interface ImageService {
     signal?: AbortSignal,
   ): Promise<ImageT>;
   /** Import an OCI layout or `docker save` archive on the daemon host. */
-  import(req: Omit<ImportImageT, 'stream'>, onProgress?: (e: ImageProgress) => void): Promise<ImageT>;
+  import(
+    req: Omit<ImportImageT, 'stream'>,
+    onProgress?: (e: ImageProgress) => void,
+  ): Promise<ImageT>;
   /** Remove cached blobs no image uses. */
   prune(): Promise<PruneResultT>;
   /** Check and keep registry credentials; `logout` forgets them. */

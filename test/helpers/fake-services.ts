@@ -705,7 +705,12 @@ export class FakeServices {
     if (reference.includes('missing')) {
       throw new ForkdError('reference_not_found', `no ${reference}: check the repository and tag`);
     }
-    onProgress?.({ message: 'layer 1/1', layer: `sha256:${'a'.repeat(64)}`, current: 10, total: 10 });
+    onProgress?.({
+      message: 'layer 1/1',
+      layer: `sha256:${'a'.repeat(64)}`,
+      current: 10,
+      total: 10,
+    });
     const image: ImageT = {
       ...imageRecord(name ?? 'pulled', '/srv/pulled'),
       source: { kind: 'oci', reference, digest: `sha256:${'b'.repeat(64)}` },
@@ -843,7 +848,12 @@ export function validRequests(): RouteRequest[] {
       body: { registry: '127.0.0.1:5000', username: 'u', password: 'secret' },
       status: 204,
     },
-    { method: 'DELETE', route: '/v1/logins/:registry', url: '/v1/logins/127.0.0.1:5000', status: 204 },
+    {
+      method: 'DELETE',
+      route: '/v1/logins/:registry',
+      url: '/v1/logins/127.0.0.1:5000',
+      status: 204,
+    },
     {
       method: 'POST',
       route: '/v1/snapshots',

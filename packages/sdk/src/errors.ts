@@ -92,7 +92,8 @@ export const ERROR_CATALOG = {
   },
   registry_unreachable: {
     status: 502,
-    meaning: 'The registry could not be reached or answered with an error; retry, or check its address.',
+    meaning:
+      'The registry could not be reached or answered with an error; retry, or check its address.',
   },
   blob_invalid: {
     status: 502,

@@ -175,7 +175,9 @@ export class Images {
    * @example
    * await forkd.images.login({ registry: '127.0.0.1:5000', username: 'ci', password: 'secret' });
    */
-  async login(opts: CallOptions & { registry: string; username: string; password: string }): Promise<void> {
+  async login(
+    opts: CallOptions & { registry: string; username: string; password: string },
+  ): Promise<void> {
     const { registry, username, password } = opts;
     await this.transport.bytes({
       method: 'POST',
@@ -220,7 +222,9 @@ export class Images {
     opts: CallOptions & { onProgress?(e: ImageProgress): void },
   ): Promise<ImageInfo> {
     if (!opts.onProgress) {
-      return imageFromWire(await this.transport.json({ method: 'POST', path, json: body, signal: opts.signal }));
+      return imageFromWire(
+        await this.transport.json({ method: 'POST', path, json: body, signal: opts.signal }),
+      );
     }
     const res = await this.transport.send({
       method: 'POST',
@@ -230,8 +234,8 @@ export class Images {
     });
     for await (const ev of ndjson<ImageEvent>(this.transport.body(res, opts.signal))) {
       if (ev.type === 'progress') {
-        const { type: _type, ...progress } = ev;
-        opts.onProgress(progress);
+        const { message, layer, current, total } = ev;
+        opts.onProgress({ message, layer, current, total });
       } else if (ev.type === 'done') return imageFromWire(ev.image);
       else if (ev.type === 'error') throw errorFromResponse(500, { error: ev.error });
     }

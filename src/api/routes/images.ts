@@ -140,7 +140,10 @@ export async function imageRoutes(app: Api, { services }: { services: Services }
       const signal = clientGone(reply);
       const run: Run = (onProgress) => images.pull(req, onProgress, signal);
       if (!stream) return reply.code(201).send(await run(() => undefined));
-      return reply.code(200).type(NDJSON).send(await streamImage(run, request));
+      return reply
+        .code(200)
+        .type(NDJSON)
+        .send(await streamImage(run, request));
     },
   );
 
@@ -158,7 +161,10 @@ export async function imageRoutes(app: Api, { services }: { services: Services }
       const { stream, ...req } = request.body;
       const run: Run = (onProgress) => images.import(req, onProgress);
       if (!stream) return reply.code(201).send(await run(() => undefined));
-      return reply.code(200).type(NDJSON).send(await streamImage(run, request));
+      return reply
+        .code(200)
+        .type(NDJSON)
+        .send(await streamImage(run, request));
     },
   );
 

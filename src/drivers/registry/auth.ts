@@ -91,10 +91,14 @@ export function unauthorized(why: string, details: Record<string, unknown> = {})
 export async function dockerCredentials(registry: string): Promise<Credentials | undefined> {
   const dir = process.env.DOCKER_CONFIG ?? join(homedir(), '.docker');
   const config = await readJson(join(dir, 'config.json'));
-  const auths = (config?.auths ?? {}) as Record<string, { auth?: string; username?: string; password?: string }>;
+  const auths = (config?.auths ?? {}) as Record<
+    string,
+    { auth?: string; username?: string; password?: string }
+  >;
   for (const [key, entry] of Object.entries(auths)) {
     if (hostOf(key) !== registry) continue;
-    if (entry.username && entry.password) return { username: entry.username, password: entry.password };
+    if (entry.username && entry.password)
+      return { username: entry.username, password: entry.password };
     if (!entry.auth) continue;
     const text = Buffer.from(entry.auth, 'base64').toString('utf8');
     const colon = text.indexOf(':');

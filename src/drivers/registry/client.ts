@@ -135,10 +135,14 @@ export class RegistryClient {
     } catch (e) {
       await rm(dest, { force: true });
       if (e instanceof ForkdError) throw e;
-      throw new ForkdError('blob_invalid', `blob ${digest} broke off while downloading: pull again`, {
-        digest,
-        cause: String(e),
-      });
+      throw new ForkdError(
+        'blob_invalid',
+        `blob ${digest} broke off while downloading: pull again`,
+        {
+          digest,
+          cause: String(e),
+        },
+      );
     }
   }
 
@@ -181,7 +185,8 @@ export class RegistryClient {
   private async blobResponse(repo: string, digest: string): Promise<Response> {
     const res = await this.request({ method: 'GET', path: `/v2/${repo}/blobs/${digest}`, repo });
     if (!res.ok) throw this.failure(res, `blob ${digest} of ${repo}`);
-    if (!res.body) throw new ForkdError('registry_unreachable', `blob ${digest} came without a body`);
+    if (!res.body)
+      throw new ForkdError('registry_unreachable', `blob ${digest} came without a body`);
     return res;
   }
 
@@ -194,10 +199,19 @@ export class RegistryClient {
     const challenge = parseChallenge(first.headers.get('www-authenticate') ?? '');
     const creds = await this.credentials();
     if (challenge?.scheme === 'bearer') {
-      const token = await fetchToken(challenge, challenge.params.scope ?? scope, creds, this.opts.signal);
+      const token = await fetchToken(
+        challenge,
+        challenge.params.scope ?? scope,
+        creds,
+        this.opts.signal,
+      );
       this.tokens.set(scope, token);
     } else if (challenge?.scheme === 'basic') {
-      if (!creds) throw unauthorized(`${this.registry} wants credentials: run \`forkd login ${this.registry}\``, { registry: this.registry });
+      if (!creds)
+        throw unauthorized(
+          `${this.registry} wants credentials: run \`forkd login ${this.registry}\``,
+          { registry: this.registry },
+        );
       this.basic = true;
     } else {
       throw unauthorized(`${this.registry} answered 401 without a challenge forkd knows`);
@@ -317,7 +331,13 @@ export function verifier(digest: string, size?: number, onBytes?: (n: number) =>
     transform(chunk: Buffer, _enc, cb) {
       seen += chunk.length;
       if (size !== undefined && seen > size) {
-        cb(new ForkdError('blob_invalid', `blob ${digest} is longer than its ${size} bytes: nothing was kept`, { digest, size }));
+        cb(
+          new ForkdError(
+            'blob_invalid',
+            `blob ${digest} is longer than its ${size} bytes: nothing was kept`,
+            { digest, size },
+          ),
+        );
         return;
       }
       hash.update(chunk);
@@ -326,7 +346,13 @@ export function verifier(digest: string, size?: number, onBytes?: (n: number) =>
     },
     flush(cb) {
       if (size !== undefined && seen !== size) {
-        cb(new ForkdError('blob_invalid', `blob ${digest} is truncated: ${seen} of ${size} bytes; nothing was kept`, { digest, size, got: seen }));
+        cb(
+          new ForkdError(
+            'blob_invalid',
+            `blob ${digest} is truncated: ${seen} of ${size} bytes; nothing was kept`,
+            { digest, size, got: seen },
+          ),
+        );
         return;
       }
       const got = `sha256:${hash.digest('hex')}`;
@@ -338,7 +364,10 @@ export function verifier(digest: string, size?: number, onBytes?: (n: number) =>
 async function readLimited(res: Response, max: number): Promise<Buffer> {
   const bytes = Buffer.from(await res.arrayBuffer());
   if (bytes.length > max) {
-    throw new ForkdError('image_format_unsupported', `a manifest or config of ${bytes.length} bytes is larger than forkd reads (${max})`);
+    throw new ForkdError(
+      'image_format_unsupported',
+      `a manifest or config of ${bytes.length} bytes is larger than forkd reads (${max})`,
+    );
   }
   return bytes;
 }

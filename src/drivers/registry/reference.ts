@@ -18,7 +18,10 @@ const TAG = /^[\w][\w.-]{0,127}$/;
 export const DIGEST = /^sha256:[a-f0-9]{64}$/;
 
 /** Parse `ref`; `defaultRegistry` stands in when the first component is no host. */
-export function parseReference(ref: string, defaultRegistry = process.env.FORKD_REGISTRY): ImageRef {
+export function parseReference(
+  ref: string,
+  defaultRegistry = process.env.FORKD_REGISTRY,
+): ImageRef {
   let rest = ref.trim();
   let digest: string | undefined;
   const at = rest.indexOf('@');

@@ -21,7 +21,11 @@ export function blobDir(p: Paths): string {
 /** The cache file of a digest (checked first: it becomes a file name). */
 export function blobPath(p: Paths, digest: string): string {
   if (!DIGEST.test(digest)) {
-    throw new ForkdError('image_format_unsupported', `${JSON.stringify(digest)} is not a sha256 digest`, { digest });
+    throw new ForkdError(
+      'image_format_unsupported',
+      `${JSON.stringify(digest)} is not a sha256 digest`,
+      { digest },
+    );
   }
   return join(blobDir(p), digest.slice(7));
 }
@@ -37,7 +41,11 @@ export async function hasBlob(p: Paths, digest: string): Promise<boolean> {
  * Add a blob through `fill`, which writes the bytes to the temp path it is given (and
  * verifies them); renamed into place only when `fill` succeeded.
  */
-export async function addBlob(p: Paths, digest: string, fill: (tmp: string) => Promise<void>): Promise<string> {
+export async function addBlob(
+  p: Paths,
+  digest: string,
+  fill: (tmp: string) => Promise<void>,
+): Promise<string> {
   const dest = blobPath(p, digest);
   await mkdir(blobDir(p), { recursive: true });
   const tmp = join(blobDir(p), `.tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
@@ -52,10 +60,19 @@ export async function addBlob(p: Paths, digest: string, fill: (tmp: string) => P
 }
 
 /** Copy a local file into the cache, verified against its digest (and size when known). */
-export async function addBlobFromFile(p: Paths, digest: string, file: string, size?: number): Promise<string> {
+export async function addBlobFromFile(
+  p: Paths,
+  digest: string,
+  file: string,
+  size?: number,
+): Promise<string> {
   if (await hasBlob(p, digest)) return blobPath(p, digest);
   return addBlob(p, digest, (tmp) =>
-    pipeline(createReadStream(file), verifier(digest, size), createWriteStream(tmp, { flags: 'wx' })),
+    pipeline(
+      createReadStream(file),
+      verifier(digest, size),
+      createWriteStream(tmp, { flags: 'wx' }),
+    ),
   );
 }
 

@@ -13,7 +13,11 @@ import type { Fixup } from './layers.js';
 const PLAIN = /^[^\s"'\\]+$/;
 
 /** Apply the fixups to an unmounted ext4 image; answers how many paths had to be skipped. */
-export async function applyFixups(image: string, fixups: Map<string, Fixup>, scratch: string): Promise<number> {
+export async function applyFixups(
+  image: string,
+  fixups: Map<string, Fixup>,
+  scratch: string,
+): Promise<number> {
   if (fixups.size === 0) return 0;
   const dir = await mkdtemp(join(scratch, 'fixups-'));
   try {
@@ -28,10 +32,16 @@ export async function applyFixups(image: string, fixups: Map<string, Fixup>, scr
       const p = `/${path}`;
       if (fix.device) {
         const d = fix.device;
-        lines.push(`rm ${p}`, d.kind === 'p' ? `mknod ${p} p` : `mknod ${p} ${d.kind} ${d.major} ${d.minor}`);
+        lines.push(
+          `rm ${p}`,
+          d.kind === 'p' ? `mknod ${p} p` : `mknod ${p} ${d.kind} ${d.major} ${d.minor}`,
+        );
       }
       if (fix.owner) {
-        lines.push(`set_inode_field ${p} uid ${fix.owner.uid}`, `set_inode_field ${p} gid ${fix.owner.gid}`);
+        lines.push(
+          `set_inode_field ${p} uid ${fix.owner.uid}`,
+          `set_inode_field ${p} gid ${fix.owner.gid}`,
+        );
         lines.push(`set_inode_field ${p} mode 0${fix.owner.mode.toString(8)}`);
       }
       for (const [name, value] of fix.xattrs ?? []) {

@@ -40,10 +40,19 @@ export interface ImportOptions extends Partial<BuildOptions> {
 }
 
 /** Import an archive or layout directory into an image. */
-export async function importImage(p: Paths, opts: ImportOptions, say: PullProgressFn = () => undefined): Promise<Image> {
+export async function importImage(
+  p: Paths,
+  opts: ImportOptions,
+  say: PullProgressFn = () => undefined,
+): Promise<Image> {
   const path = resolve(opts.path);
   const st = await stat(path).catch(() => undefined);
-  if (!st) throw new ForkdError('bad_request', `${path} does not exist: pass an OCI layout directory or an image tar`, { path });
+  if (!st)
+    throw new ForkdError(
+      'bad_request',
+      `${path} does not exist: pass an OCI layout directory or an image tar`,
+      { path },
+    );
   let scratch: string | undefined;
   try {
     let dir = path;
@@ -56,7 +65,8 @@ export async function importImage(p: Paths, opts: ImportOptions, say: PullProgre
     }
     const layout = await exists(join(dir, 'index.json'));
     if (layout) return await importLayout(p, dir, path, opts, say);
-    if (await exists(join(dir, 'manifest.json'))) return await importDockerSave(p, dir, path, opts, say);
+    if (await exists(join(dir, 'manifest.json')))
+      return await importDockerSave(p, dir, path, opts, say);
     throw new ForkdError(
       'image_format_unsupported',
       `${path} is neither an OCI image layout (no index.json) nor a \`docker save\` archive (no manifest.json)`,
@@ -67,22 +77,40 @@ export async function importImage(p: Paths, opts: ImportOptions, say: PullProgre
   }
 }
 
-async function importLayout(p: Paths, dir: string, file: string, opts: ImportOptions, say: PullProgressFn): Promise<Image> {
-  const blob = (digest: string) => join(dir, 'blobs', 'sha256', digest.replace(/^sha256:/, '').replace(/[^a-f0-9]/g, ''));
-  const index = JSON.parse(await readFile(join(dir, 'index.json'), 'utf8')) as { manifests?: Descriptor[] };
+async function importLayout(
+  p: Paths,
+  dir: string,
+  file: string,
+  opts: ImportOptions,
+  say: PullProgressFn,
+): Promise<Image> {
+  const blob = (digest: string) =>
+    join(dir, 'blobs', 'sha256', digest.replace(/^sha256:/, '').replace(/[^a-f0-9]/g, ''));
+  const index = JSON.parse(await readFile(join(dir, 'index.json'), 'utf8')) as {
+    manifests?: Descriptor[];
+  };
   const manifests = index.manifests ?? [];
   const wanted = opts.ref
     ? manifests.filter((m) => refName(m) === opts.ref || refName(m) === opts.ref!.split(':').pop())
     : manifests;
   const top = wanted[0];
   if (!top) {
-    throw new ForkdError('reference_not_found', `${file} has no image ${opts.ref ?? ''}`.trim() + ': list its index.json', { ref: opts.ref });
+    throw new ForkdError(
+      'reference_not_found',
+      `${file} has no image ${opts.ref ?? ''}`.trim() + ': list its index.json',
+      { ref: opts.ref },
+    );
   }
   const readBlob = async (d: { digest: string; size?: number }) => {
     const bytes = await readFile(blob(d.digest)).catch(() => {
       throw new ForkdError('blob_invalid', `${file} lacks blob ${d.digest}`, { digest: d.digest });
     });
-    if (sha256(bytes) !== d.digest) throw new ForkdError('blob_invalid', `blob ${d.digest} in ${file} does not match its digest`, { digest: d.digest });
+    if (sha256(bytes) !== d.digest)
+      throw new ForkdError(
+        'blob_invalid',
+        `blob ${d.digest} in ${file} does not match its digest`,
+        { digest: d.digest },
+      );
     return bytes;
   };
   // The top entry is an index entry, i.e. a descriptor: resolve from its digest.
@@ -99,10 +127,21 @@ async function importLayout(p: Paths, dir: string, file: string, opts: ImportOpt
   );
   await fetchLayers(p, resolved.layers, say, async (d, tmp) => {
     const { verifier } = await import('../../drivers/registry/index.js');
-    await pipeline(createReadStream(blob(d.digest)), verifier(d.digest, d.size), createWriteStream(tmp, { flags: 'wx' }));
+    await pipeline(
+      createReadStream(blob(d.digest)),
+      verifier(d.digest, d.size),
+      createWriteStream(tmp, { flags: 'wx' }),
+    );
   });
   const name = opts.name ?? nameFrom(refName(top), file);
-  const source = { kind: 'archive' as const, file, format: 'oci-layout' as const, digest: resolved.digest, platform: resolved.platform, blobs: resolved.layers.map((l) => l.digest) };
+  const source = {
+    kind: 'archive' as const,
+    file,
+    format: 'oci-layout' as const,
+    digest: resolved.digest,
+    platform: resolved.platform,
+    blobs: resolved.layers.map((l) => l.digest),
+  };
   return buildFromLayers(p, { ...opts, name }, resolved, source, say);
 }
 
@@ -113,10 +152,21 @@ interface SaveEntry {
 }
 
 /** `docker save`: manifest.json names the config and the (uncompressed) layer tars. */
-async function importDockerSave(p: Paths, dir: string, file: string, opts: ImportOptions, say: PullProgressFn): Promise<Image> {
+async function importDockerSave(
+  p: Paths,
+  dir: string,
+  file: string,
+  opts: ImportOptions,
+  say: PullProgressFn,
+): Promise<Image> {
   const entries = JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as SaveEntry[];
-  const entry = opts.ref ? entries.find((e) => e.RepoTags?.some((t) => t === opts.ref || t.endsWith(`/${opts.ref}`))) : entries[0];
-  if (!entry) throw new ForkdError('reference_not_found', `${file} has no image ${opts.ref ?? ''}`.trim(), { ref: opts.ref });
+  const entry = opts.ref
+    ? entries.find((e) => e.RepoTags?.some((t) => t === opts.ref || t.endsWith(`/${opts.ref}`)))
+    : entries[0];
+  if (!entry)
+    throw new ForkdError('reference_not_found', `${file} has no image ${opts.ref ?? ''}`.trim(), {
+      ref: opts.ref,
+    });
   const inside = (rel: string) => join(dir, clean(rel));
   const configBytes = await readFile(inside(entry.Config));
   const raw = JSON.parse(configBytes.toString('utf8')) as Parameters<typeof imageConfig>[0];
@@ -127,7 +177,11 @@ async function importDockerSave(p: Paths, dir: string, file: string, opts: Impor
     const digest = await fileDigest(path);
     // The config names each layer by the digest of its uncompressed tar: they must agree.
     if (diffIds[i] && diffIds[i] !== digest) {
-      throw new ForkdError('blob_invalid', `layer ${rel} in ${file} does not match the config's diff_id ${diffIds[i]}`, { layer: rel });
+      throw new ForkdError(
+        'blob_invalid',
+        `layer ${rel} in ${file} does not match the config's diff_id ${diffIds[i]}`,
+        { layer: rel },
+      );
     }
     layers.push({ mediaType: DOCKER_LAYER, digest, size: (await stat(path)).size });
     await addBlobFromFile(p, digest, path);
@@ -141,7 +195,14 @@ async function importDockerSave(p: Paths, dir: string, file: string, opts: Impor
     configDigest: sha256(configBytes),
     layers,
   };
-  const source = { kind: 'archive' as const, file, format: 'docker-save' as const, digest: resolved.digest, platform: resolved.platform, blobs: layers.map((l) => l.digest) };
+  const source = {
+    kind: 'archive' as const,
+    file,
+    format: 'docker-save' as const,
+    digest: resolved.digest,
+    platform: resolved.platform,
+    blobs: layers.map((l) => l.digest),
+  };
   return buildFromLayers(p, { ...opts, name }, resolved, source, say);
 }
 

@@ -14,9 +14,7 @@ import { pullImage } from './oci.js';
 import { importImage } from './import.js';
 import { pruneBlobs } from './cache.js';
 import { login, logout } from './logins.js';
-import type {
-  ImageProgress,
-} from '../contracts.js';
+import type { ImageProgress } from '../contracts.js';
 import type { ImportImageT, LoginT, PruneResultT, PullImageT } from '../../contract/schemas.js';
 
 export {

@@ -49,7 +49,14 @@ export interface Tree {
 const WHITEOUT = '.wh.';
 const OPAQUE = '.wh..wh..opq';
 const MAX_LINKS = 40;
-const TYPE_BITS = { file: 0o100000, dir: 0o040000, symlink: 0o120000, char: 0o020000, block: 0o060000, fifo: 0o010000 };
+const TYPE_BITS = {
+  file: 0o100000,
+  dir: 0o040000,
+  symlink: 0o120000,
+  char: 0o020000,
+  block: 0o060000,
+  fifo: 0o010000,
+};
 
 export function newTree(root: string): Tree {
   return { root, asRoot: process.getuid?.() === 0, fixups: new Map(), dirs: new Map(), entries: 0 };
@@ -78,11 +85,15 @@ async function* zstdStream(file: string): AsyncGenerator<Buffer> {
     for await (const chunk of child.stdout) yield chunk as Buffer;
     const code = await exited.catch((e: NodeJS.ErrnoException) => {
       if (e.code === 'ENOENT') {
-        throw new ForkdError('setup_required', 'a zstd layer needs the `zstd` program: apt-get install zstd');
+        throw new ForkdError(
+          'setup_required',
+          'a zstd layer needs the `zstd` program: apt-get install zstd',
+        );
       }
       throw e;
     });
-    if (code !== 0) throw new ForkdError('blob_invalid', `a zstd layer does not decompress: ${stderr.trim()}`);
+    if (code !== 0)
+      throw new ForkdError('blob_invalid', `a zstd layer does not decompress: ${stderr.trim()}`);
   } finally {
     if (child.exitCode === null) child.kill();
   }
@@ -99,7 +110,8 @@ export async function applyLayer(tree: Tree, tar: AsyncIterable<Buffer>): Promis
     const base = posix.basename(path);
     const parent = await resolveDir(tree, dir === '.' ? '' : dir);
     if (base === OPAQUE) return void opaque.push(parent);
-    if (base.startsWith(WHITEOUT)) return removePath(tree, join1(parent, base.slice(WHITEOUT.length)));
+    if (base.startsWith(WHITEOUT))
+      return removePath(tree, join1(parent, base.slice(WHITEOUT.length)));
     const target = join1(parent, base);
     markWritten(written, target);
     tree.entries++;
@@ -117,11 +129,17 @@ export async function finishTree(tree: Tree): Promise<void> {
     if (tree.asRoot) await lchown(host, h.uid, h.gid);
     await chmod(host, mode);
     await utimes(host, h.mtime, h.mtime);
-    if (!tree.asRoot) setFixup(tree, path, { owner: { uid: h.uid, gid: h.gid, mode: TYPE_BITS.dir | h.mode } });
+    if (!tree.asRoot)
+      setFixup(tree, path, { owner: { uid: h.uid, gid: h.gid, mode: TYPE_BITS.dir | h.mode } });
   }
 }
 
-async function applyEntry(tree: Tree, path: string, h: TarHeader, body: AsyncIterable<Buffer>): Promise<void> {
+async function applyEntry(
+  tree: Tree,
+  path: string,
+  h: TarHeader,
+  body: AsyncIterable<Buffer>,
+): Promise<void> {
   if (h.type === 'dir') return applyDir(tree, path, h);
   await removePath(tree, path);
   const host = hostPath(tree, path);
@@ -135,9 +153,16 @@ async function applyEntry(tree: Tree, path: string, h: TarHeader, body: AsyncIte
       await lutimes(host, h.mtime, h.mtime);
       break;
     case 'link': {
-      const target = join1(await resolveDir(tree, parentOf(clean(h.linkpath))), posix.basename(clean(h.linkpath)));
+      const target = join1(
+        await resolveDir(tree, parentOf(clean(h.linkpath))),
+        posix.basename(clean(h.linkpath)),
+      );
       await link(hostPath(tree, target), host).catch((e: NodeJS.ErrnoException) => {
-        throw new ForkdError('image_format_unsupported', `a layer hard-links ${path} to ${h.linkpath}, which is not there (${e.code})`, { path });
+        throw new ForkdError(
+          'image_format_unsupported',
+          `a layer hard-links ${path} to ${h.linkpath}, which is not there (${e.code})`,
+          { path },
+        );
       });
       return; // shares the inode (and its fixups) with its target
     }
@@ -163,7 +188,12 @@ async function applyEntry(tree: Tree, path: string, h: TarHeader, body: AsyncIte
   if (fix.owner || fix.xattrs) setFixup(tree, path, fix);
 }
 
-async function writeFileEntry(host: string, h: TarHeader, body: AsyncIterable<Buffer>, asRoot: boolean): Promise<void> {
+async function writeFileEntry(
+  host: string,
+  h: TarHeader,
+  body: AsyncIterable<Buffer>,
+  asRoot: boolean,
+): Promise<void> {
   const fh = await open(host, 'wx', 0o600);
   try {
     for await (const chunk of body) await fh.write(chunk);
@@ -219,17 +249,26 @@ async function resolveDir(tree: Tree, dir: string, depth = 0): Promise<string> {
     const st = await lstat(host).catch(() => undefined);
     if (!st) {
       await mkdir(host, { mode: 0o755 });
-      if (!tree.asRoot) setFixup(tree, next, { owner: { uid: 0, gid: 0, mode: TYPE_BITS.dir | 0o755 } });
+      if (!tree.asRoot)
+        setFixup(tree, next, { owner: { uid: 0, gid: 0, mode: TYPE_BITS.dir | 0o755 } });
       at = next;
     } else if (st.isSymbolicLink()) {
-      if (depth >= MAX_LINKS) throw new ForkdError('image_format_unsupported', `too many symlinks resolving /${dir} in a layer`);
+      if (depth >= MAX_LINKS)
+        throw new ForkdError(
+          'image_format_unsupported',
+          `too many symlinks resolving /${dir} in a layer`,
+        );
       const target = await readlink(host);
       const resolved = clean(target.startsWith('/') ? target : posix.join(at, target));
       at = await resolveDir(tree, resolved, depth + 1);
     } else if (st.isDirectory()) {
       at = next;
     } else {
-      throw new ForkdError('image_format_unsupported', `a layer writes below /${next}, which is not a directory`, { path: next });
+      throw new ForkdError(
+        'image_format_unsupported',
+        `a layer writes below /${next}, which is not a directory`,
+        { path: next },
+      );
     }
   }
   return at;

@@ -7,7 +7,11 @@ import { randomBytes } from 'node:crypto';
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
-import { RegistryClient, type CredentialSource, type Credentials } from '../../drivers/registry/index.js';
+import {
+  RegistryClient,
+  type CredentialSource,
+  type Credentials,
+} from '../../drivers/registry/index.js';
 import { ForkdError } from '../../errors.js';
 
 type AuthFile = { auths: Record<string, { auth: string }> };
@@ -29,7 +33,9 @@ async function readAuth(p: Paths): Promise<AuthFile> {
 
 export function validateRegistry(registry: string): void {
   if (REGISTRY_RULE.test(registry)) return;
-  throw new ForkdError('bad_request', `${JSON.stringify(registry)} is not a registry host[:port]`, { registry });
+  throw new ForkdError('bad_request', `${JSON.stringify(registry)} is not a registry host[:port]`, {
+    registry,
+  });
 }
 
 /** Credentials saved by `forkd login`. */
@@ -44,10 +50,19 @@ export function forkdCredentials(p: Paths): CredentialSource {
 }
 
 /** Check the credentials against the registry, then save them (replacing older ones). */
-export async function login(p: Paths, registry: string, creds: Credentials, signal?: AbortSignal): Promise<void> {
+export async function login(
+  p: Paths,
+  registry: string,
+  creds: Credentials,
+  signal?: AbortSignal,
+): Promise<void> {
   validateRegistry(registry);
   await new RegistryClient(registry, { credentials: async () => creds, signal }).ping();
-  await saveAuth(p, registry, Buffer.from(`${creds.username}:${creds.password}`).toString('base64'));
+  await saveAuth(
+    p,
+    registry,
+    Buffer.from(`${creds.username}:${creds.password}`).toString('base64'),
+  );
 }
 
 /** Forget a registry's saved credentials; false when there were none. */

@@ -79,10 +79,17 @@ export function credentialsFor(p: Paths): CredentialSource {
  * Pull `reference` into an image. An image of that name already built from the same
  * manifest digest is answered as it is (nothing is downloaded or built).
  */
-export async function pullImage(p: Paths, opts: PullOptions, say: PullProgressFn = () => undefined): Promise<Image> {
+export async function pullImage(
+  p: Paths,
+  opts: PullOptions,
+  say: PullProgressFn = () => undefined,
+): Promise<Image> {
   const ref = parseReference(opts.reference);
   const name = opts.name ?? defaultName(ref.repository);
-  const client = new RegistryClient(ref.registry, { credentials: credentialsFor(p), signal: opts.signal });
+  const client = new RegistryClient(ref.registry, {
+    credentials: credentialsFor(p),
+    signal: opts.signal,
+  });
   say({ message: `resolving ${formatReference(ref)}` });
   const platform = opts.platform ?? DEFAULT_PLATFORM;
   const resolved = await resolveManifest(
@@ -145,11 +152,14 @@ export async function resolveManifest(
       { media_type: l.mediaType, digest: l.digest },
     );
   }
-  if (!m.json.config) throw new ForkdError('image_format_unsupported', 'the manifest has no config');
+  if (!m.json.config)
+    throw new ForkdError('image_format_unsupported', 'the manifest has no config');
   const raw = parseJson(await getConfig(m.json.config), 'image config') as RawConfig;
   return {
     digest: m.digest,
-    platform: [raw.os ?? 'linux', raw.architecture ?? 'amd64', raw.variant].filter(Boolean).join('/'),
+    platform: [raw.os ?? 'linux', raw.architecture ?? 'amd64', raw.variant]
+      .filter(Boolean)
+      .join('/'),
     config: imageConfig(raw),
     configDigest: m.json.config.digest,
     layers,
@@ -191,7 +201,9 @@ export function pickPlatform(manifests: Descriptor[], platform: string): Descrip
       (!variant || d.platform?.variant === variant),
   );
   if (found) return found;
-  const have = manifests.map((d) => [d.platform?.os, d.platform?.architecture, d.platform?.variant].filter(Boolean).join('/'));
+  const have = manifests.map((d) =>
+    [d.platform?.os, d.platform?.architecture, d.platform?.variant].filter(Boolean).join('/'),
+  );
   throw new ForkdError(
     'image_format_unsupported',
     `the image has no ${platform} variant (it has: ${have.join(', ') || 'none'}): pass --platform`,
@@ -211,7 +223,12 @@ export async function fetchLayers(
   for (const [i, l] of layers.entries()) {
     const short = l.digest.slice(7, 19);
     if (await hasBlob(p, l.digest)) {
-      say({ message: `layer ${i + 1}/${layers.length} ${short} cached`, layer: l.digest, current: l.size, total: l.size });
+      say({
+        message: `layer ${i + 1}/${layers.length} ${short} cached`,
+        layer: l.digest,
+        current: l.size,
+        total: l.size,
+      });
       continue;
     }
     let got = 0;
@@ -221,10 +238,20 @@ export async function fetchLayers(
         got += n;
         if (got - last < 1 << 20 && got !== l.size) return;
         last = got;
-        say({ message: `layer ${i + 1}/${layers.length} ${short}`, layer: l.digest, current: got, total: l.size });
+        say({
+          message: `layer ${i + 1}/${layers.length} ${short}`,
+          layer: l.digest,
+          current: got,
+          total: l.size,
+        });
       }),
     );
-    say({ message: `layer ${i + 1}/${layers.length} ${short} done`, layer: l.digest, current: l.size, total: l.size });
+    say({
+      message: `layer ${i + 1}/${layers.length} ${short} done`,
+      layer: l.digest,
+      current: l.size,
+      total: l.size,
+    });
   }
 }
 
@@ -262,10 +289,17 @@ export async function buildFromLayers(
 }
 
 /** An existing image built from this digest is reused unless forced. */
-async function sameImage(p: Paths, name: string, digest: string, force?: boolean): Promise<Image | undefined> {
+async function sameImage(
+  p: Paths,
+  name: string,
+  digest: string,
+  force?: boolean,
+): Promise<Image | undefined> {
   if (force) return undefined;
   const existing = await getImage(p, name).catch(() => undefined);
-  return (existing?.source as { digest?: string } | undefined)?.digest === digest ? existing : undefined;
+  return (existing?.source as { digest?: string } | undefined)?.digest === digest
+    ? existing
+    : undefined;
 }
 
 /** `team/app` → `app`, kept to the name rule. */

@@ -122,7 +122,9 @@ function header(
   longName?: string,
   longLink?: string,
 ): TarHeader {
-  const prefix = b.subarray(257, 263).toString('latin1').startsWith('ustar') ? cstr(b, 345, 155) : '';
+  const prefix = b.subarray(257, 263).toString('latin1').startsWith('ustar')
+    ? cstr(b, 345, 155)
+    : '';
   let path = longName ?? (prefix ? `${prefix}/${cstr(b, 0, 100)}` : cstr(b, 0, 100));
   let linkpath = longLink ?? cstr(b, 157, 100);
   const text = (k: string) => pax.get(k)?.toString('utf8');
@@ -170,7 +172,11 @@ function num(b: Buffer, off: number, len: number): number {
     for (let i = 1; i < len; i++) v = v * 256 + b[off + i]!;
     return v;
   }
-  const s = b.subarray(off, off + len).toString('latin1').replace(/\0.*$/s, '').trim();
+  const s = b
+    .subarray(off, off + len)
+    .toString('latin1')
+    .replace(/\0.*$/s, '')
+    .trim();
   return s ? parseInt(s, 8) : 0;
 }
 
@@ -184,7 +190,10 @@ function checkSum(b: Buffer): void {
   let sum = 8 * 0x20;
   for (let i = 0; i < BLOCK; i++) if (i < 148 || i >= 156) sum += b[i]!;
   if (sum === num(b, 148, 8)) return;
-  throw new ForkdError('image_format_unsupported', 'a layer is not a tar archive (bad header checksum)');
+  throw new ForkdError(
+    'image_format_unsupported',
+    'a layer is not a tar archive (bad header checksum)',
+  );
 }
 
 function truncated(): ForkdError {

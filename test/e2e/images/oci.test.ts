@@ -7,11 +7,30 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmod, chown, copyFile, link, mkdir, mkdtemp, readdir, readFile, rm, symlink, truncate, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  chown,
+  copyFile,
+  link,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  symlink,
+  truncate,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RegistryClient, MEDIA } from '../../../src/drivers/registry/index.js';
-import { importImage, pullImage, pruneBlobs, login, getImage } from '../../../src/services/images/index.js';
+import {
+  importImage,
+  pullImage,
+  pruneBlobs,
+  login,
+  getImage,
+} from '../../../src/services/images/index.js';
 import { blobDir } from '../../../src/services/images/cache.js';
 import { run } from '../../../src/util/exec.js';
 import { isForkdError } from '../../../src/errors.js';
@@ -19,7 +38,18 @@ import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import { forkd } from '../../helpers/cli.js';
 import { startDaemon } from '../../helpers/daemon-process.js';
 import { ext4Read, ext4Stat, ext4Check } from './fixtures.js';
-import { layerFromDir, ociImage, push, sha, startRegistry, writeDockerSave, writeLayout, type BuiltImage, type Layer, type TestRegistry } from './registry.js';
+import {
+  layerFromDir,
+  ociImage,
+  push,
+  sha,
+  startRegistry,
+  writeDockerSave,
+  writeLayout,
+  type BuiltImage,
+  type Layer,
+  type TestRegistry,
+} from './registry.js';
 
 let home: TestHome;
 let reg: TestRegistry;
@@ -32,7 +62,9 @@ const CONFIG = {
   WorkingDir: '/app',
   User: '1000',
   Entrypoint: ['/bin/sh', '-c'],
-  Cmd: ['echo "$GREETING $(pwd) $(id -u)"; stat -c "%n %a %u:%g" /app/suid /app/owned; test -e /app/gone.txt || echo gone-absent; ls /opq'],
+  Cmd: [
+    'echo "$GREETING $(pwd) $(id -u)"; stat -c "%n %a %u:%g" /app/suid /app/owned; test -e /app/gone.txt || echo gone-absent; ls /opq',
+  ],
 };
 const APPLETS = ['sh', 'echo', 'stat', 'id', 'test', 'ls', 'cat', 'pwd'];
 
@@ -44,7 +76,10 @@ async function makeLayers(): Promise<Layer[]> {
   for (const a of APPLETS) await symlink('busybox', join(l1, 'bin', a));
   await mkdir(join(l1, 'app'));
   await mkdir(join(l1, 'etc'));
-  await writeFile(join(l1, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/app:/bin/sh\n');
+  await writeFile(
+    join(l1, 'etc/passwd'),
+    'root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/app:/bin/sh\n',
+  );
   await writeFile(join(l1, 'etc/group'), 'root:x:0:\napp:x:1000:\n');
   await writeFile(join(l1, 'app/hello.txt'), 'hello\n');
   await symlink('hello.txt', join(l1, 'app/link'));
@@ -54,7 +89,13 @@ async function makeLayers(): Promise<Layer[]> {
   await writeFile(join(l1, 'app/owned'), 'mine\n');
   await chown(join(l1, 'app/owned'), 1000, 1000);
   await writeFile(join(l1, 'app/cap'), 'cap\n');
-  await run('setfattr', ['-n', 'security.capability', '-v', '0x0100000200200000000000000000000000000000', join(l1, 'app/cap')]);
+  await run('setfattr', [
+    '-n',
+    'security.capability',
+    '-v',
+    '0x0100000200200000000000000000000000000000',
+    join(l1, 'app/cap'),
+  ]);
   await writeFile(join(l1, 'app/gone.txt'), 'deleted above\n');
   await mkdir(join(l1, 'opq'));
   await writeFile(join(l1, 'opq/old.txt'), 'old\n');
@@ -93,9 +134,17 @@ after(async () => {
 /** No staging dir, no temp blob, and none of `digests` in the cache. */
 async function assertNothingLeft(digests: string[]): Promise<void> {
   const images = await readdir(home.paths.images);
-  assert.deepEqual(images.filter((n) => n.startsWith('.')), [], 'a staging dir was left');
+  assert.deepEqual(
+    images.filter((n) => n.startsWith('.')),
+    [],
+    'a staging dir was left',
+  );
   const blobs = await readdir(blobDir(home.paths)).catch(() => [] as string[]);
-  assert.deepEqual(blobs.filter((n) => n.startsWith('.')), [], 'a temp blob was left');
+  assert.deepEqual(
+    blobs.filter((n) => n.startsWith('.')),
+    [],
+    'a temp blob was left',
+  );
   for (const d of digests) assert.ok(!blobs.includes(d.slice(7)), `${d} was cached`);
 }
 
@@ -137,8 +186,16 @@ test('a second image sharing layers downloads only its new layer', async () => {
   await push(client, 'team/app', '2', app2, scratch);
   const before = reg.log().length;
   const image = await pullImage(home.paths, { reference: `${reg.host}/team/app:2`, name: 'app2' });
-  const gets = [...reg.log().slice(before).matchAll(/"GET \/v2\/team\/app\/blobs\/(sha256:[a-f0-9]{64})/g)].map((m) => m[1]);
-  assert.deepEqual(gets.filter((d) => d !== sha(app2.config)), [l4.digest]);
+  const gets = [
+    ...reg
+      .log()
+      .slice(before)
+      .matchAll(/"GET \/v2\/team\/app\/blobs\/(sha256:[a-f0-9]{64})/g),
+  ].map((m) => m[1]);
+  assert.deepEqual(
+    gets.filter((d) => d !== sha(app2.config)),
+    [l4.digest],
+  );
   assert.equal((await ext4Read(image.path, '/app/v2.txt')).toString(), 'v2\n');
   await assert.rejects(ext4Stat(image.path, '/app/v1.txt'));
 });
@@ -147,13 +204,34 @@ test('a multi-arch index resolves to linux/amd64', async () => {
   const arm = ociImage(layers.slice(0, 1), CONFIG, 'arm64');
   await push(client, 'team/multi', 'arm', arm, scratch);
   await push(client, 'team/multi', 'amd', app1, scratch);
-  const entry = (img: BuiltImage, architecture: string) => ({ mediaType: MEDIA.ociManifest, digest: img.manifestDigest, size: img.manifest.length, platform: { os: 'linux', architecture } });
-  const index = Buffer.from(JSON.stringify({ schemaVersion: 2, mediaType: MEDIA.ociIndex, manifests: [entry(arm, 'arm64'), entry(app1, 'amd64')] }));
+  const entry = (img: BuiltImage, architecture: string) => ({
+    mediaType: MEDIA.ociManifest,
+    digest: img.manifestDigest,
+    size: img.manifest.length,
+    platform: { os: 'linux', architecture },
+  });
+  const index = Buffer.from(
+    JSON.stringify({
+      schemaVersion: 2,
+      mediaType: MEDIA.ociIndex,
+      manifests: [entry(arm, 'arm64'), entry(app1, 'amd64')],
+    }),
+  );
   await client.putManifest('team/multi', 'all', MEDIA.ociIndex, index);
-  const image = await pullImage(home.paths, { reference: `${reg.host}/team/multi:all`, name: 'multi' });
+  const image = await pullImage(home.paths, {
+    reference: `${reg.host}/team/multi:all`,
+    name: 'multi',
+  });
   assert.equal((image.source as { digest: string }).digest, app1.manifestDigest);
   assert.equal((image.source as { platform: string }).platform, 'linux/amd64');
-  await assert.rejects(pullImage(home.paths, { reference: `${reg.host}/team/multi:all`, name: 'm2', platform: 'linux/s390x' }), (e) => isForkdError(e, 'image_format_unsupported'));
+  await assert.rejects(
+    pullImage(home.paths, {
+      reference: `${reg.host}/team/multi:all`,
+      name: 'm2',
+      platform: 'linux/s390x',
+    }),
+    (e) => isForkdError(e, 'image_format_unsupported'),
+  );
 });
 
 test('OCI layout (dir and tar) and docker save imports build the same rootfs as the pull', async () => {
@@ -166,9 +244,22 @@ test('OCI layout (dir and tar) and docker save imports build the same rootfs as 
   const saveTar = join(scratch, 'save.tar');
   await run('tar', ['-C', saveDir, '-cf', saveTar, '.']);
   const pulled = await getImage(home.paths, 'app');
-  const tree = async (fs: string) => (await run('debugfs', ['-R', 'ls -l -p /app', fs])).stdout.split('\n').map((l) => l.split('/').filter((_, i) => i !== 1 && i !== 7).join('/')).sort();
+  const tree = async (fs: string) =>
+    (await run('debugfs', ['-R', 'ls -l -p /app', fs])).stdout
+      .split('\n')
+      .map((l) =>
+        l
+          .split('/')
+          .filter((_, i) => i !== 1 && i !== 7)
+          .join('/'),
+      )
+      .sort();
   const want = await tree(pulled.path);
-  for (const [name, path] of [['lay', layoutDir], ['laytar', layoutTar], ['save', saveTar]] as const) {
+  for (const [name, path] of [
+    ['lay', layoutDir],
+    ['laytar', layoutTar],
+    ['save', saveTar],
+  ] as const) {
     const image = await importImage(home.paths, { path, name });
     assert.deepEqual(await tree(image.path), want, `${name} differs from the pull`);
     assert.deepEqual(image.config, pulled.config);
@@ -176,7 +267,8 @@ test('OCI layout (dir and tar) and docker save imports build the same rootfs as 
 });
 
 test('a bad digest, a truncated layer, an unknown media type, a 404 tag: clear errors, nothing left', async () => {
-  const data = (d: string) => join(reg.dataDir, 'docker/registry/v2/blobs/sha256', d.slice(7, 9), d.slice(7), 'data');
+  const data = (d: string) =>
+    join(reg.dataDir, 'docker/registry/v2/blobs/sha256', d.slice(7, 9), d.slice(7), 'data');
   const mk = async (name: string, text: string) => {
     const dir = join(scratch, name);
     await mkdir(dir);
@@ -189,9 +281,15 @@ test('a bad digest, a truncated layer, an unknown media type, a 404 tag: clear e
   const flipped = Buffer.from(orig);
   flipped[flipped.length - 10] = flipped[flipped.length - 10]! ^ 0xff;
   await writeFile(data(bad.digest), flipped);
-  await assert.rejects(pullImage(home.paths, { reference: `${reg.host}/team/bad:1`, name: 'bad' }), (e) => isForkdError(e, 'blob_invalid') && /digest/.test((e as Error).message));
+  await assert.rejects(
+    pullImage(home.paths, { reference: `${reg.host}/team/bad:1`, name: 'bad' }),
+    (e) => isForkdError(e, 'blob_invalid') && /digest/.test((e as Error).message),
+  );
   await truncate(data(bad.digest), orig.length - 100);
-  await assert.rejects(pullImage(home.paths, { reference: `${reg.host}/team/bad:1`, name: 'bad' }), (e) => isForkdError(e, 'blob_invalid'));
+  await assert.rejects(
+    pullImage(home.paths, { reference: `${reg.host}/team/bad:1`, name: 'bad' }),
+    (e) => isForkdError(e, 'blob_invalid'),
+  );
   await assertNothingLeft([bad.digest]);
   await assert.rejects(getImage(home.paths, 'bad'));
 
@@ -200,9 +298,22 @@ test('a bad digest, a truncated layer, an unknown media type, a 404 tag: clear e
   const manifest = JSON.parse(oddImg.manifest.toString()) as { layers: { mediaType: string }[] };
   manifest.layers[0]!.mediaType = 'application/vnd.example.unknown';
   await push(client, 'team/odd', 'x', oddImg, scratch);
-  await client.putManifest('team/odd', '1', MEDIA.ociManifest, Buffer.from(JSON.stringify(manifest)));
-  await assert.rejects(pullImage(home.paths, { reference: `${reg.host}/team/odd:1`, name: 'odd' }), (e) => isForkdError(e, 'image_format_unsupported') && /application\/vnd\.example\.unknown/.test((e as Error).message));
-  await assert.rejects(pullImage(home.paths, { reference: `${reg.host}/team/app:nope`, name: 'nope' }), (e) => isForkdError(e, 'reference_not_found'));
+  await client.putManifest(
+    'team/odd',
+    '1',
+    MEDIA.ociManifest,
+    Buffer.from(JSON.stringify(manifest)),
+  );
+  await assert.rejects(
+    pullImage(home.paths, { reference: `${reg.host}/team/odd:1`, name: 'odd' }),
+    (e) =>
+      isForkdError(e, 'image_format_unsupported') &&
+      /application\/vnd\.example\.unknown/.test((e as Error).message),
+  );
+  await assert.rejects(
+    pullImage(home.paths, { reference: `${reg.host}/team/app:nope`, name: 'nope' }),
+    (e) => isForkdError(e, 'reference_not_found'),
+  );
   await assertNothingLeft([odd.digest]);
 });
 
@@ -211,14 +322,31 @@ test('basic and token auth: 401 without credentials, then Docker config and fork
     const secured = await startRegistry({ kind, user: 'ci', password: 's3cret' });
     t.after(() => secured.stop());
     const creds = async () => ({ username: 'ci', password: 's3cret' });
-    await push(new RegistryClient(secured.host, { credentials: creds }), 'team/app', '1', app1, scratch);
+    await push(
+      new RegistryClient(secured.host, { credentials: creds }),
+      'team/app',
+      '1',
+      app1,
+      scratch,
+    );
     const ref = `${secured.host}/team/app:1`;
-    await assert.rejects(pullImage(home.paths, { reference: ref, name: `${kind}-x` }), (e) => isForkdError(e, 'registry_unauthorized') && /forkd login/.test((e as Error).message));
-    await assert.rejects(login(home.paths, secured.host, { username: 'ci', password: 'wrong' }), (e) => isForkdError(e, 'registry_unauthorized'));
+    await assert.rejects(
+      pullImage(home.paths, { reference: ref, name: `${kind}-x` }),
+      (e) => isForkdError(e, 'registry_unauthorized') && /forkd login/.test((e as Error).message),
+    );
+    await assert.rejects(
+      login(home.paths, secured.host, { username: 'ci', password: 'wrong' }),
+      (e) => isForkdError(e, 'registry_unauthorized'),
+    );
     if (kind === 'basic') {
       const docker = join(scratch, 'docker');
       await mkdir(docker, { recursive: true });
-      await writeFile(join(docker, 'config.json'), JSON.stringify({ auths: { [secured.host]: { auth: Buffer.from('ci:s3cret').toString('base64') } } }));
+      await writeFile(
+        join(docker, 'config.json'),
+        JSON.stringify({
+          auths: { [secured.host]: { auth: Buffer.from('ci:s3cret').toString('base64') } },
+        }),
+      );
       process.env.DOCKER_CONFIG = docker;
       t.after(() => delete process.env.DOCKER_CONFIG);
     } else {
@@ -239,30 +367,52 @@ test('prune removes only blobs no image uses', async () => {
   assert.equal(before.length - after.length, r.blobs);
 });
 
-test("booting the pulled image with no command runs its Entrypoint with its Env, WorkingDir and User", { timeout: 240_000 }, async () => {
-  const r = await forkd(['run', '--image', 'app'], { env: home.env });
-  assert.equal(r.code, 0, r.stderr);
-  const out = r.stdout.toString();
-  assert.match(out, /^hello-oci \/app 1000$/m);
-  assert.match(out, /\/app\/suid 4755 0:0/);
-  assert.match(out, /\/app\/owned 644 1000:1000/);
-  assert.match(out, /^gone-absent$/m);
-  assert.match(out, /^new\.txt$/m);
-  assert.doesNotMatch(out, /old\.txt/);
-});
+test(
+  'booting the pulled image with no command runs its Entrypoint with its Env, WorkingDir and User',
+  { timeout: 240_000 },
+  async () => {
+    const r = await forkd(['run', '--image', 'app'], { env: home.env });
+    assert.equal(r.code, 0, r.stderr);
+    const out = r.stdout.toString();
+    assert.match(out, /^hello-oci \/app 1000$/m);
+    assert.match(out, /\/app\/suid 4755 0:0/);
+    assert.match(out, /\/app\/owned 644 1000:1000/);
+    assert.match(out, /^gone-absent$/m);
+    assert.match(out, /^new\.txt$/m);
+    assert.doesNotMatch(out, /old\.txt/);
+  },
+);
 
 test('from-image then fork -n 3', { timeout: 400_000 }, async (t) => {
   const daemon = await startDaemon(home);
   t.after(() => daemon.stop());
   const env = { ...home.env, FORKD_URL: daemon.url };
-  const made = await forkd(['from-image', `${reg.host}/team/app:1`, '--name', 'app', '--tag', 'appsnap', '--warm', 'echo warm > /tmp/w', '--json'], { env });
+  const made = await forkd(
+    [
+      'from-image',
+      `${reg.host}/team/app:1`,
+      '--name',
+      'app',
+      '--tag',
+      'appsnap',
+      '--warm',
+      'echo warm > /tmp/w',
+      '--json',
+    ],
+    { env },
+  );
   assert.equal(made.code, 0, made.stderr);
-  const again = await forkd(['from-image', `${reg.host}/team/app:1`, '--name', 'app', '--tag', 'appsnap', '--json'], { env });
+  const again = await forkd(
+    ['from-image', `${reg.host}/team/app:1`, '--name', 'app', '--tag', 'appsnap', '--json'],
+    { env },
+  );
   assert.equal(again.code, 0, again.stderr);
   assert.match(again.stdout.toString(), /"reused":true/);
   const forked = await forkd(['fork', 'appsnap', '-n', '3', '--json'], { env });
   assert.equal(forked.code, 0, forked.stderr);
-  const ids = (JSON.parse(forked.stdout.toString()) as { sandboxes: { id: string }[] }).sandboxes.map((s) => s.id);
+  const ids = (
+    JSON.parse(forked.stdout.toString()) as { sandboxes: { id: string }[] }
+  ).sandboxes.map((s) => s.id);
   assert.equal(ids.length, 3);
   const cat = await forkd(['exec', ids[0]!, '--', 'cat', '/tmp/w'], { env });
   assert.equal(cat.stdout.toString(), 'warm\n');

@@ -24,7 +24,10 @@ export interface TestRegistry {
   stop(): Promise<void>;
 }
 
-export type AuthMode = { kind: 'none' } | { kind: 'basic'; user: string; password: string } | { kind: 'token'; user: string; password: string };
+export type AuthMode =
+  | { kind: 'none' }
+  | { kind: 'basic'; user: string; password: string }
+  | { kind: 'token'; user: string; password: string };
 
 async function freePort(): Promise<number> {
   const srv = netServer().listen(0, '127.0.0.1');
@@ -94,7 +97,21 @@ export async function startRegistry(auth: AuthMode = { kind: 'none' }): Promise<
 async function startTokenServer(dir: string, user: string, password: string) {
   const key = join(dir, 'token.key');
   const certFile = join(dir, 'token.crt');
-  await run('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', certFile, '-days', '1', '-subj', '/CN=forkd-test-token']);
+  await run('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    key,
+    '-out',
+    certFile,
+    '-days',
+    '1',
+    '-subj',
+    '/CN=forkd-test-token',
+  ]);
   const pem = await readFile(key, 'utf8');
   const der = (await readFile(certFile, 'utf8')).replace(/-----[^-]+-----|\s/g, '');
   const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');
@@ -111,9 +128,20 @@ async function startTokenServer(dir: string, user: string, password: string) {
     });
     const now = Math.floor(Date.now() / 1000);
     const head = b64({ alg: 'RS256', typ: 'JWT', x5c: [der] });
-    const body = b64({ iss: 'forkd-test-issuer', sub: user, aud: 'forkd-test', exp: now + 300, nbf: now - 10, iat: now, jti: randomBytes(8).toString('hex'), access });
+    const body = b64({
+      iss: 'forkd-test-issuer',
+      sub: user,
+      aud: 'forkd-test',
+      exp: now + 300,
+      nbf: now - 10,
+      iat: now,
+      jti: randomBytes(8).toString('hex'),
+      access,
+    });
     const sig = createSign('RSA-SHA256').update(`${head}.${body}`).sign(pem).toString('base64url');
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ token: `${head}.${body}.${sig}` }));
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ token: `${head}.${body}.${sig}` }));
   });
   server.listen(0, '127.0.0.1');
   await new Promise((r) => server.once('listening', r));
@@ -122,9 +150,24 @@ async function startTokenServer(dir: string, user: string, password: string) {
 }
 
 /** One layer from a directory: tar (pax, numeric owners, xattrs) then compressed. */
-export async function layerFromDir(dir: string, out: string, compression: 'none' | 'gzip' | 'zstd') {
+export async function layerFromDir(
+  dir: string,
+  out: string,
+  compression: 'none' | 'gzip' | 'zstd',
+) {
   const tar = `${out}.tar`;
-  await run('tar', ['--xattrs', '--xattrs-include=security.*', '--numeric-owner', '--format=pax', '--sort=name', '-C', dir, '-cf', tar, '.']);
+  await run('tar', [
+    '--xattrs',
+    '--xattrs-include=security.*',
+    '--numeric-owner',
+    '--format=pax',
+    '--sort=name',
+    '-C',
+    dir,
+    '-cf',
+    tar,
+    '.',
+  ]);
   const diffId = await digestOf(tar);
   let file = tar;
   if (compression === 'gzip') {
@@ -135,14 +178,18 @@ export async function layerFromDir(dir: string, out: string, compression: 'none'
     file = `${tar}.zst`;
   }
   const mediaType =
-    compression === 'none' ? 'application/vnd.oci.image.layer.v1.tar' : `application/vnd.oci.image.layer.v1.tar+${compression}`;
+    compression === 'none'
+      ? 'application/vnd.oci.image.layer.v1.tar'
+      : `application/vnd.oci.image.layer.v1.tar+${compression}`;
   return { file, diffId, digest: await digestOf(file), size: (await stat(file)).size, mediaType };
 }
 
 export type Layer = Awaited<ReturnType<typeof layerFromDir>>;
 
 export async function digestOf(file: string): Promise<string> {
-  return `sha256:${createHash('sha256').update(await readFile(file)).digest('hex')}`;
+  return `sha256:${createHash('sha256')
+    .update(await readFile(file))
+    .digest('hex')}`;
 }
 
 export interface BuiltImage {
@@ -153,9 +200,18 @@ export interface BuiltImage {
 }
 
 /** An OCI image (config + manifest) over layers. */
-export function ociImage(layers: Layer[], cfg: Record<string, unknown>, arch = 'amd64'): BuiltImage {
+export function ociImage(
+  layers: Layer[],
+  cfg: Record<string, unknown>,
+  arch = 'amd64',
+): BuiltImage {
   const config = Buffer.from(
-    JSON.stringify({ architecture: arch, os: 'linux', config: cfg, rootfs: { type: 'layers', diff_ids: layers.map((l) => l.diffId) } }),
+    JSON.stringify({
+      architecture: arch,
+      os: 'linux',
+      config: cfg,
+      rootfs: { type: 'layers', diff_ids: layers.map((l) => l.diffId) },
+    }),
   );
   const manifest = Buffer.from(
     JSON.stringify({
@@ -173,7 +229,13 @@ export function sha(b: Buffer): string {
 }
 
 /** Push an image under `repo:tag` with forkd's client. */
-export async function push(client: RegistryClient, repo: string, tag: string, img: BuiltImage, scratch: string) {
+export async function push(
+  client: RegistryClient,
+  repo: string,
+  tag: string,
+  img: BuiltImage,
+  scratch: string,
+) {
   for (const l of img.layers) await client.putBlob(repo, l.digest, l.file, l.size);
   const cfgFile = join(scratch, `cfg-${sha(img.config).slice(7, 19)}`);
   await writeFile(cfgFile, img.config);
@@ -191,13 +253,24 @@ export async function writeLayout(dir: string, img: BuiltImage, ref: string): Pr
   await writeFile(join(dir, 'oci-layout'), '{"imageLayoutVersion":"1.0.0"}');
   const index = {
     schemaVersion: 2,
-    manifests: [{ mediaType: MEDIA.ociManifest, digest: img.manifestDigest, size: img.manifest.length, annotations: { 'org.opencontainers.image.ref.name': ref } }],
+    manifests: [
+      {
+        mediaType: MEDIA.ociManifest,
+        digest: img.manifestDigest,
+        size: img.manifest.length,
+        annotations: { 'org.opencontainers.image.ref.name': ref },
+      },
+    ],
   };
   await writeFile(join(dir, 'index.json'), JSON.stringify(index));
 }
 
 /** A `docker save` archive directory: manifest.json, config, uncompressed layer tars. */
-export async function writeDockerSave(dir: string, img: BuiltImage, repoTag: string): Promise<void> {
+export async function writeDockerSave(
+  dir: string,
+  img: BuiltImage,
+  repoTag: string,
+): Promise<void> {
   await mkdir(dir, { recursive: true });
   const layers: string[] = [];
   for (const [i, l] of img.layers.entries()) {
@@ -209,5 +282,8 @@ export async function writeDockerSave(dir: string, img: BuiltImage, repoTag: str
   }
   const cfgName = `${sha(img.config).slice(7)}.json`;
   await writeFile(join(dir, cfgName), img.config);
-  await writeFile(join(dir, 'manifest.json'), JSON.stringify([{ Config: cfgName, RepoTags: [repoTag], Layers: layers }]));
+  await writeFile(
+    join(dir, 'manifest.json'),
+    JSON.stringify([{ Config: cfgName, RepoTags: [repoTag], Layers: layers }]),
+  );
 }
