@@ -64,10 +64,15 @@ export function register(cmd: Command): void {
     .action(
       action(async (argv: string[], opts: RunOptions) => {
         const req = runRequest(opts);
+        if (argv.length === 0 && req.image === undefined) {
+          throw usage(
+            'missing the command: give one after --, or an image whose config has a Cmd (--image)',
+          );
+        }
         const daemon = await findDaemon();
         const boot = daemon ? bootThroughDaemon : bootInProcess;
         if (argv.length === 0) {
-          const defaults = await imageDefaults(req.image, daemon);
+          const defaults = await imageDefaults(req.image!, daemon);
           argv = defaults.argv;
           req.cwd = defaults.cwd;
           req.user = defaults.user;
@@ -107,18 +112,18 @@ function runRequest(opts: RunOptions): RunRequest {
  * as User); an image without one needs a command.
  */
 async function imageDefaults(
-  image: string | undefined,
+  image: string,
   daemon: Forkd | undefined,
 ): Promise<{ argv: string[]; cwd?: string; user?: string }> {
   let config:
     { entrypoint?: string[]; cmd?: string[]; workingDir?: string; user?: string } | undefined;
-  if (daemon) config = (await daemon.images.get(image ?? 'busybox')).config;
+  if (daemon) config = (await daemon.images.get(image)).config;
   else {
-    const [{ paths }, { DEFAULT_IMAGE, getImage }] = await Promise.all([
+    const [{ paths }, { getImage }] = await Promise.all([
       import('../config.js'),
       import('../services/images/index.js'),
     ]);
-    const c = (await getImage(paths(), image ?? DEFAULT_IMAGE)).config;
+    const c = (await getImage(paths(), image)).config;
     config = c && { entrypoint: c.entrypoint, cmd: c.cmd, workingDir: c.working_dir, user: c.user };
   }
   const argv = [...(config?.entrypoint ?? []), ...(config?.cmd ?? [])];
