@@ -300,7 +300,7 @@ after(async () => {
 });
 
 test('every route of the contract is in the table', () => {
-  assert.equal(validRequests().length, 31);
+  assert.equal(validRequests().length, 37);
 });
 
 for (const r of validRequests()) {

@@ -330,6 +330,11 @@ export const {
   GuestErrorError,
   TimeoutError,
   InternalError,
+  ReferenceNotFoundError,
+  RegistryUnauthorizedError,
+  RegistryUnreachableError,
+  BlobInvalidError,
+  ImageFormatUnsupportedError,
 } = byName;
 
 /**
