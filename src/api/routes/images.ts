@@ -5,7 +5,7 @@
  * layer byte counts as they download) then `done` or `error`, like a streaming snapshot
  * create. A client that hangs up aborts a pull: the service removes what it made.
  */
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ImageProgress, Services } from '../../services/contracts.js';
 import {
   CreateImage,
@@ -57,6 +57,20 @@ async function streamImage(run: Run, request: FastifyRequest): Promise<NdjsonStr
     }
   })();
   return out;
+}
+
+/** 201 with the image, or (stream) 200 with its NDJSON events. */
+async function answer(
+  run: Run,
+  stream: boolean | undefined,
+  request: FastifyRequest,
+  reply: FastifyReply,
+) {
+  if (!stream) return reply.code(201).send(await run(() => undefined));
+  return reply
+    .code(200)
+    .type(NDJSON)
+    .send(await streamImage(run, request));
 }
 
 const streamed = {
@@ -138,12 +152,7 @@ export async function imageRoutes(app: Api, { services }: { services: Services }
     async (request, reply) => {
       const { stream, ...req } = request.body;
       const signal = clientGone(reply);
-      const run: Run = (onProgress) => images.pull(req, onProgress, signal);
-      if (!stream) return reply.code(201).send(await run(() => undefined));
-      return reply
-        .code(200)
-        .type(NDJSON)
-        .send(await streamImage(run, request));
+      return answer((onProgress) => images.pull(req, onProgress, signal), stream, request, reply);
     },
   );
 
@@ -159,12 +168,7 @@ export async function imageRoutes(app: Api, { services }: { services: Services }
     },
     async (request, reply) => {
       const { stream, ...req } = request.body;
-      const run: Run = (onProgress) => images.import(req, onProgress);
-      if (!stream) return reply.code(201).send(await run(() => undefined));
-      return reply
-        .code(200)
-        .type(NDJSON)
-        .send(await streamImage(run, request));
+      return answer((onProgress) => images.import(req, onProgress), stream, request, reply);
     },
   );
 

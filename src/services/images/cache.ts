@@ -12,7 +12,7 @@ import { pipeline } from 'node:stream/promises';
 import type { Paths } from '../../config.js';
 import { DIGEST, verifier } from '../../drivers/registry/index.js';
 import { ForkdError } from '../../errors.js';
-import { listImages } from './store.js';
+import { listImages, pidAlive } from './store.js';
 
 export function blobDir(p: Paths): string {
   return join(p.home, 'cache', 'blobs', 'sha256');
@@ -96,13 +96,4 @@ export async function pruneBlobs(p: Paths): Promise<{ blobs: number; bytes: numb
     bytes += st?.size ?? 0;
   }
   return { blobs, bytes };
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }

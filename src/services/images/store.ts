@@ -266,7 +266,8 @@ async function sweepStaleStaging(p: Paths, names: string[]): Promise<void> {
   }
 }
 
-function pidAlive(pid: number): boolean {
+/** Whether a process of that pid exists (EPERM: it does, as another user). */
+export function pidAlive(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);
