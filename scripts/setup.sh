@@ -12,7 +12,9 @@ PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-t
   # the Python SDK's type check and wheel build (packages/python)
   mypy python3-build python3-setuptools python3-wheel
   # the terminal-session e2e test drives `forkd shell` through a real terminal
-  tmux)
+  tmux
+  # image pull tests: a real registry on loopback, htpasswd, xattrs on test layers, token certs
+  docker-registry apache2-utils attr openssl)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

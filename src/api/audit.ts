@@ -30,7 +30,9 @@ function targetOf(request: FastifyRequest): string | null {
     request.auditTarget ??
     field(request.body, 'name') ??
     field(request.body, 'tag') ??
-    field(request.body, 'snapshot');
+    field(request.body, 'snapshot') ??
+    field(request.params, 'registry') ??
+    field(request.body, 'registry');
   return t === undefined ? null : t.slice(0, MAX_TARGET);
 }
 

@@ -68,6 +68,11 @@ const BY_CODE: Record<ErrorCode, number> = {
   guest_error: EXIT.failure,
   internal: EXIT.failure,
   port_unreachable: EXIT.failure,
+  reference_not_found: EXIT.notFound,
+  registry_unauthorized: EXIT.refused,
+  registry_unreachable: EXIT.failure,
+  blob_invalid: EXIT.failure,
+  image_format_unsupported: EXIT.failure,
 };
 
 /**

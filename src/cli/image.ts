@@ -1,6 +1,6 @@
 /**
  * `forkd image build|rm|ls`: build an image from a directory, the host's busybox or a
- * Debian suite; remove one; list them. Build progress goes to stderr, the result to stdout.
+ * Debian suite; remove one; list them (pull, import, inspect, prune: image-oci.ts). Build progress goes to stderr, the result to stdout.
  */
 import type { Command } from 'commander';
 import { paths } from '../config.js';
@@ -15,6 +15,7 @@ import {
   type Progress,
 } from '../services/images/index.js';
 import { describeImage, showImages } from './images.js';
+import { register as registerOci } from './image-oci.js';
 import { action, printJson } from './output.js';
 import { parseName, parseSize, usage as badUsage } from './parse.js';
 
@@ -60,6 +61,7 @@ export function register(image: Command): void {
     .description('list images (same as `forkd images`)')
     .option('--json', 'machine-readable output')
     .action(action(showImages));
+  registerOci(image);
 }
 
 async function build(flags: BuildFlags): Promise<void> {

@@ -60,5 +60,9 @@ function describeSource(s: ImageSource): string {
       return ['debian', s.suite, ...(s.packages.length ? [`+${s.packages.join(',')}`] : [])].join(
         ' ',
       );
+    case 'oci':
+      return `${s.reference}@${s.digest.slice(0, 19)}`;
+    case 'archive':
+      return `${s.format} ${s.file}`;
   }
 }

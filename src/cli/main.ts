@@ -59,7 +59,11 @@ const VERBS: Verb[] = [
     summary: 'one sandbox in full: its limits and, while it runs, what it uses',
     load: () => import('./info.js'),
   },
-  { name: 'image', summary: 'build, list and remove images', load: () => import('./image.js') },
+  {
+    name: 'image',
+    summary: 'build, pull, import, inspect, list and remove images',
+    load: () => import('./image.js'),
+  },
   {
     name: 'images',
     summary: 'list images (same as `forkd image ls`)',
@@ -127,6 +131,21 @@ const VERBS: Verb[] = [
     name: 'context',
     summary: "create, list, restart, interrupt and remove a sandbox's code contexts",
     load: () => import('./context.js'),
+  },
+  {
+    name: 'from-image',
+    summary: 'pull an OCI image and make a snapshot of it in one step (cached by digest)',
+    load: () => import('./from-image.js'),
+  },
+  {
+    name: 'login',
+    summary: 'give the daemon credentials for a registry (checked, then kept)',
+    load: () => import('./login.js'),
+  },
+  {
+    name: 'logout',
+    summary: "make the daemon forget a registry's credentials",
+    load: () => import('./logout.js'),
   },
 ];
 

@@ -4,7 +4,7 @@
  * when one runs (create → exec → kill), else in this process.
  */
 import type { Command } from 'commander';
-import { Sandbox as DaemonSandbox } from '@forkd/sdk';
+import { Sandbox as DaemonSandbox, type Forkd } from '@forkd/sdk';
 import type { Sandbox } from '../services/sandboxes/sandbox.js';
 import { commandFailed, findDaemon, forwardsStdin, pumpStdin } from './client.js';
 import { commandExit, EXIT } from './exit.js';
@@ -38,6 +38,9 @@ interface RunRequest {
   env: Record<string, string>;
   timeoutS?: number;
   forwardStdin: boolean;
+  /** From the image config when no command is given. */
+  cwd?: string;
+  user?: string;
 }
 
 /** A booted sandbox, wherever it runs: run the command once, then destroy it. */
@@ -48,7 +51,10 @@ interface Booted {
 
 export function register(cmd: Command): void {
   cmd
-    .argument('<command...>', 'command and arguments (after --)')
+    .argument(
+      '[command...]',
+      "command and arguments (after --); default: the image's Entrypoint + Cmd",
+    )
     .option('--image <name>', 'image to boot (default: busybox)')
     .option('--memory <size>', 'guest memory, e.g. 256M or 1G', '256M')
     .option('--cpus <n>', 'virtual CPUs', '1')
@@ -58,7 +64,19 @@ export function register(cmd: Command): void {
     .action(
       action(async (argv: string[], opts: RunOptions) => {
         const req = runRequest(opts);
-        const boot = (await findDaemon()) ? bootThroughDaemon : bootInProcess;
+        if (argv.length === 0 && req.image === undefined) {
+          throw usage(
+            'missing the command: give one after --, or an image whose config has a Cmd (--image)',
+          );
+        }
+        const daemon = await findDaemon();
+        const boot = daemon ? bootThroughDaemon : bootInProcess;
+        if (argv.length === 0) {
+          const defaults = await imageDefaults(req.image!, daemon);
+          argv = defaults.argv;
+          req.cwd = defaults.cwd;
+          req.user = defaults.user;
+        }
         const stop = interruptible();
         try {
           const sandbox = await boot(argv, req, stop.signal);
@@ -89,6 +107,36 @@ function runRequest(opts: RunOptions): RunRequest {
   };
 }
 
+/**
+ * With no command, `run` runs what the image config says (Entrypoint + Cmd, in WorkingDir,
+ * as User); an image without one needs a command.
+ */
+async function imageDefaults(
+  image: string,
+  daemon: Forkd | undefined,
+): Promise<{ argv: string[]; cwd?: string; user?: string }> {
+  let config:
+    { entrypoint?: string[]; cmd?: string[]; workingDir?: string; user?: string } | undefined;
+  if (daemon) config = (await daemon.images.get(image)).config;
+  else {
+    const [{ paths }, { getImage }] = await Promise.all([
+      import('../config.js'),
+      import('../services/images/index.js'),
+    ]);
+    const c = (await getImage(paths(), image)).config;
+    config = c && { entrypoint: c.entrypoint, cmd: c.cmd, workingDir: c.working_dir, user: c.user };
+  }
+  const argv = [...(config?.entrypoint ?? []), ...(config?.cmd ?? [])];
+  if (argv.length === 0) {
+    throw usage(
+      'missing the command: give one after --, or use an image whose config has an Entrypoint or Cmd',
+    );
+  }
+  // The agent takes a user or uid; a config's `user:group` runs as that user's own group.
+  const user = config?.user?.split(':')[0] || undefined;
+  return { argv, cwd: config?.workingDir || undefined, user };
+}
+
 /** Without a daemon the VM runs in this process: only then are the services loaded. */
 async function bootInProcess(
   argv: string[],
@@ -108,7 +156,7 @@ async function bootInProcess(
     signal,
   });
   return {
-    run: () => runIn(sandbox, argv, req.timeoutS, req.forwardStdin),
+    run: () => runIn(sandbox, argv, req),
     destroy: () => destroySandbox(sandbox),
   };
 }
@@ -138,6 +186,8 @@ async function bootThroughDaemon(
         timeoutS: req.timeoutS,
         forwardStdin: req.forwardStdin,
         forwardSignals: false,
+        cwd: req.cwd,
+        user: req.user,
       }),
     destroy: () => sandbox.kill().catch(() => undefined),
   };
@@ -168,16 +218,12 @@ function interruptible() {
   };
 }
 
-async function runIn(
-  sb: Sandbox,
-  argv: string[],
-  timeoutS: number | undefined,
-  forwardStdin: boolean,
-): Promise<number> {
+async function runIn(sb: Sandbox, argv: string[], req: RunRequest): Promise<number> {
+  const { timeoutS, forwardStdin, cwd, user } = req;
   const timeoutMs = timeoutS === undefined ? undefined : Math.round(timeoutS * 1000);
   try {
     const exec = sb.agent.exec(
-      { argv, stdin: forwardStdin, timeoutMs },
+      { argv, stdin: forwardStdin, timeoutMs, cwd, user },
       {
         onStdout: (c) => process.stdout.write(c),
         onStderr: (c) => process.stderr.write(c),

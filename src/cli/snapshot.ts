@@ -31,7 +31,7 @@ import {
 import { LIMITS } from './rules.js';
 import { formatLabels, shortTime, snapshotJson, usable, whyUnusable } from './snapshots.js';
 
-interface CreateFlags extends DaemonFlags, NetworkFlags {
+export interface CreateFlags extends DaemonFlags, NetworkFlags {
   image?: string;
   tag?: string;
   memory?: string;
@@ -56,48 +56,12 @@ interface DiffFlags extends DaemonFlags {
 
 export function register(snapshot: Command): void {
   daemonOptions(
-    networkOptions(snapshot.command('create'))
-      .description('boot an image, warm it up and capture it as a snapshot')
-      .option('--tag <tag>', 'snapshot name: a-z, 0-9, ".", "_", "-"')
-      .option('--image <name>', "image to boot (default: the daemon's)")
-      .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
-      .option('--cpus <n>', 'virtual CPUs')
-      .option('--warm <cmd>', 'run to completion before the capture (repeatable)', collect, [])
-      .option(
-        '--start <cmd>',
-        'start and keep running inside the snapshot (repeatable)',
-        collect,
-        [],
-      )
-      .option('--wait-for <cmd>', 'before the capture, retry this until it exits 0')
-      .option('--wait-port <port>', 'before the capture, wait until this guest TCP port listens')
-      .option('--wait-timeout <seconds>', 'how long --wait-for / --wait-port may take')
-      .option(
-        '-e, --env <K=V>',
-        'environment of the warm and start commands (repeatable)',
-        collect,
-        [],
-      )
-      .option('--label <k=v>', 'label (repeatable)', collect, [])
-      .option('--json', 'machine-readable output, no progress')
-      .option(
-        '--context <name>',
-        'start a Python code context, inherited by forks (repeatable)',
-        collect,
-        [],
-      )
-      .option(
-        '--eval <code>',
-        'run code in the first context before the capture (repeatable)',
-        collect,
-        [],
-      )
-      .option(
-        '--on-fork <cmd>',
-        'run in every child right after its restore (repeatable)',
-        collect,
-        [],
-      ),
+    createFlags(
+      snapshot
+        .command('create')
+        .description('boot an image, warm it up and capture it as a snapshot')
+        .option('--image <name>', "image to boot (default: the daemon's)"),
+    ),
   ).action(action(create));
   daemonOptions(
     snapshot
@@ -146,6 +110,45 @@ export function register(snapshot: Command): void {
   ).action(action(diff));
 }
 
+/** The flags of a snapshot create (also taken by `forkd from-image`). */
+export function createFlags(cmd: Command): Command {
+  return networkOptions(cmd)
+    .option('--tag <tag>', 'snapshot name: a-z, 0-9, ".", "_", "-"')
+    .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
+    .option('--cpus <n>', 'virtual CPUs')
+    .option('--warm <cmd>', 'run to completion before the capture (repeatable)', collect, [])
+    .option('--start <cmd>', 'start and keep running inside the snapshot (repeatable)', collect, [])
+    .option('--wait-for <cmd>', 'before the capture, retry this until it exits 0')
+    .option('--wait-port <port>', 'before the capture, wait until this guest TCP port listens')
+    .option('--wait-timeout <seconds>', 'how long --wait-for / --wait-port may take')
+    .option(
+      '-e, --env <K=V>',
+      'environment of the warm and start commands (repeatable)',
+      collect,
+      [],
+    )
+    .option('--label <k=v>', 'label (repeatable)', collect, [])
+    .option('--json', 'machine-readable output, no progress')
+    .option(
+      '--context <name>',
+      'start a Python code context, inherited by forks (repeatable)',
+      collect,
+      [],
+    )
+    .option(
+      '--eval <code>',
+      'run code in the first context before the capture (repeatable)',
+      collect,
+      [],
+    )
+    .option(
+      '--on-fork <cmd>',
+      'run in every child right after its restore (repeatable)',
+      collect,
+      [],
+    );
+}
+
 /** A repeatable flag's values, or undefined when it was not given. */
 const nonEmpty = (values: string[]): string[] | undefined => (values.length ? values : undefined);
 
@@ -191,7 +194,7 @@ function onInterrupt(fn: () => void): () => void {
   };
 }
 
-async function create(flags: CreateFlags): Promise<number | void> {
+export async function create(flags: CreateFlags): Promise<number | void> {
   const opts = createOptions(flags);
   const onProgress = flags.json
     ? undefined

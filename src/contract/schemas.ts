@@ -427,6 +427,14 @@ export const WriteResult = Type.Object({ size: Type.Integer() });
 
 // ---- images --------------------------------------------------------------------------
 
+/** An OCI image's config as a sandbox's defaults (images pulled or imported). */
+export const ImageConfig = Type.Object({
+  env: Type.Array(Type.String(), { description: 'KEY=VALUE entries' }),
+  working_dir: Type.Optional(Type.String()),
+  user: Type.Optional(Type.String()),
+  entrypoint: Type.Optional(Type.Array(Type.String())),
+  cmd: Type.Optional(Type.Array(Type.String())),
+});
 export const Image = Type.Object(
   {
     name: ImageName,
@@ -435,6 +443,7 @@ export const Image = Type.Object(
     disk_bytes: Type.Integer(),
     created_at: Type.String(),
     source: Type.Record(Type.String(), Type.Unknown()),
+    config: Type.Optional(ImageConfig),
   },
   { $id: 'Image' },
 );
@@ -453,6 +462,85 @@ export const CreateImage = Type.Object(
   strict,
 );
 export const ImageParams = Type.Object({ name: ImageName }, strict);
+
+const Platform = Type.String({
+  pattern: '^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$',
+  description: 'os/arch[/variant]; default linux/amd64',
+});
+/** POST /v1/images/pull: a registry image into an image. */
+export const PullImage = Type.Object(
+  {
+    reference: Type.String({
+      minLength: 1,
+      maxLength: 1024,
+      description: 'REGISTRY/REPOSITORY[:TAG][@DIGEST]',
+    }),
+    name: Type.Optional(ImageName),
+    platform: Type.Optional(Platform),
+    size_mib: Type.Optional(Type.Integer(between(LIMITS.imageSizeMiB))),
+    force: Type.Optional(
+      Type.Boolean({ description: 'rebuild even when the image has this digest already' }),
+    ),
+    stream: Type.Optional(
+      Type.Boolean({ description: 'answer with NDJSON progress events, then the image' }),
+    ),
+  },
+  strict,
+);
+/** POST /v1/images/import: an OCI layout or `docker save` archive on the daemon host. */
+export const ImportImage = Type.Object(
+  {
+    path: Type.String({
+      pattern: '^/[^\\u0000]*$',
+      maxLength: 4096,
+      description: 'an OCI layout directory or an image tar on the daemon host',
+    }),
+    ref: Type.Optional(
+      Type.String({ maxLength: 256, description: 'which image of a multi-image archive' }),
+    ),
+    name: Type.Optional(ImageName),
+    platform: Type.Optional(Platform),
+    size_mib: Type.Optional(Type.Integer(between(LIMITS.imageSizeMiB))),
+    force: Type.Optional(Type.Boolean()),
+    stream: Type.Optional(Type.Boolean()),
+  },
+  strict,
+);
+/**
+ * Streaming pull/import (application/x-ndjson): {"type":"progress","message",layer?,current?,
+ * total?} lines, then {"type":"done","image":Image} or {"type":"error","error"}.
+ */
+export const ImageEvent = Type.Union(
+  [
+    Type.Object({
+      type: Type.Literal('progress'),
+      message: Type.String(),
+      layer: Type.Optional(Type.String()),
+      current: Type.Optional(Type.Integer()),
+      total: Type.Optional(Type.Integer()),
+    }),
+    Type.Object({ type: Type.Literal('done'), image: Image }),
+    Type.Object({ type: Type.Literal('error'), error: ErrorBody.properties.error }),
+  ],
+  { $id: 'ImageEvent' },
+);
+export const PruneResult = Type.Object({
+  blobs: Type.Integer({ description: 'cached blobs removed' }),
+  bytes: Type.Integer({ description: 'bytes freed' }),
+});
+/** POST /v1/logins: registry credentials, checked against the registry, then kept. */
+export const Login = Type.Object(
+  {
+    registry: Type.String({ pattern: '^[A-Za-z0-9.:\\[\\]-]{1,255}$', description: 'host[:port]' }),
+    username: Type.String({ minLength: 1, maxLength: 1024 }),
+    password: Type.String({ minLength: 1, maxLength: 65536 }),
+  },
+  strict,
+);
+export const LoginParams = Type.Object(
+  { registry: Type.String({ pattern: '^[A-Za-z0-9.:\\[\\]-]{1,255}$' }) },
+  strict,
+);
 
 // ---- snapshots -------------------------------------------------------------------------
 
@@ -705,6 +793,10 @@ export type ExecResultT = Static<typeof ExecResult>;
 export type ExecEventT = Static<typeof ExecEvent>;
 export type FileStatT = Static<typeof FileStat>;
 export type ImageT = Static<typeof Image>;
+export type PullImageT = Static<typeof PullImage>;
+export type ImportImageT = Static<typeof ImportImage>;
+export type PruneResultT = Static<typeof PruneResult>;
+export type LoginT = Static<typeof Login>;
 export type ForkResultT = Static<typeof ForkResult>;
 export type SnapshotT = Static<typeof Snapshot>;
 export type CreateSnapshotT = Static<typeof CreateSnapshot>;
@@ -729,6 +821,7 @@ export const SHARED_SCHEMAS: TSchema[] = [
   BranchResult,
   Lineage,
   SandboxNetwork,
+  ImageEvent,
 ];
 export type NetworkModeT = Static<typeof NetworkMode>;
 export type EgressPolicyT = Static<typeof EgressPolicy>;

@@ -21,7 +21,11 @@ import type {
   FileStatT,
   ImageT,
   LimitsRequestT,
+  ImportImageT,
+  LoginT,
   PoolStateT,
+  PruneResultT,
+  PullImageT,
   SandboxT,
   SnapshotT,
   VerifyResultT,
@@ -198,6 +202,32 @@ export interface ImageService {
     force?: boolean;
   }): Promise<ImageT>;
   remove(name: string): Promise<void>;
+  /** One image with its config (`image inspect`). */
+  get(name: string): Promise<ImageT>;
+  /** Pull from a registry; progress as events; aborting `signal` stops it, leaving nothing. */
+  pull(
+    req: Omit<PullImageT, 'stream'>,
+    onProgress?: (e: ImageProgress) => void,
+    signal?: AbortSignal,
+  ): Promise<ImageT>;
+  /** Import an OCI layout or `docker save` archive on the daemon host. */
+  import(
+    req: Omit<ImportImageT, 'stream'>,
+    onProgress?: (e: ImageProgress) => void,
+  ): Promise<ImageT>;
+  /** Remove cached blobs no image uses. */
+  prune(): Promise<PruneResultT>;
+  /** Check and keep registry credentials; `logout` forgets them. */
+  login(req: LoginT): Promise<void>;
+  logout(registry: string): Promise<void>;
+}
+
+/** A pull or import's progress: a step, or a layer's bytes so far. */
+export interface ImageProgress {
+  message: string;
+  layer?: string;
+  current?: number;
+  total?: number;
 }
 
 export interface AuditEntry {

@@ -26,8 +26,12 @@ after(() => app.close());
 const MUTATING = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /** What a good request of the table acted on: named in its URL, its body or its answer. */
-function expectedTarget(r: RouteRequest, answer: () => unknown): string {
+function expectedTarget(r: RouteRequest, answer: () => unknown): string | null {
   if (r.route === '/v1/images') return 'tools';
+  if (r.route === '/v1/images/pull') return 'app';
+  if (r.route === '/v1/images/import') return 'imported';
+  if (r.route === '/v1/images/prune') return null;
+  if (r.route.startsWith('/v1/logins')) return '127.0.0.1:5000';
   if (r.route.startsWith('/v1/images/')) return SEED.image;
   if (r.route === '/v1/snapshots') return 'fresh';
   if (r.route.startsWith('/v1/snapshots/')) return SEED.snapshot;

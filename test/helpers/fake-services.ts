@@ -765,7 +765,46 @@ export class FakeServices {
       remove: async (name) => {
         if (!this.images.delete(name)) throw new ForkdError('image_not_found', `no image ${name}`);
       },
+      get: async (name) => {
+        const image = this.images.get(name);
+        if (!image) throw new ForkdError('image_not_found', `no image ${name}`);
+        return image;
+      },
+      pull: async (req, onProgress) => this.pullImage(req.reference, req.name, onProgress),
+      import: async (req, onProgress) => this.pullImage(req.path, req.name, onProgress),
+      prune: async () => ({ blobs: 0, bytes: 0 }),
+      login: async (req) => {
+        if (req.password !== 'secret') {
+          throw new ForkdError('registry_unauthorized', `${req.registry} refused the credentials`);
+        }
+      },
+      logout: async () => undefined,
     };
+  }
+
+  /** A pull (or import) that fails for a reference containing `missing`, like a 404 tag. */
+  private async pullImage(
+    reference: string,
+    name: string | undefined,
+    onProgress?: (e: { message: string; layer?: string; current?: number; total?: number }) => void,
+  ): Promise<ImageT> {
+    onProgress?.({ message: `resolving ${reference}` });
+    if (reference.includes('missing')) {
+      throw new ForkdError('reference_not_found', `no ${reference}: check the repository and tag`);
+    }
+    onProgress?.({
+      message: 'layer 1/1',
+      layer: `sha256:${'a'.repeat(64)}`,
+      current: 10,
+      total: 10,
+    });
+    const image: ImageT = {
+      ...imageRecord(name ?? 'pulled', '/srv/pulled'),
+      source: { kind: 'oci', reference, digest: `sha256:${'b'.repeat(64)}` },
+      config: { env: ['PATH=/bin'], working_dir: '/app', cmd: ['sh'] },
+    };
+    this.images.set(image.name, image);
+    return image;
   }
 }
 
@@ -949,6 +988,35 @@ export function validRequests(): RouteRequest[] {
       status: 201,
     },
     { method: 'DELETE', route: '/v1/images/:name', url: `/v1/images/${SEED.image}`, status: 204 },
+    { method: 'GET', route: '/v1/images/:name', url: `/v1/images/${SEED.image}`, status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/images/pull',
+      url: '/v1/images/pull',
+      body: { reference: '127.0.0.1:5000/app:1', name: 'app' },
+      status: 201,
+    },
+    {
+      method: 'POST',
+      route: '/v1/images/import',
+      url: '/v1/images/import',
+      body: { path: '/srv/app.tar', name: 'imported' },
+      status: 201,
+    },
+    { method: 'POST', route: '/v1/images/prune', url: '/v1/images/prune', status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/logins',
+      url: '/v1/logins',
+      body: { registry: '127.0.0.1:5000', username: 'u', password: 'secret' },
+      status: 204,
+    },
+    {
+      method: 'DELETE',
+      route: '/v1/logins/:registry',
+      url: '/v1/logins/127.0.0.1:5000',
+      status: 204,
+    },
     {
       method: 'POST',
       route: '/v1/snapshots',

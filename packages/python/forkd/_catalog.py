@@ -127,6 +127,38 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
         502,
         "Nothing in the sandbox answered on that port (no server listens there).",
     ),
+    "reference_not_found": CatalogEntry(
+        404,
+        "The registry or archive has no such repository, tag or digest.",
+    ),
+    "registry_unauthorized": CatalogEntry(
+        403,
+        (
+            "The registry refused access: log in with `forkd login REGISTRY` (or check the "
+            "credentials and the repository name)."
+        ),
+    ),
+    "registry_unreachable": CatalogEntry(
+        502,
+        (
+            "The registry could not be reached or answered with an error; retry, or check its "
+            "address."
+        ),
+    ),
+    "blob_invalid": CatalogEntry(
+        502,
+        (
+            "A blob from the registry or archive does not match its digest or size (corrupt or "
+            "truncated); nothing of it was kept."
+        ),
+    ),
+    "image_format_unsupported": CatalogEntry(
+        422,
+        (
+            "The image uses a media type, compression, platform or archive layout forkd does "
+            "not handle."
+        ),
+    ),
 }
 
 
@@ -465,6 +497,60 @@ class PortUnreachableError(ForkdError):
     status = 502
 
 
+class ReferenceNotFoundError(ForkdError):
+    """The registry or archive has no such repository, tag or digest.
+
+    Code ``reference_not_found``, HTTP 404.
+    """
+
+    code = "reference_not_found"
+    status = 404
+
+
+class RegistryUnauthorizedError(ForkdError):
+    """The registry refused access: log in with `forkd login REGISTRY` (or check the
+    credentials and the repository name).
+
+    Code ``registry_unauthorized``, HTTP 403.
+    """
+
+    code = "registry_unauthorized"
+    status = 403
+
+
+class RegistryUnreachableError(ForkdError):
+    """The registry could not be reached or answered with an error; retry, or check its
+    address.
+
+    Code ``registry_unreachable``, HTTP 502.
+    """
+
+    code = "registry_unreachable"
+    status = 502
+
+
+class BlobInvalidError(ForkdError):
+    """A blob from the registry or archive does not match its digest or size (corrupt or
+    truncated); nothing of it was kept.
+
+    Code ``blob_invalid``, HTTP 502.
+    """
+
+    code = "blob_invalid"
+    status = 502
+
+
+class ImageFormatUnsupportedError(ForkdError):
+    """The image uses a media type, compression, platform or archive layout forkd does not
+    handle.
+
+    Code ``image_format_unsupported``, HTTP 422.
+    """
+
+    code = "image_format_unsupported"
+    status = 422
+
+
 #: The exception class of every code.
 ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "bad_request": BadRequestError,
@@ -500,6 +586,11 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "timeout": TimeoutError,
     "internal": InternalError,
     "port_unreachable": PortUnreachableError,
+    "reference_not_found": ReferenceNotFoundError,
+    "registry_unauthorized": RegistryUnauthorizedError,
+    "registry_unreachable": RegistryUnreachableError,
+    "blob_invalid": BlobInvalidError,
+    "image_format_unsupported": ImageFormatUnsupportedError,
 }
 
 __all__ = [
@@ -538,4 +629,9 @@ __all__ = [
     "TimeoutError",
     "InternalError",
     "PortUnreachableError",
+    "ReferenceNotFoundError",
+    "RegistryUnauthorizedError",
+    "RegistryUnreachableError",
+    "BlobInvalidError",
+    "ImageFormatUnsupportedError",
 ]

@@ -94,6 +94,30 @@ export const ERROR_CATALOG = {
     status: 502,
     meaning: 'Nothing in the sandbox answered on that port (no server listens there).',
   },
+  reference_not_found: {
+    status: 404,
+    meaning: 'The registry or archive has no such repository, tag or digest.',
+  },
+  registry_unauthorized: {
+    status: 403,
+    meaning:
+      'The registry refused access: log in with `forkd login REGISTRY` (or check the credentials and the repository name).',
+  },
+  registry_unreachable: {
+    status: 502,
+    meaning:
+      'The registry could not be reached or answered with an error; retry, or check its address.',
+  },
+  blob_invalid: {
+    status: 502,
+    meaning:
+      'A blob from the registry or archive does not match its digest or size (corrupt or truncated); nothing of it was kept.',
+  },
+  image_format_unsupported: {
+    status: 422,
+    meaning:
+      'The image uses a media type, compression, platform or archive layout forkd does not handle.',
+  },
 } as const;
 
 /**
@@ -322,6 +346,11 @@ export const {
   TimeoutError,
   InternalError,
   PortUnreachableError,
+  ReferenceNotFoundError,
+  RegistryUnauthorizedError,
+  RegistryUnreachableError,
+  BlobInvalidError,
+  ImageFormatUnsupportedError,
 } = byName;
 
 /**

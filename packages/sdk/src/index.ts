@@ -32,13 +32,15 @@ export type { WriteInfo, WriteOptions } from './files.js';
 export { Pty, PtyHandle, PtyDetachedError } from './pty.js';
 export type { PtyConnectOptions, PtyCreateOptions, PtyExit, PtySize } from './pty.js';
 export { Images } from './images.js';
-export type { ImageCreateOptions } from './images.js';
+export type { ImageCreateOptions, ImagePullOptions, ImageImportOptions } from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';
 export type { ClientConfig, Endpoint, ResolvedConfig } from './config.js';
 export type {
   CommandResult,
   EntryInfo,
   ImageInfo,
+  ImageConfigInfo,
+  ImageProgress,
   LineageKind,
   LineageNode,
   LimitsOptions,

@@ -151,6 +151,38 @@ export interface ImageInfo {
   createdAt: string;
   /** How it was built, as the daemon describes it (e.g. `{ kind: 'dir', dir: '/src' }`). */
   source: Record<string, unknown>;
+  /** For images pulled or imported from OCI/Docker images: their sandbox defaults. */
+  config?: ImageConfigInfo;
+}
+
+/**
+ * An OCI image config as a sandbox's defaults: what `forkd run --image NAME` runs with no
+ * command (`entrypoint` + `cmd`, in `workingDir`, as `user`, with `env`).
+ *
+ * @example
+ * const argv = [...(cfg.entrypoint ?? []), ...(cfg.cmd ?? [])];
+ */
+export interface ImageConfigInfo {
+  /** `KEY=VALUE` entries. */
+  env: string[];
+  workingDir?: string;
+  user?: string;
+  entrypoint?: string[];
+  cmd?: string[];
+}
+
+/**
+ * One progress event of a pull or import: a step, or a layer's bytes so far.
+ *
+ * @example
+ * const onProgress = (e: ImageProgress) => console.error(e.message, e.current ?? '');
+ */
+export interface ImageProgress {
+  message: string;
+  /** The layer's digest, on byte-count events. */
+  layer?: string;
+  current?: number;
+  total?: number;
 }
 
 /**

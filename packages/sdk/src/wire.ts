@@ -13,6 +13,7 @@ import type {
   NetworkMode,
   PublishedPort,
   SandboxNetwork,
+  ImageConfigInfo,
   ImageInfo,
   LineageNode,
   LimitsOptions,
@@ -113,7 +114,30 @@ export const IMAGE: WireNames<ImageInfo> = {
   diskBytes: 'disk_bytes',
   createdAt: 'created_at',
   source: 'source',
+  config: 'config',
 };
+
+/** `ImageConfig` in schemas.ts (an Image's `config`). */
+export const IMAGE_CONFIG: WireNames<ImageConfigInfo> = {
+  env: 'env',
+  workingDir: 'working_dir',
+  user: 'user',
+  entrypoint: 'entrypoint',
+  cmd: 'cmd',
+};
+
+/** An Image on the wire → ImageInfo (its config's names too). */
+export function imageFromWire(wire: unknown): ImageInfo {
+  const info = fromWire(IMAGE, wire);
+  if (info.config) info.config = fromWire(IMAGE_CONFIG, info.config);
+  return info;
+}
+
+/** A streamed pull or import's NDJSON events (`ImageEvent`). */
+export type ImageEvent =
+  | { type: 'progress'; message: string; layer?: string; current?: number; total?: number }
+  | { type: 'done'; image: unknown }
+  | { type: 'error'; error: WireError };
 
 /** `Snapshot` in schemas.ts (`files` and `pool` have tables of their own). */
 export const SNAPSHOT: WireNames<SnapshotInfo> = {

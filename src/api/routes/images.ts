@@ -1,10 +1,86 @@
-/** Image routes: list, create (from a directory on the daemon host), remove. */
-import type { Services } from '../../services/contracts.js';
-import { CreateImage, Image, ImageList, ImageParams } from '../../contract/schemas.js';
+/**
+ * Image routes: list, get (inspect), create (from a directory on the daemon host), pull
+ * from a registry, import an archive, prune the layer cache, remove; and registry logins.
+ * A pull or import answers the image, or with `stream: true` NDJSON progress events (the
+ * layer byte counts as they download) then `done` or `error`, like a streaming snapshot
+ * create. A client that hangs up aborts a pull: the service removes what it made.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ImageProgress, Services } from '../../services/contracts.js';
+import {
+  CreateImage,
+  Image,
+  ImageEvent,
+  ImageList,
+  ImageParams,
+  ImportImage,
+  Login,
+  LoginParams,
+  PruneResult,
+  PullImage,
+  type ImageT,
+} from '../../contract/schemas.js';
+import { errorBody, toForkdError } from '../errors.js';
+import { NdjsonStream } from '../ndjson.js';
 import type { Api } from '../types.js';
 import { ERROR_RESPONSES, NO_CONTENT } from './common.js';
+import { NDJSON } from './exec.js';
+import { clientGone } from './snapshots.js';
 
 const tags = ['images'];
+
+type Run = (onProgress: (e: ImageProgress) => void) => Promise<ImageT>;
+
+/**
+ * Start a pull or import whose progress streams as NDJSON; resolves with the stream once
+ * the first event (or the outcome) is there, so an early failure is a plain error answer.
+ */
+async function streamImage(run: Run, request: FastifyRequest): Promise<NdjsonStream> {
+  const out = new NdjsonStream();
+  let begun!: () => void;
+  const first = new Promise<void>((resolve) => (begun = resolve));
+  const done = run((e) => {
+    out.send({ type: 'progress', ...e });
+    begun();
+  });
+  await Promise.race([first, done]);
+  void (async () => {
+    try {
+      out.send({ type: 'done', image: await done });
+    } catch (err) {
+      const e = toForkdError(err);
+      request.errorCode = e.code;
+      request.log.info({ err }, 'streaming image pull ended with an error');
+      out.send({ type: 'error', ...errorBody(e) });
+    } finally {
+      out.close();
+    }
+  })();
+  return out;
+}
+
+/** 201 with the image, or (stream) 200 with its NDJSON events. */
+async function answer(
+  run: Run,
+  stream: boolean | undefined,
+  request: FastifyRequest,
+  reply: FastifyReply,
+) {
+  if (!stream) return reply.code(201).send(await run(() => undefined));
+  return reply
+    .code(200)
+    .type(NDJSON)
+    .send(await streamImage(run, request));
+}
+
+const streamed = {
+  200: {
+    description: 'with stream:true: one ImageEvent per line',
+    content: { [NDJSON]: { schema: ImageEvent } },
+  },
+  201: Image,
+  ...ERROR_RESPONSES,
+};
 
 export async function imageRoutes(app: Api, { services }: { services: Services }) {
   const images = services.images;
@@ -46,6 +122,96 @@ export async function imageRoutes(app: Api, { services }: { services: Services }
     },
     async (request, reply) => {
       await images.remove(request.params.name);
+      return reply.code(204).send();
+    },
+  );
+
+  app.get(
+    '/v1/images/:name',
+    {
+      schema: {
+        summary: 'Get one image with its config (the sandbox defaults of a pulled image)',
+        tags,
+        params: ImageParams,
+        response: { 200: Image, ...ERROR_RESPONSES },
+      },
+    },
+    async (request) => images.get(request.params.name),
+  );
+
+  app.post(
+    '/v1/images/pull',
+    {
+      schema: {
+        summary: 'Pull an OCI/Docker image from a registry into an image; stream:true for NDJSON',
+        tags,
+        body: PullImage,
+        response: streamed,
+      },
+    },
+    async (request, reply) => {
+      const { stream, ...req } = request.body;
+      const signal = clientGone(reply);
+      return answer((onProgress) => images.pull(req, onProgress, signal), stream, request, reply);
+    },
+  );
+
+  app.post(
+    '/v1/images/import',
+    {
+      schema: {
+        summary: 'Import an OCI layout or docker-save archive on the daemon host',
+        tags,
+        body: ImportImage,
+        response: streamed,
+      },
+    },
+    async (request, reply) => {
+      const { stream, ...req } = request.body;
+      return answer((onProgress) => images.import(req, onProgress), stream, request, reply);
+    },
+  );
+
+  app.post(
+    '/v1/images/prune',
+    {
+      schema: {
+        summary: 'Remove cached layers that no image uses',
+        tags,
+        response: { 200: PruneResult, ...ERROR_RESPONSES },
+      },
+    },
+    async () => images.prune(),
+  );
+
+  app.post(
+    '/v1/logins',
+    {
+      schema: {
+        summary: 'Check registry credentials and keep them for pulls',
+        tags,
+        body: Login,
+        response: { ...NO_CONTENT, ...ERROR_RESPONSES },
+      },
+    },
+    async (request, reply) => {
+      await images.login(request.body);
+      return reply.code(204).send();
+    },
+  );
+
+  app.delete(
+    '/v1/logins/:registry',
+    {
+      schema: {
+        summary: "Forget a registry's credentials",
+        tags,
+        params: LoginParams,
+        response: { ...NO_CONTENT, ...ERROR_RESPONSES },
+      },
+    },
+    async (request, reply) => {
+      await images.logout(request.params.registry);
       return reply.code(204).send();
     },
   );

@@ -48,7 +48,7 @@ function checkCreate(body: CreateSnapshotT): void {
 }
 
 /** Aborted when the client hangs up before its answer is complete. */
-function clientGone(reply: FastifyReply): AbortSignal {
+export function clientGone(reply: FastifyReply): AbortSignal {
   const gone = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) {

@@ -18,6 +18,7 @@ import {
   removeTree,
   validateImageName,
   type Image,
+  type ImageConfig,
   type ImageManifest,
   type ImageSource,
 } from './store.js';
@@ -60,6 +61,7 @@ export async function buildImage(
   source: ImageSource,
   tree: string | ((root: string) => Promise<void>),
   onProgress: Progress = () => undefined,
+  extras: BuildExtras = {},
 ): Promise<Image> {
   validateImageName(opts.name);
   if (opts.sizeMiB !== undefined) validateSize(opts.sizeMiB);
@@ -73,9 +75,10 @@ export async function buildImage(
     const root = scratch ? join(staging, 'rootfs') : tree;
     if (scratch) await tree(root);
     const files = imageLayout(staging);
-    await makeExt4(root, files.rootfs, opts.sizeMiB, onProgress);
+    await makeExt4(root, files.rootfs, opts.sizeMiB, onProgress, extras.afterMkfs, staging);
     if (scratch) await removeTree(root);
     const manifest = await describe(opts.name, files.rootfs, source);
+    if (extras.config) manifest.config = extras.config;
     await writeFile(files.manifest, JSON.stringify(manifest, null, 2) + '\n');
     await publishStaging(p, staging, opts.name, Boolean(opts.force));
     onProgress(`image ${opts.name} ready`);
@@ -88,12 +91,21 @@ export async function buildImage(
   }
 }
 
+/** What some sources add to a build: image.json's config, a step on the fresh ext4 file. */
+export interface BuildExtras {
+  config?: ImageConfig;
+  /** Runs on the (still writable) rootfs file right after mkfs; `scratch` is a temp dir. */
+  afterMkfs?: (rootfs: string, scratch: string) => Promise<void>;
+}
+
 /** Journal kept on purpose: guests get killed, and replay keeps their disks consistent. */
 async function makeExt4(
   root: string,
   file: string,
   sizeMiB: number | undefined,
   onProgress: Progress,
+  afterMkfs?: (rootfs: string, scratch: string) => Promise<void>,
+  scratch?: string,
 ): Promise<void> {
   const usage = await treeUsage(root);
   const mib = sizeMiB ?? defaultSizeMiB(usage.bytes);
@@ -107,6 +119,7 @@ async function makeExt4(
   await run('mkfs.ext4', [...args, '-d', root, file]).catch((e: unknown) => {
     throw tooSmall(e, mib, usage.bytes) ?? e;
   });
+  if (afterMkfs) await afterMkfs(file, scratch ?? root);
   await chmod(file, 0o444);
 }
 

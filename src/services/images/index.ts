@@ -9,16 +9,24 @@ import type { ImageT } from '../../contract/schemas.js';
 import type { Paths } from '../../config.js';
 import type { ImageService } from '../contracts.js';
 import { buildImageFromDir } from './build.js';
-import { listImages, removeImage, type Image } from './store.js';
+import { getImage, listImages, removeImage, type Image } from './store.js';
+import { pullImage } from './oci.js';
+import { importImage } from './import.js';
+import { pruneBlobs } from './cache.js';
+import { login, logout } from './logins.js';
+import type { ImageProgress } from '../contracts.js';
+import type { ImportImageT, LoginT, PruneResultT, PullImageT } from '../../contract/schemas.js';
 
 export {
   validateImageName,
   imageFiles,
   getImage,
+  imageEnv,
   listImages,
   removeImage,
   type Image,
   type ImageFiles,
+  type ImageConfig,
   type ImageManifest,
   type ImageSource,
 } from './store.js';
@@ -32,10 +40,16 @@ export {
 } from './busybox.js';
 export { buildDebianImage, type DebianOptions } from './debian.js';
 export { findAptMirror } from './apt-sources.js';
+export { pullImage, type PullProgress } from './oci.js';
+export { importImage } from './import.js';
+export { pruneBlobs } from './cache.js';
+export { login, logout } from './logins.js';
 
 function toWire(image: Image): ImageT {
-  const { name, format, size_bytes, disk_bytes, created_at, source } = image;
-  return { name, format, size_bytes, disk_bytes, created_at, source: { ...source } };
+  const { name, format, size_bytes, disk_bytes, created_at, source, config } = image;
+  const wire: ImageT = { name, format, size_bytes, disk_bytes, created_at, source: { ...source } };
+  if (config) wire.config = config;
+  return wire;
 }
 
 export class ImageStore implements ImageService {
@@ -63,5 +77,40 @@ export class ImageStore implements ImageService {
   /** Running sandboxes keep working: QEMU holds the rootfs open and reads it past unlink. */
   async remove(name: string): Promise<void> {
     await removeImage(this.paths, name);
+  }
+
+  async get(name: string): Promise<ImageT> {
+    return toWire(await getImage(this.paths, name));
+  }
+
+  async pull(
+    req: Omit<PullImageT, 'stream'>,
+    onProgress?: (e: ImageProgress) => void,
+    signal?: AbortSignal,
+  ): Promise<ImageT> {
+    const opts = { reference: req.reference, name: req.name, platform: req.platform };
+    const build = { sizeMiB: req.size_mib, force: req.force, signal };
+    return toWire(await pullImage(this.paths, { ...opts, ...build }, onProgress));
+  }
+
+  async import(
+    req: Omit<ImportImageT, 'stream'>,
+    onProgress?: (e: ImageProgress) => void,
+  ): Promise<ImageT> {
+    const { path, ref, name, platform, size_mib: sizeMiB, force } = req;
+    const opts = { path, ref, name, platform, sizeMiB, force };
+    return toWire(await importImage(this.paths, opts, onProgress));
+  }
+
+  prune(): Promise<PruneResultT> {
+    return pruneBlobs(this.paths);
+  }
+
+  async login(req: LoginT): Promise<void> {
+    await login(this.paths, req.registry, { username: req.username, password: req.password });
+  }
+
+  async logout(registry: string): Promise<void> {
+    await logout(this.paths, registry);
   }
 }

@@ -28,7 +28,34 @@ import { assertImageUnused } from './users.js';
 export type ImageSource =
   | { kind: 'dir'; dir: string }
   | { kind: 'debian'; suite: string; packages: string[]; mirror: string }
-  | { kind: 'busybox'; version: string };
+  | { kind: 'busybox'; version: string }
+  | {
+      kind: 'oci';
+      reference: string;
+      /** The image manifest's digest (an index resolved to the platform). */
+      digest: string;
+      platform: string;
+      /** The cached blobs it was built from (layers), kept by `image prune`. */
+      blobs: string[];
+    }
+  | {
+      kind: 'archive';
+      file: string;
+      format: 'oci-layout' | 'docker-save';
+      digest: string;
+      platform: string;
+      blobs: string[];
+    };
+
+/** An OCI image config's defaults for the sandboxes of the image. */
+export interface ImageConfig {
+  /** `KEY=VALUE` entries. */
+  env: string[];
+  working_dir?: string;
+  user?: string;
+  entrypoint?: string[];
+  cmd?: string[];
+}
 
 /** An image's image.json (snake_case: this is also the wire form). */
 export interface ImageManifest {
@@ -40,6 +67,8 @@ export interface ImageManifest {
   disk_bytes: number;
   created_at: string;
   source: ImageSource;
+  /** Set for images from OCI/Docker images: their config's Env, WorkingDir, User, Entrypoint, Cmd. */
+  config?: ImageConfig;
 }
 
 /** An image as the service returns it: its manifest plus where its rootfs is. */
@@ -58,6 +87,16 @@ export interface ImageFiles {
 const STAGING_PREFIX = '.staging-';
 /** A staging dir whose builder is gone and that is older than this is debris of a crash. */
 const STALE_MS = 60 * 60 * 1000;
+
+/** An image config's `KEY=VALUE` Env as a map (empty for images without a config). */
+export function imageEnv(image: ImageManifest): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const entry of image.config?.env ?? []) {
+    const eq = entry.indexOf('=');
+    if (eq > 0) env[entry.slice(0, eq)] = entry.slice(eq + 1);
+  }
+  return env;
+}
 
 /** Image names follow the name rule (src/contract/rules.ts). */
 export function validateImageName(name: string): void {
@@ -227,7 +266,8 @@ async function sweepStaleStaging(p: Paths, names: string[]): Promise<void> {
   }
 }
 
-function pidAlive(pid: number): boolean {
+/** Whether a process of that pid exists (EPERM: it does, as another user). */
+export function pidAlive(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0) return false;
   try {
     process.kill(pid, 0);

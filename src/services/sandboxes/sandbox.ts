@@ -18,7 +18,7 @@ import { Vm } from '../../drivers/qemu/vm.js';
 import { GUEST_NET, type VmNet, type VmSpec } from '../../drivers/qemu/cmdline.js';
 import { locateGuest } from '../guest.js';
 import { checkRange } from '../checks.js';
-import { getImage } from '../images/index.js';
+import { getImage, imageEnv } from '../images/index.js';
 
 /** What a caller asks for when booting a sandbox from an image. */
 export interface BootRequest {
@@ -140,7 +140,8 @@ export async function bootSandbox(p: Paths, req: BootRequest): Promise<Sandbox> 
     );
     req.onStarted?.(vm);
     req.signal?.throwIfAborted();
-    const agent = await connectGuest(vm, id, req);
+    // An OCI image's Env is the sandbox's default environment; the request's wins.
+    const agent = await connectGuest(vm, id, { ...req, env: { ...imageEnv(image), ...req.env } });
     return { id, dir, vm, agent };
   } catch (e) {
     await vm?.kill();

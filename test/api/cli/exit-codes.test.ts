@@ -38,7 +38,7 @@ const CASES: Case[] = [
   { args: ['--version'], exit: EXIT.ok },
   { args: ['help', 'exec'], exit: EXIT.ok },
   { args: ['version'], exit: EXIT.ok },
-  { args: ['run'], exit: EXIT.usage, says: /missing required argument 'command'/ },
+  { args: ['run'], exit: EXIT.usage, says: /missing the command/ },
   {
     args: ['run', '--memory', '8M', '--', 'true'],
     exit: EXIT.usage,
