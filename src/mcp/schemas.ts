@@ -7,6 +7,7 @@
  * call carries in its structuredContent.
  */
 import Type, { type TInteger, type TObject, type TProperties, type TSchema } from 'typebox';
+import { ContextName } from '../contract/eval.js';
 import { Env, GuestPath, ImageName, Labels, SnapshotTag } from '../contract/schemas.js';
 import {
   FORK_MAX,
@@ -181,6 +182,32 @@ export const SCHEMAS = {
       durationMs: Type.Number(),
       stdout: Type.String(),
       stderr: Type.String(),
+    }),
+  },
+  sandbox_run_code: {
+    input: input({
+      sandboxId,
+      code: Type.String({ minLength: 1, maxLength: 1048576, description: 'Python source to run' }),
+      context: opt(ContextName),
+      timeoutMs: opt(int(LIMITS.execTimeoutMs, 'interrupt the code after this long (ms)')),
+    }),
+    output: Type.Object({
+      text: Nullable(Type.String({ description: "the last expression's value (text/plain)" })),
+      results: Type.Array(
+        Type.Object({
+          isMainResult: Type.Boolean(),
+          data: Type.Record(Type.String(), Type.Unknown(), {
+            description: 'MIME type → value (images base64, application/json parsed)',
+          }),
+        }),
+      ),
+      stdout: Type.String(),
+      stderr: Type.String(),
+      error: Nullable(
+        Type.Object({ name: Type.String(), value: Type.String(), traceback: Type.String() }),
+      ),
+      executionCount: Type.Integer(),
+      durationMs: Type.Number(),
     }),
   },
   files_read: {

@@ -4,10 +4,8 @@
  * when to branch); the hints say what a call may change. Results are the SDK's objects as
  * structuredContent; a failed call throws the SDK's catalog error and the server turns it
  * into a tool error carrying its code.
- *
- * `sandbox_run_code` (a warm interpreter context) joins this table when the SDK has
- * contexts: it returns images through ToolOutput.images, which the server already sends
- * as MCP image content.
+ * `sandbox_run_code` returns the images a cell produced (a matplotlib figure) as MCP
+ * image content too.
  */
 import type { Static } from 'typebox';
 import { Forkd, Sandbox, Snapshot, type ClientConfig, type ForkResult } from '@forkd/sdk';
@@ -142,6 +140,38 @@ export const TOOLS = [
       const sbx = await Sandbox.connect(sandboxId, { ...ctx.config, signal: ctx.signal });
       const result = await sbx.commands.run(command, { ...rest, envs: env, signal: ctx.signal });
       return { structured: { ...result } };
+    },
+  }),
+  tool({
+    name: 'sandbox_run_code',
+    title: 'Run Python code in a warm interpreter',
+    description:
+      'Run Python code in a code context of a running sandbox: an interpreter that keeps ' +
+      'its variables and imports between calls (context `python` by default, created on ' +
+      'first use). Prefer it to sandbox_exec for step-by-step analysis: nothing is ' +
+      're-imported. Returns the last expression as text, stdout/stderr, rich results by ' +
+      'MIME type (figures as images) and an exception as `error` (a result, not a tool ' +
+      'error). Forks and branches of the sandbox inherit the context with its state.',
+    annotations: { ...MAKE, openWorldHint: true },
+    async run({ sandboxId, code, context, timeoutMs }, ctx) {
+      const sbx = await Sandbox.connect(sandboxId, { ...ctx.config, signal: ctx.signal });
+      const x = await sbx.runCode(code, { context, timeoutMs, signal: ctx.signal });
+      const results = x.results.map((r) => ({ isMainResult: r.isMainResult, data: r.data }));
+      const images = x.results.flatMap((r) =>
+        r.png ? [{ data: r.png, mimeType: 'image/png' }] : [],
+      );
+      return {
+        structured: {
+          text: x.text ?? null,
+          results,
+          stdout: x.logs.stdout.join(''),
+          stderr: x.logs.stderr.join(''),
+          error: x.error,
+          executionCount: x.executionCount,
+          durationMs: x.durationMs,
+        },
+        images: images.length ? images : undefined,
+      };
     },
   }),
   tool({

@@ -23,6 +23,7 @@ import { buildApp } from '../../src/api/app.js';
 import { Listeners } from '../../src/daemon/servers.js';
 import { installMcp } from '../../src/mcp/http.js';
 import { CLI } from '../helpers/cli.js';
+import { FAKE_PNG } from '../helpers/fake-contexts.js';
 import { FakeServices, SEED } from '../helpers/fake-services.js';
 
 const TOKEN = 'mcp-test-token-0123456789';
@@ -106,6 +107,7 @@ test('tools/list: every tool, valid JSON schemas, hints an agent can act on', as
     'sandbox_fork',
     'sandbox_kill',
     'sandbox_list',
+    'sandbox_run_code',
     'snapshot_create',
     'snapshot_list',
     'snapshot_remove',
@@ -236,6 +238,30 @@ test('files_read of a PNG also answers MCP image content', async () => {
   const image = r.content.find((c) => c.type === 'image');
   assert.deepEqual(image, { type: 'image', data: png.toString('base64'), mimeType: 'image/png' });
   assert.equal((r.structuredContent as { encoding: string }).encoding, 'base64');
+});
+
+test('sandbox_run_code: value, output, the exception as a result, a figure as an image', async () => {
+  const value = await ok<{ text: string; executionCount: number }>('sandbox_run_code', {
+    sandboxId: SEED.sandbox,
+    code: 'x + 1',
+  });
+  assert.equal(value.text, 'x + 1');
+  const printed = await ok<{ stdout: string; text: null }>('sandbox_run_code', {
+    sandboxId: SEED.sandbox,
+    code: 'print(hi)',
+  });
+  assert.deepEqual([printed.stdout, printed.text], ['hi\n', null]);
+  const raised = await ok<{ error: { name: string } }>('sandbox_run_code', {
+    sandboxId: SEED.sandbox,
+    code: 'raise ValueError',
+  });
+  assert.equal(raised.error.name, 'ValueError', "the code's exception is a result");
+  const r = await call('sandbox_run_code', { sandboxId: SEED.sandbox, code: 'plot()' });
+  assert.deepEqual(r.content[1], { type: 'image', data: FAKE_PNG, mimeType: 'image/png' });
+  assert.equal(
+    await code('sandbox_run_code', { sandboxId: SEED.sandbox, code: '1', context: 'nope' }),
+    'context_not_found',
+  );
 });
 
 test('snapshot tools: create with progress, list, fork, branch, lineage, remove', async () => {
@@ -393,7 +419,7 @@ test('stdio: `forkd mcp` lists the tools and answers calls and bad arguments', a
     }),
   );
   clients.push(client);
-  assert.equal((await client.listTools()).tools.length, 13);
+  assert.equal((await client.listTools()).tools.length, 14);
   const r = (await client.callTool({ name: 'sandbox_list', arguments: {} })) as CallToolResult;
   assert.deepEqual(
     (r.structuredContent as { sandboxes: { id: string }[] }).sandboxes.map((s) => s.id),

@@ -32,9 +32,17 @@ function contextRecord(name: string, req: CreateContextT = {}): ContextT {
   };
 }
 
+/** What the fake's `plot()` displays: a PNG signature, base64. */
+export const FAKE_PNG = Buffer.from('\x89PNG\r\n\x1a\n', 'latin1').toString('base64');
+
 function eventsOf(code: string, count: number): EvalEventT[] {
   const printed = /^print\((.*)\)$/.exec(code);
   const raised = /^raise (\w+)/.exec(code);
+  if (code === 'plot()') {
+    const png = { 'image/png': FAKE_PNG, 'text/plain': '<Figure>' };
+    const figure: EvalEventT = { type: 'result', is_main_result: false, data: png };
+    return [figure, { type: 'end', execution_count: count, duration_ms: 1 }];
+  }
   const body: EvalEventT[] = printed
     ? [{ type: 'stdout', text: `${printed[1]}\n` }]
     : raised

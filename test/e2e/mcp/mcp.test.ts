@@ -100,7 +100,7 @@ interface SandboxOut {
 /** The scenario, over one client: every step a tool call. */
 async function branchAndFanOut(client: Client, tag: string): Promise<void> {
   const { tools } = await client.listTools();
-  assert.equal(tools.length, 13);
+  assert.equal(tools.length, 14);
   const { sandbox } = await ok<{ sandbox: SandboxOut }>(client, 'sandbox_create', {
     image: 'busybox',
   });
