@@ -6,7 +6,8 @@
  * namespace drops its veth, its rules and its connection tracking at once.
  */
 import { existsSync } from 'node:fs';
-import { readdir } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { run } from '../../util/exec.js';
 
 /** Where `ip netns` keeps its namespaces (bind mounts). */
@@ -14,6 +15,12 @@ export const NETNS_DIR = '/run/netns';
 /** Name prefixes: namespaces `fkd-N`, host ends of their veths `fkdh-N`. */
 export const NETNS_PREFIX = 'fkd-';
 export const VETH_PREFIX = 'fkdh-';
+/**
+ * Which daemon made each namespace (its pid, one file per namespace): the index space is
+ * the host's, shared by every daemon on it, and a daemon's start-up sweep must not take
+ * the pool of another one that is running (a second FORKD_HOME, a test's daemon).
+ */
+export const NETNS_OWNERS = '/run/forkd-netns';
 /** Every namespace's /30 comes out of this /16 (16 384 of them). */
 export const NETNS_SUBNET = '10.231.0.0/16';
 const MAX_INDEX = 16_383;
@@ -73,6 +80,7 @@ export async function createNetns(taken: Set<number>): Promise<Netns> {
       continue; // someone else took it meanwhile
     }
     try {
+      await recordOwner(ns);
       await wire(ns);
       return ns;
     } catch (e) {
@@ -122,6 +130,25 @@ export async function netnsInUse(ns: Netns): Promise<boolean> {
 export async function deleteNetns(ns: Netns): Promise<void> {
   await run('ip', ['link', 'del', ns.veth]).catch(() => undefined);
   if (existsSync(ns.path)) await run('ip', ['netns', 'del', ns.name]).catch(() => undefined);
+  await rm(join(NETNS_OWNERS, ns.name), { force: true });
+}
+
+async function recordOwner(ns: Netns): Promise<void> {
+  await mkdir(NETNS_OWNERS, { recursive: true, mode: 0o700 });
+  await writeFile(join(NETNS_OWNERS, ns.name), `${process.pid}\n`);
+}
+
+/** True when another process that is still alive made the namespace (another daemon's). */
+export async function ownedByOther(ns: Netns): Promise<boolean> {
+  const text = await readFile(join(NETNS_OWNERS, ns.name), 'utf8').catch(() => '');
+  const pid = Number(text.trim());
+  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 function runInput(file: string, args: string[], input?: string) {

@@ -20,6 +20,7 @@ import {
   createNetns,
   deleteNetns,
   listNetns,
+  ownedByOther,
   netnsInUse,
   netnsOf,
   type Netns,
@@ -117,7 +118,8 @@ export class NetworkService {
 
   /**
    * Install the host table, delete the namespaces no process runs in (an earlier daemon's
-   * pool, or sandboxes that ended while no daemon ran) and fill the pool. A namespace an
+   * pool, or sandboxes that ended while no daemon ran; not the pool of another daemon that
+   * is running) and fill the pool. A namespace an
    * adopted sandbox's QEMU still runs in is kept.
    */
   async start(): Promise<void> {
@@ -126,7 +128,7 @@ export class NetworkService {
     this.forwarding = await installHostTable();
     for (const index of await listNetns()) {
       const ns = netnsOf(index);
-      if (!(await netnsInUse(ns))) await deleteNetns(ns);
+      if (!(await netnsInUse(ns)) && !(await ownedByOther(ns))) await deleteNetns(ns);
     }
     this.refill();
   }
