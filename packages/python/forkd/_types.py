@@ -52,6 +52,12 @@ class SandboxInfo:
     expires_at: Optional[str]
     pid: Optional[int]
     reason: Optional[str] = None
+    #: While it runs: ``{"mode", "egress"}`` (docs/network.md), as the wire has it.
+    network: Optional[Dict[str, Any]] = None
+    #: Its QEMU's ``{"memory_bytes", "cpu", "pids", "cgroup"}`` (docs/limits.md).
+    limits: Optional[Dict[str, Any]] = None
+    #: What a running sandbox uses (``get`` of one sandbox only).
+    usage: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,8 @@ class ImageInfo:
     disk_bytes: int
     created_at: str
     source: Dict[str, Any]
+    #: An OCI image's config (env, working_dir, user, entrypoint, cmd) as the wire has it.
+    config: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)

@@ -205,8 +205,8 @@ class SandboxTest(unittest.TestCase):
             sbx.files.write("/x", chunks_of(os.urandom(8 << 20), 1 << 20))
         # a daemon older than the call: the route is named
         with self.assertRaises(forkd.NotFoundError) as old:
-            forkd.Forkd(url).transport.json(forkd._transport.Request("GET", "/v1/sandboxes/x/pty"))
-        self.assertIn("GET /v1/sandboxes/x/pty", old.exception.message)
+            forkd.Forkd(url).transport.json(forkd._transport.Request("GET", "/v1/sandboxes/x/tomorrow"))
+        self.assertIn("GET /v1/sandboxes/x/tomorrow", old.exception.message)
         self.assertIn("older than this SDK", old.exception.message)
         # daemon unreachable
         with self.assertRaises(forkd.DaemonUnreachableError):

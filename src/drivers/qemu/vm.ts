@@ -233,6 +233,9 @@ export class Vm {
     if (!(await isQemuOf(pid, spec.dir))) {
       throw new ForkdError('internal', `pid ${pid} is not the QEMU of ${spec.dir}`, { pid });
     }
+    // Whether it has a NIC is in its command line: a branch of it must record the NIC its
+    // device state holds, or the branch's children cannot restore.
+    if (!spec.net && (await hasNic(pid))) spec = { ...spec, net: {} };
     const proc = new AdoptedVmProcess(pid, spec.dir, opts.pollMs ?? 1000);
     const died = proc.exited.then(() => {
       throw new ForkdError('internal', `QEMU ${pid} exited while being adopted`, { pid });
@@ -329,6 +332,11 @@ function qemuArgv(spec: VmSpec): [string, string[]] {
 export async function isQemuOf(pid: number, dir: string): Promise<boolean> {
   const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
   return cmdlineMatches(cmdline, dir);
+}
+
+async function hasNic(pid: number): Promise<boolean> {
+  const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+  return cmdline.split('\0').includes('-netdev');
 }
 
 function isQemuOfSync(pid: number, dir: string): boolean {
