@@ -59,10 +59,10 @@ export function agentError(
   const agentCode = typeof msg.code === 'string' ? msg.code : 'unknown';
   const agentMessage = typeof msg.message === 'string' ? msg.message : '';
   const details = {
-    agentCode,
-    agentMessage,
+    agent_code: agentCode,
+    agent_message: agentMessage,
     ...(subject === undefined ? {} : { subject }),
-    ...(typeof msg.field === 'string' ? { agentField: msg.field } : {}),
+    ...(typeof msg.field === 'string' ? { agent_field: msg.field } : {}),
   };
   const about = subject === undefined ? '' : `${subject}: `;
   const said = agentMessage ? ` (${agentMessage})` : '';

@@ -145,7 +145,7 @@ class RunningExec implements ExecHandle {
       await this.conn.call({ type: 'signal', target: this.id, signal }, { kind: 'control' }).done;
     } catch (e) {
       // It exited between our look and the agent's: what kill wanted anyway.
-      if (!(e instanceof ForkdError && e.details?.agentCode === 'no_such_request')) throw e;
+      if (!(e instanceof ForkdError && e.details?.agent_code === 'no_such_request')) throw e;
     }
   }
 

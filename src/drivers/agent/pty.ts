@@ -161,7 +161,7 @@ class Attachment implements PtyAttachment {
       await this.conn.call({ ...fields, target: this.id }, { kind: 'control' }).done;
     } catch (e) {
       // It ended between our look and the agent's: nothing left to act on.
-      if (!(e instanceof ForkdError && e.details?.agentCode === 'no_such_request')) throw e;
+      if (!(e instanceof ForkdError && e.details?.agent_code === 'no_such_request')) throw e;
     }
   }
 
@@ -226,11 +226,11 @@ export async function attachPty(
   try {
     return await new Attachment(conn, fields, handlers, undefined).ready.promise;
   } catch (e) {
-    if (e instanceof ForkdError && e.details?.agentCode === 'no_such_request') {
+    if (e instanceof ForkdError && e.details?.agent_code === 'no_such_request') {
       throw new ForkdError('pty_session_not_found', `no terminal session ${target.pty} in the guest: it ended, or never existed`, { pty: target.pty });
     }
-    if (e instanceof ForkdError && e.details?.agentCode === 'bad_request') {
-      throw badRequest(String(e.details.agentMessage), { since: target.since });
+    if (e instanceof ForkdError && e.details?.agent_code === 'bad_request') {
+      throw badRequest(String(e.details.agent_message), { since: target.since });
     }
     throw e;
   }

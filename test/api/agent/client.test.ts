@@ -247,7 +247,7 @@ test('agent error codes map onto the catalog', async (t) => {
   await assert.rejects(client.list('/secret'), assertCode('guest_permission_denied'));
   await assert.rejects(client.remove('/broken'), (e: unknown) => {
     assertCode('guest_error')(e);
-    assert.equal((e as { details: { agentCode: string } }).details.agentCode, 'io');
+    assert.equal((e as { details: { agent_code: string } }).details.agent_code, 'io');
     return true;
   });
   const exec = client.exec({ argv: ['nosuch'] });

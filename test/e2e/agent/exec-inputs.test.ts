@@ -27,7 +27,7 @@ test('a missing cwd is cwd_not_found naming it, not a missing command', async ()
   const cwd = join(agent().dir, 'no-such-dir');
   await assert.rejects(
     client().run({ argv: ['true'], cwd }),
-    refused('cwd_not_found', { cwd, agentField: 'cwd' }),
+    refused('cwd_not_found', { cwd, agent_field: 'cwd' }),
   );
 });
 
@@ -40,11 +40,11 @@ test('a cwd that is a file is cwd_not_found too', async () => {
 test('a user the image lacks is user_not_found naming it; a command still runs after', async () => {
   await assert.rejects(
     client().run({ argv: ['true'], user: 'forkd-no-such-user' }),
-    refused('user_not_found', { user: 'forkd-no-such-user', agentField: 'user' }),
+    refused('user_not_found', { user: 'forkd-no-such-user', agent_field: 'user' }),
   );
   await assert.rejects(
     client().run({ argv: ['forkd-no-such-command-xyz'] }),
-    refused('command_not_found', { agentField: 'argv' }),
+    refused('command_not_found', { agent_field: 'argv' }),
   );
   assert.equal((await client().run({ argv: ['true'] })).exitCode, 0);
 });

@@ -276,7 +276,7 @@ test('stdin beyond the 8 MiB buffer ends the exec with too_large', { timeout: 30
   await handle.writeStdin(Buffer.alloc(10 * 1024 * 1024, 1));
   await assert.rejects(handle.result, (e: unknown) => {
     assert.ok(isForkdError(e, 'guest_error'), String(e));
-    assert.equal(e.details?.agentCode, 'too_large');
+    assert.equal(e.details?.agent_code, 'too_large');
     return true;
   });
   await client.ping();
@@ -294,7 +294,7 @@ test('the 257th concurrent exec is refused as busy', { timeout: 60_000 }, async 
   const extra = c.exec({ argv: ['echo', 'one too many'] });
   await assert.rejects(extra.result, (e: unknown) => {
     assert.ok(isForkdError(e, 'guest_error'), String(e));
-    assert.equal(e.details?.agentCode, 'busy');
+    assert.equal(e.details?.agent_code, 'busy');
     return true;
   });
   await Promise.all(handles.map((h) => h.kill()));

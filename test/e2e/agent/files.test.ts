@@ -40,7 +40,7 @@ function guestError(code: string, agentCode?: string | string[]) {
     assert.ok(isForkdError(e), `expected a ForkdError, got ${String(e)}`);
     assert.equal(e.code, code, e.message);
     if (agentCode !== undefined) {
-      assert.ok([agentCode].flat().includes(String(e.details?.agentCode)), e.message);
+      assert.ok([agentCode].flat().includes(String(e.details?.agent_code)), e.message);
     }
     return true;
   };
