@@ -21,6 +21,7 @@ type DaemonFlags = Pick<
   defaultPids?: string;
   branchMode: string;
   logLevel: string;
+  confine?: boolean;
 };
 
 const BRANCH_MODES = ['auto', 'copy', 'live'] as const;
@@ -56,6 +57,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     branchMode,
     logLevel: flags.logLevel as LogLevel,
     limitDefaults: { memory: flags.defaultMemory, cpu: flags.defaultCpu, pids: flags.defaultPids },
+    ...(flags.confine === false ? { confine: false } : {}),
   };
 }
 
@@ -91,6 +93,10 @@ export function register(cmd: Command): void {
       'CPU quota of a sandbox that names none: auto (its vCPUs, at most half the host), none, or cores',
     )
     .option('--default-pids <n>', "cap on a sandbox QEMU's threads: 512 by default, none, or n")
+    .option(
+      '--no-confine',
+      'run QEMU unconfined (no seccomp filter, the daemon\'s user) for debugging; also FORKD_CONFINE=off',
+    )
     .action(
       action(async (flags: DaemonFlags) => {
         const stop = stopRequested();

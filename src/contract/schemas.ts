@@ -213,6 +213,25 @@ export const Sandbox = Type.Object(
         { description: 'what a running sandbox uses (GET of one sandbox only)' },
       ),
     ),
+    confinement: Type.Optional(
+      Type.Object(
+        {
+          uid: Type.Integer({ description: 'the effective uid its QEMU runs as' }),
+          seccomp: Type.Boolean({ description: 'a seccomp filter is in force (mode 2)' }),
+          sandbox: Type.Union([Type.String(), Type.Null()], {
+            description: "QEMU's -sandbox option; null: none",
+          }),
+          spawn: Type.Boolean({ description: 'its filter allows process creation (live branch)' }),
+          capabilities: Type.String({
+            description: 'effective capabilities in hex (all zeros: none)',
+          }),
+        },
+        {
+          description:
+            'how its QEMU is confined, read from the kernel (GET of one running sandbox; docs/security.md)',
+        },
+      ),
+    ),
   },
   { $id: 'Sandbox' },
 );

@@ -39,6 +39,8 @@ export interface DaemonOptions {
   maxExecs?: number;
   /** Mode of branches that name none (default `auto`: live where the host can). */
   branchMode?: BranchModeT | 'auto';
+  /** Confine QEMU (default: on, unless FORKD_CONFINE=off; docs/security.md). */
+  confine?: boolean;
   /** Default resource limits as typed (`auto`, `none` or a value; docs/limits.md). */
   limitDefaults?: LimitDefaultFlags;
   /** How long close() waits for in-flight requests (default 10 s). */
@@ -107,6 +109,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       maxExecs: opts.maxExecs,
       branchMode: opts.branchMode,
       limitDefaults,
+      confine: opts.confine,
     });
     const services = built;
     const recovered = await services.start();

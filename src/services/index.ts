@@ -21,6 +21,7 @@ import { SandboxManager } from './sandboxes/service.js';
 import { SnapshotManager } from './snapshots/service.js';
 import { NetworkService } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
+import { configureConfinement, protectHome } from '../drivers/qemu/confine.js';
 
 export interface ServiceOptions {
   paths: Paths;
@@ -41,6 +42,8 @@ export interface ServiceOptions {
   network?: ConstructorParameters<typeof NetworkService>[0] | false;
   /** Default resource limits of sandboxes (`forkd daemon --default-*`; docs/limits.md). */
   limitDefaults?: LimitDefaults;
+  /** Confine QEMU (docs/security.md); default on unless FORKD_CONFINE=off. */
+  confine?: boolean;
 }
 
 export interface ServiceSet {
@@ -62,6 +65,11 @@ export interface ServiceSet {
 export function buildServices(opts: ServiceOptions): ServiceSet {
   const logOf = (component: string) => opts.log?.child?.({ component }) ?? opts.log;
   const { paths, store } = opts;
+  // A daemon whose branches are all `copy` needs no process creation in QEMU.
+  configureConfinement({
+    ...(opts.confine === undefined ? {} : { enabled: opts.confine }),
+    spawn: opts.branchMode !== 'copy',
+  });
   const network =
     opts.network === false
       ? undefined
@@ -134,6 +142,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     network,
     services,
     start: async () => {
+      await protectHome(paths.home, paths.sandboxes);
       await network?.start();
       const recovered = await sandboxes.start();
       await snapshots.start();

@@ -117,6 +117,8 @@ async function wire(ns: Netns): Promise<void> {
     '-w',
     'net.ipv6.conf.all.disable_ipv6=1',
     'net.ipv6.conf.default.disable_ipv6=1',
+    // A confined QEMU (its own uid, no capabilities) forwards guest ports below 1024 too.
+    'net.ipv4.ip_unprivileged_port_start=0',
   ]);
 }
 

@@ -10,6 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
 import { run } from '../../util/exec.js';
+import { ownLikeDir } from './confine.js';
 import { monitor, type Vm } from './vm.js';
 
 /** The qemu-img binary (FORKD_QEMU_IMG overrides, as FORKD_QEMU does for QEMU). */
@@ -47,6 +48,7 @@ export async function createLayerOver(
     file,
     String(sizeBytes),
   ]);
+  await ownLikeDir(file); // a confined QEMU opens it as its own uid
 }
 
 /**

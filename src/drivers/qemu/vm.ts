@@ -4,11 +4,12 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { open, readFile } from 'node:fs/promises';
-import { basename } from 'node:path';
+import { chown, copyFile, open, readFile, rename, rm } from 'node:fs/promises';
+import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError } from '../../errors.js';
 import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
+import { confineVm } from './confine.js';
 import { QmpClient } from './qmp.js';
 
 /** The fd number a restore's device state has inside QEMU (see {@link Vm.start}). */
@@ -145,9 +146,20 @@ export class Vm {
     return (await this.qmp.execute<{ status: string }>('query-status')).status;
   }
 
-  /** Save the device state (no RAM) of a stopped VM into `file` (~14 KB, 2–4 ms). */
+  /**
+   * Save the device state (no RAM) of a stopped VM into `file` (~14 KB, 2–4 ms). A
+   * confined QEMU may write only in its own directory: it saves there, and the file moves
+   * to `file` (same filesystem) as ours.
+   */
   async saveDeviceState(file: string): Promise<void> {
-    await this.qmp.execute('xen-save-devices-state', { filename: file, live: false });
+    const own = join(this.spec.dir, 'vmstate.saving');
+    await this.qmp.execute('xen-save-devices-state', { filename: own, live: false });
+    await chown(own, process.getuid?.() ?? 0, process.getgid?.() ?? 0);
+    await rename(own, file).catch(async (e: NodeJS.ErrnoException) => {
+      if (e.code !== 'EXDEV') throw e;
+      await copyFile(own, file);
+      await rm(own, { force: true });
+    });
   }
 
   /** The host pid of QEMU. */
@@ -185,6 +197,7 @@ export class Vm {
     } = {},
   ): Promise<Vm> {
     const files = vmFiles(spec.dir);
+    const confinement = await confineVm(spec.dir);
     const log = await open(files.log, 'a');
     let child: ChildProcess;
     let spawned: Promise<void>;
@@ -193,7 +206,7 @@ export class Vm {
       // Node cannot pass fds over the QMP socket (getfd), but it can at spawn.
       const stdio: (number | 'ignore')[] = ['ignore', log.fd, log.fd];
       if (opts.incomingFd !== undefined) stdio.push(opts.incomingFd);
-      const [file, argv] = qemuArgv(spec);
+      const [file, argv] = qemuArgv(spec, confinement);
       child = spawn(file, argv, {
         stdio,
         detached: true, // own session: a Ctrl-C on the CLI or the daemon's group never reaches QEMU
@@ -319,8 +332,8 @@ export class Vm {
 }
 
 /** QEMU's argv; inside the sandbox's network namespace when it has one (nsenter execs it). */
-function qemuArgv(spec: VmSpec): [string, string[]] {
-  const args = buildQemuArgs(spec);
+function qemuArgv(spec: VmSpec, confinement: string[]): [string, string[]] {
+  const args = [...buildQemuArgs(spec), ...confinement];
   const ns = spec.net?.netns;
   return ns ? ['nsenter', [`--net=${ns}`, '--', QEMU_BINARY, ...args]] : [QEMU_BINARY, args];
 }

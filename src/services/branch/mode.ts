@@ -4,6 +4,7 @@
  * request names one. The host's ability is probed once, as `forkd doctor` shows it.
  */
 import type { BranchModeT } from '../../contract/schemas.js';
+import { confinementOf } from '../../drivers/qemu/confine.js';
 import { probeLive, type LiveProbe } from '../../drivers/qemu/live.js';
 import { ForkdError } from '../../errors.js';
 
@@ -13,10 +14,21 @@ export class BranchModes {
   /** `auto` (default) is `live` where the probe passes, `copy` elsewhere. */
   constructor(private readonly setting: BranchModeT | 'auto' = 'auto') {}
 
-  /** The mode of a request: its own, checked, or the daemon's default. */
-  async choose(asked: BranchModeT | undefined): Promise<BranchModeT> {
-    const mode = asked ?? (await this.default());
+  /**
+   * The mode of a request: its own, checked, or the daemon's default — `copy` for a
+   * source whose QEMU's seccomp filter denies spawn (`pid`: its QEMU).
+   */
+  async choose(asked: BranchModeT | undefined, pid?: number): Promise<BranchModeT> {
+    const spawn = pid === undefined || ((await confinementOf(pid))?.spawn ?? true);
+    const mode = asked ?? (spawn ? await this.default() : 'copy');
     if (mode === 'live') await this.requireLive();
+    if (mode === 'live' && !spawn) {
+      throw new ForkdError(
+        'setup_required',
+        'live branch is not available for this sandbox: its QEMU was started with a seccomp filter that denies spawn (a daemon with --branch-mode copy); use mode "copy"',
+        { mode: 'live' },
+      );
+    }
     return mode;
   }
 

@@ -78,7 +78,7 @@ export class BranchManager implements BranchService {
         },
       );
     }
-    const mode = await this.modes.choose(req.mode);
+    const mode = await this.modes.choose(req.mode, source.vm.pid);
     const over = await this.memoryParent(source);
     this.registry.reserve(tag, id);
     let captured: BranchCapture | undefined;

@@ -21,6 +21,7 @@ import { LIMITS } from '../../contract/rules.js';
 import type { Paths } from '../../config.js';
 import type { AgentClient, ExecHandle } from '../../drivers/agent/client.js';
 import { vmFiles } from '../../drivers/qemu/cmdline.js';
+import { confinementOf } from '../../drivers/qemu/confine.js';
 import type { CgroupUsage } from '../../drivers/host/cgroup.js';
 import type { Vm, VmExit } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
@@ -370,6 +371,12 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const wire = this.wire(this.row(id));
     const usage = this.live.has(id) ? await this.limiter.usage(id) : undefined;
     if (usage) wire.usage = toWireUsage(usage);
+    const pid = this.live.get(id)?.vm.pid;
+    const confined = pid === undefined ? undefined : await confinementOf(pid);
+    if (confined) {
+      const { noNewPrivs: _, ...shown } = confined;
+      wire.confinement = shown;
+    }
     return wire;
   }
 
