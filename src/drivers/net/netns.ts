@@ -6,7 +6,7 @@
  * namespace drops its veth, its rules and its connection tracking at once.
  */
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, readlink, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { run } from '../../util/exec.js';
 
@@ -133,12 +133,56 @@ export async function deleteNetns(ns: Netns): Promise<void> {
   await run('ip', ['link', 'del', ns.veth]).catch(() => undefined);
   if (existsSync(ns.path)) await run('ip', ['netns', 'del', ns.name]).catch(() => undefined);
   await rm(join(NETNS_OWNERS, ns.name), { force: true });
+  await rm(stateFile(ns), { force: true });
 }
 
-async function recordOwner(ns: Netns): Promise<void> {
+/** This process owns the namespace now (made it, or re-adopted its sandbox). */
+export async function recordOwner(ns: Netns): Promise<void> {
   await mkdir(NETNS_OWNERS, { recursive: true, mode: 0o700 });
   await writeFile(join(NETNS_OWNERS, ns.name), `${process.pid}\n`);
 }
+
+function stateFile(ns: Netns): string {
+  return join(NETNS_OWNERS, `${ns.name}.json`);
+}
+
+/**
+ * What a daemon needs to take a namespace's sandbox over after a restart (its id, policy,
+ * ports), kept next to the namespace: it lives exactly as long as the namespace does.
+ * Written whole and renamed, so a daemon killed mid-write leaves the previous version.
+ */
+export async function writeNetnsState(ns: Netns, state: unknown): Promise<void> {
+  await mkdir(NETNS_OWNERS, { recursive: true, mode: 0o700 });
+  const tmp = `${stateFile(ns)}.${process.pid}.tmp`;
+  await writeFile(tmp, `${JSON.stringify(state)}\n`, { mode: 0o600 });
+  await rename(tmp, stateFile(ns));
+}
+
+/** The state a daemon wrote for a namespace, or undefined (a pool member, none written). */
+export async function readNetnsState(ns: Netns): Promise<unknown> {
+  const text = await readFile(stateFile(ns), 'utf8').catch(() => undefined);
+  try {
+    return text === undefined ? undefined : (JSON.parse(text) as unknown);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The forkd namespace a process runs in (matched by the namespace's inode), if any. */
+export async function netnsOfPid(pid: number): Promise<Netns | undefined> {
+  const link = await readlink(`/proc/${pid}/ns/net`).catch(() => '');
+  const inode = /^net:\[(\d+)\]$/.exec(link)?.[1];
+  if (!inode) return undefined;
+  for (const index of await listNetns()) {
+    const ns = netnsOf(index);
+    const st = await stat(ns.path).catch(() => undefined);
+    if (st && String(st.ino) === inode) return ns;
+  }
+  return undefined;
+}
+
+/** Where the IPv4 forwarding setting forkd found is kept until the last namespace goes. */
+export const FORWARDING_FILE = join(NETNS_OWNERS, 'ip_forward');
 
 /** True when another process that is still alive made the namespace (another daemon's). */
 export async function ownedByOther(ns: Netns): Promise<boolean> {

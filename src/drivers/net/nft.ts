@@ -5,8 +5,11 @@
  * sockets QEMU's user networking opens there. Every denial jumps to one chain that counts it
  * and refuses at once: TCP reset, else ICMP administratively prohibited.
  */
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { run } from '../../util/exec.js';
-import { inNetns, NETNS_SUBNET, VETH_PREFIX, type Netns } from './netns.js';
+import { FORWARDING_FILE, inNetns, NETNS_SUBNET, VETH_PREFIX, type Netns } from './netns.js';
 
 const TABLE = 'inet forkd';
 /** The port every namespace's DNS proxy listens on, at the host end of its veth. */
@@ -190,20 +193,37 @@ export function hostScript(): string {
   ].join('\n');
 }
 
-/** Install (or refresh) the host table and turn on IPv4 forwarding; returns the old setting. */
-export async function installHostTable(): Promise<string> {
+/**
+ * Install (or refresh) the host table and turn on IPv4 forwarding. The setting found is
+ * kept in a file the first time (not in memory): a daemon killed with SIGKILL leaves
+ * forwarding on, and the next one must still know what to put back.
+ */
+export async function installHostTable(): Promise<void> {
   await run('nft', ['-f', '-'], { input: hostScript() });
   const { stdout } = await run('sysctl', ['-n', 'net.ipv4.ip_forward']);
-  if (stdout.trim() !== '1') await run('sysctl', ['-q', '-w', 'net.ipv4.ip_forward=1']);
-  return stdout.trim();
+  const found = stdout.trim();
+  if (found === '1') return;
+  if (!existsSync(FORWARDING_FILE)) {
+    await mkdir(dirname(FORWARDING_FILE), { recursive: true, mode: 0o700 });
+    await writeFile(FORWARDING_FILE, `${found}\n`);
+  }
+  await run('sysctl', ['-q', '-w', 'net.ipv4.ip_forward=1']);
 }
 
-/** Remove the host table and put IPv4 forwarding back as it was. */
-export async function removeHostTable(forwarding: string): Promise<void> {
+/** Remove the host table and put IPv4 forwarding back as forkd found it. Idempotent. */
+export async function removeHostTable(): Promise<void> {
   await run('nft', ['delete', 'table', ...TABLE.split(' ')]).catch(() => undefined);
-  if (forwarding && forwarding !== '1') {
-    await run('sysctl', ['-q', '-w', `net.ipv4.ip_forward=${forwarding}`]).catch(() => undefined);
+  const found = (await readFile(FORWARDING_FILE, 'utf8').catch(() => '')).trim();
+  if (/^[01]$/.test(found) && found !== '1') {
+    await run('sysctl', ['-q', '-w', `net.ipv4.ip_forward=${found}`]).catch(() => undefined);
   }
+  await rm(FORWARDING_FILE, { force: true });
+}
+
+/** Whether a host table of forkd's exists (tests, start-up). */
+export async function hostTableExists(): Promise<boolean> {
+  const { stdout } = await run('nft', ['list', 'tables']).catch(() => ({ stdout: '' }));
+  return stdout.split('\n').some((l) => l.trim() === `table ${TABLE}`);
 }
 
 /** Whether nft is installed and the kernel has nf_tables (doctor, start-up). */

@@ -90,6 +90,16 @@ export class PortForwards {
     return [...this.published.values()].map((p) => p.info).sort((a, b) => a.port - b.port);
   }
 
+  /**
+   * Close the host listeners only (the daemon stops, the sandbox runs on): slirp keeps its
+   * forwards, and the next daemon listens on the same host ports again.
+   */
+  async detach(): Promise<void> {
+    for (const p of this.published.values()) await closeServer(p.server);
+    this.published.clear();
+    this.inners.clear();
+  }
+
   /** Close every listener and forward (the sandbox ends). */
   async close(): Promise<void> {
     for (const p of this.published.values()) await closeServer(p.server);
@@ -105,9 +115,14 @@ export class PortForwards {
   }
 }
 
-/** In a namespace the guest port keeps its number; on the host's loopback it gets a free one. */
+/**
+ * In a namespace the guest port keeps its number (so a forward an earlier daemon added is
+ * replaced, not refused as taken); on the host's loopback it gets a free one.
+ */
 async function innerForward(vm: Vm, bind: string, guestPort: number): Promise<Target> {
-  const port = bind === '127.0.0.1' ? await freePort() : guestPort;
+  const inNamespace = bind !== '127.0.0.1';
+  const port = inNamespace ? guestPort : await freePort();
+  if (inNamespace) await removeHostForward(vm, bind, port);
   await addHostForward(vm, bind, port, guestPort);
   return { host: bind, port };
 }

@@ -23,6 +23,10 @@ import {
   ownedByOther,
   netnsInUse,
   netnsOf,
+  netnsOfPid,
+  readNetnsState,
+  recordOwner,
+  writeNetnsState,
   type Netns,
 } from '../../drivers/net/netns.js';
 import {
@@ -92,7 +96,6 @@ export class NetworkService {
   private readonly pool: Netns[] = [];
   private filling: Promise<void> | undefined;
   private isolation: NetworkIsolation | undefined;
-  private forwarding = '';
   private closed = false;
 
   constructor(private readonly opts: NetworkServiceOptions = {}) {
@@ -117,19 +120,22 @@ export class NetworkService {
   }
 
   /**
-   * Install the host table, delete the namespaces no process runs in (an earlier daemon's
-   * pool, or sandboxes that ended while no daemon ran; not the pool of another daemon that
-   * is running) and fill the pool. A namespace an
-   * adopted sandbox's QEMU still runs in is kept.
+   * Delete the namespaces no process runs in (an earlier daemon's pool, or sandboxes that
+   * ended while no daemon ran; not the pool of another daemon that is running), install the
+   * host table and fill the pool. A namespace an adopted sandbox's QEMU still runs in is
+   * kept. When none is left, what a SIGKILLed daemon left of the host's side (its table,
+   * IPv4 forwarding turned on) is undone first, so the setting put back at the end is the
+   * host's own.
    */
   async start(): Promise<void> {
     this.isolation = (await NetworkService.detect()).isolation;
     if (this.isolation !== 'netns') return;
-    this.forwarding = await installHostTable();
     for (const index of await listNetns()) {
       const ns = netnsOf(index);
       if (!(await netnsInUse(ns)) && !(await ownedByOther(ns))) await deleteNetns(ns);
     }
+    if ((await listNetns()).length === 0) await removeHostTable();
+    await installHostTable();
     this.refill();
   }
 
@@ -165,9 +171,8 @@ export class NetworkService {
     this.sandboxes.set(id, a);
     try {
       await applyPolicy(ns, egressRules(egress, hostAddresses()));
-      a.dns = await DnsListener.listen({ host: ns.hostIp, port: DNS_PORT }, (m, q) =>
-        this.answer(id, m, q),
-      );
+      await this.listenDns(id, a, ns);
+      await this.save(id);
     } catch (e) {
       await this.release(id);
       throw e;
@@ -184,7 +189,52 @@ export class NetworkService {
       await applyPolicy(a.ns, egressRules(egress, hostAddresses()));
     }
     a.egress = egress;
+    await this.save(id);
     return egress;
+  }
+
+  /**
+   * After a daemon restart: take over a re-adopted sandbox's network. Its QEMU still runs
+   * in its namespace under its rules; what died with the old daemon (the DNS proxy, the
+   * published ports' listeners) comes back from the state kept next to the namespace, on
+   * the same host ports. A port whose host port was taken meanwhile is dropped (logged).
+   */
+  async adopt(id: string, vm: Vm): Promise<void> {
+    const ports = new PortForwards();
+    if (!vm.spec.net) {
+      this.sandboxes.set(id, { mode: 'none', egress: NO_EGRESS, dnsDenied: 0, ports });
+      return;
+    }
+    const ns = this.mode === 'netns' ? await netnsOfPid(vm.pid) : undefined;
+    if (!ns) {
+      if (this.mode === 'netns')
+        this.log.warn({ sandbox: id }, 'a re-adopted sandbox runs in no namespace of forkd');
+      this.sandboxes.set(id, { mode: 'nat', egress: OPEN_EGRESS, dnsDenied: 0, ports });
+      return;
+    }
+    const saved = savedOf(await readNetnsState(ns), id);
+    if (!saved)
+      this.log.warn(
+        { sandbox: id },
+        'no saved network state: its rules stay, its policy shows as open',
+      );
+    await recordOwner(ns);
+    const a: Attached = {
+      mode: 'nat',
+      egress: saved?.egress ?? OPEN_EGRESS,
+      ns,
+      dnsDenied: 0,
+      ports,
+    };
+    this.sandboxes.set(id, a);
+    await this.listenDns(id, a, ns);
+    for (const p of saved?.ports ?? []) {
+      await this.publish(id, vm, p.port, { hostPort: p.host_port, bind: p.host }).catch(
+        (e: unknown) =>
+          this.log.warn({ sandbox: id, port: p.port, err: e }, 'could not publish a port again'),
+      );
+    }
+    await this.save(id);
   }
 
   /** `PATCH`: change a running sandbox's policy; new connections follow it at once. */
@@ -256,11 +306,14 @@ export class NetworkService {
     opts: { hostPort?: number; bind?: string } = {},
   ): Promise<PublishedPort> {
     const target = await this.reach(id, vm, guestPort);
-    return this.attached(id).ports.publish(guestPort, target, opts);
+    const info = await this.attached(id).ports.publish(guestPort, target, opts);
+    await this.save(id);
+    return info;
   }
 
   async unpublish(id: string, guestPort: number): Promise<void> {
     await this.attached(id).ports.unpublish(guestPort);
+    await this.save(id);
   }
 
   /** A sandbox ended: its ports close, its proxy stops, its namespace goes. */
@@ -281,17 +334,42 @@ export class NetworkService {
     await this.filling;
     for (const id of [...this.sandboxes.keys()]) await this.release(id);
     for (const ns of this.pool.splice(0)) await deleteNetns(ns);
-    if (this.isolation === 'netns' && (await listNetns()).length === 0) {
-      await removeHostTable(this.forwarding);
-    }
+    await this.dropHostTableIfUnused();
   }
 
-  /** Shutdown that leaves sandboxes running: only the pool's namespaces go. */
+  /**
+   * Shutdown that leaves sandboxes running: their proxies and listeners close (the next
+   * daemon opens them again), slirp's forwards and the namespaces stay; the pool's go.
+   */
   async detach(): Promise<void> {
     this.closed = true;
     await this.filling;
-    for (const a of this.sandboxes.values()) a.dns?.close();
+    for (const a of this.sandboxes.values()) {
+      a.dns?.close();
+      await a.ports.detach();
+    }
+    this.sandboxes.clear();
     for (const ns of this.pool.splice(0)) await deleteNetns(ns);
+    await this.dropHostTableIfUnused();
+  }
+
+  /** The host table goes with the host's last forkd namespace (any daemon's). */
+  private async dropHostTableIfUnused(): Promise<void> {
+    if (this.isolation === 'netns' && (await listNetns()).length === 0) await removeHostTable();
+  }
+
+  private async listenDns(id: string, a: Attached, ns: Netns): Promise<void> {
+    a.dns = await DnsListener.listen({ host: ns.hostIp, port: DNS_PORT }, (m, q) =>
+      this.answer(id, m, q),
+    );
+  }
+
+  /** Keep what a restarted daemon needs next to the sandbox's namespace. */
+  private async save(id: string): Promise<void> {
+    const a = this.sandboxes.get(id);
+    if (!a?.ns) return;
+    const saved: SavedNetwork = { sandbox: id, egress: a.egress, ports: a.ports.list() };
+    await writeNetnsState(a.ns, saved);
   }
 
   private async answer(id: string, query: Buffer, q: DnsQuestion): Promise<Buffer | undefined> {
@@ -356,6 +434,22 @@ function hostAddresses(): string[] {
     .filter((i) => i && i.family === 'IPv4')
     .map((i) => (i as { address: string }).address)
     .filter((a) => !a.startsWith('127.') && !a.startsWith('10.231.'));
+}
+
+/** What {@link NetworkService.save} keeps per namespace. */
+interface SavedNetwork {
+  sandbox: string;
+  egress: Egress;
+  ports: PublishedPort[];
+}
+
+/** The saved state, if it is there, well formed and about this sandbox. */
+function savedOf(raw: unknown, id: string): SavedNetwork | undefined {
+  const s = raw as Partial<SavedNetwork> | undefined;
+  if (!s || s.sandbox !== id || typeof s.egress !== 'object' || !Array.isArray(s.ports)) {
+    return undefined;
+  }
+  return s as SavedNetwork;
 }
 
 function sameEgress(a: Egress, b: Egress): boolean {

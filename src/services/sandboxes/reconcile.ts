@@ -5,7 +5,8 @@
  * 0xFF + sync starts a fresh session), a boot cut short is finished. Any other
  * starting/running row becomes `dead` and its files go. Directories with no row are swept
  * unless the process that made them (a `forkd run`) still runs. A re-adopted QEMU is put
- * back in its cgroup with its limits; every other cgroup of this daemon's is removed.
+ * back in its cgroup with its limits (every other cgroup of this daemon's is removed) and
+ * gets its DNS proxy and published ports back.
  */
 import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
@@ -30,6 +31,8 @@ export interface ReconcileContext {
   limiter: Limiter;
   /** Hand a re-adopted sandbox (now `running`) to the service. */
   adopt(row: SandboxRow, vm: Vm, agent: AgentClient): void;
+  /** Take its network over again (DNS proxy, published ports); a failure is only logged. */
+  adoptNetwork?(row: SandboxRow, vm: Vm): Promise<void>;
 }
 
 /** What a reconcile did, by sandbox id / dir name. */
@@ -70,6 +73,14 @@ async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean>
   try {
     const { vm, agent } = await adopt(ctx, row, pid);
     await reattachCgroup(ctx, row, pid);
+    await ctx
+      .adoptNetwork?.(row, vm)
+      .catch((e: unknown) =>
+        ctx.log.warn(
+          { sandbox: row.id, err: e },
+          'a re-adopted sandbox lost its DNS proxy or ports',
+        ),
+      );
     const running = ctx.rows.update(row.id, { state: 'running', pid }) as SandboxRow;
     ctx.adopt(running, vm, agent);
     ctx.log.info({ sandbox: row.id, pid, was: row.state }, 'sandbox re-adopted');

@@ -149,6 +149,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       bootTimeoutMs: this.opts.bootTimeoutMs ?? 60_000,
       limiter: this.limiter,
       adopt: (row, vm, agent) => this.register(row, vm, agent),
+      adoptNetwork: async (row, vm) => this.opts.network?.adopt(row.id, vm),
     });
   }
 

@@ -9,7 +9,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, connect, type Server } from 'node:net';
-import { readdir } from 'node:fs/promises';
 import { buildApp } from '../../../src/api/app.js';
 import { run } from '../../../src/util/exec.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
@@ -20,6 +19,7 @@ import {
   startServices,
   type TestServices,
 } from '../../helpers/services.js';
+import { assertNoNetworkLeft } from '../../helpers/netcheck.js';
 import { startWorld, WORLD, type World } from '../../helpers/world.js';
 
 let home: TestHome;
@@ -74,14 +74,7 @@ after(async () => {
     await world?.close();
   }
   // Nothing of forkd's networking is left on the host.
-  const ns = (await readdir('/run/netns').catch(() => [] as string[])).filter((n) =>
-    n.startsWith('fkd-'),
-  );
-  assert.deepEqual(ns, [], 'a network namespace was left behind');
-  const links = (await run('ip', ['-o', 'link'])).stdout;
-  assert.doesNotMatch(links, /fkdh-/, 'a veth was left behind');
-  const tables = (await run('nft', ['list', 'tables'])).stdout;
-  assert.doesNotMatch(tables, /forkd/, 'an nftables table was left behind');
+  await assertNoNetworkLeft();
 });
 
 test('a nat sandbox resolves the test name and GETs from the test server', async () => {
@@ -199,4 +192,23 @@ test('a published port answers on the host and through the daemon route, and goe
     ),
     /ECONNREFUSED/,
   );
+});
+
+test('after a daemon restart a sandbox still resolves under its policy and its port answers', async () => {
+  const [id] = (await fork({ allow_internet: false, allow_out: ['a.test'] })) as [string];
+  await sh(s, id, 'mkdir -p /www && echo kept > /www/index.html && httpd -p 8080 -h /www');
+  const pub = await s.services.network!.publish(id, 8080);
+  // The daemon goes (its sandboxes keep running) and a new one starts on the same home.
+  await s.detach();
+  s.store.close();
+  s = await startServices(home, { network: { upstream: WORLD.dns, poolSize: 2 } });
+
+  assert.equal(await sh(s, id, GET('http://a.test/hello')), 'hello from a.test\n');
+  await refused(id, GET('http://b.test/hello'));
+  const after = await s.network!.state(id);
+  assert.deepEqual(after.egress.allow_out, ['a.test']);
+  assert.deepEqual(after.ports, [pub]);
+  const viaHost = await fetch(`http://127.0.0.1:${pub.host_port}/index.html`);
+  assert.equal(await viaHost.text(), 'kept\n');
+  await s.sandboxes.kill(id);
 });

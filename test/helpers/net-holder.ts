@@ -1,0 +1,29 @@
+/**
+ * A stand-in for a daemon that is SIGKILLed (network/leftovers.test.ts): it starts the
+ * network service (host table, IPv4 forwarding, a pool of one namespace), prints the
+ * namespace's name once it exists, and waits to be killed without cleaning anything up.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { listNetns, netnsOf, NETNS_OWNERS } from '../../src/drivers/net/netns.js';
+import { NetworkService } from '../../src/services/network/service.js';
+
+async function mine(): Promise<string | undefined> {
+  for (const index of await listNetns()) {
+    const { name } = netnsOf(index);
+    const owner = await readFile(join(NETNS_OWNERS, name), 'utf8').catch(() => '');
+    if (Number(owner.trim()) === process.pid) return name;
+  }
+  return undefined;
+}
+
+await new NetworkService({ poolSize: 1 }).start();
+const deadline = Date.now() + 20_000;
+let name = await mine();
+while (!name && Date.now() < deadline) {
+  await sleep(100);
+  name = await mine();
+}
+process.stdout.write(`${name ?? 'none'}\n`);
+setInterval(() => undefined, 60_000);
