@@ -115,6 +115,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     agentOf: (id) => sandboxes.agentOf(id),
     sandboxes,
     branch,
+    execSlot: () => sandboxes.execSlot(),
   });
   const services: Services = {
     contexts,
