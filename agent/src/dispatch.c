@@ -35,6 +35,7 @@ static const struct handler {
 	{"pty_signal", handle_pty_signal},
 	{"pty_close", handle_pty_close},
 	{"pty_detach", handle_pty_detach},
+	{"pty_list", handle_pty_list},
 };
 
 static bool blank(const char *s, size_t n)

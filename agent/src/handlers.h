@@ -80,6 +80,7 @@ void handle_pty_resize(const struct request *rq);
 void handle_pty_signal(const struct request *rq);
 void handle_pty_close(const struct request *rq);
 void handle_pty_detach(const struct request *rq);
+void handle_pty_list(const struct request *rq);
 void pty_poll(struct pollset *ps);
 void pty_tick(int64_t now);
 void pty_reap(void);

@@ -330,6 +330,31 @@ void handle_pty_attach(const struct request *rq)
 	send_pending(p);
 }
 
+/* Every session the guest holds, finished-but-unreported ones too (a reattach gets their exit). */
+void handle_pty_list(const struct request *rq)
+{
+	if (!req_need_id(rq))
+		return;
+	int64_t now = now_ms();
+	struct msg m;
+	msg_begin(&m, "result", rq->id);
+	msg_open(&m, "sessions", '[');
+	for (struct pty *p = ptys; p; p = p->next) {
+		if (p->discard)
+			continue;
+		msg_open(&m, NULL, '{');
+		msg_int(&m, "pty", p->num);
+		msg_int(&m, "pid", p->pid);
+		msg_bool(&m, "attached", p->req >= 0);
+		msg_bool(&m, "exited", p->exited);
+		msg_int(&m, "offset", (int64_t)p->total);
+		msg_int(&m, "age_ms", now - p->started_ms);
+		msg_close(&m, '}');
+	}
+	msg_close(&m, ']');
+	msg_send(&m);
+}
+
 /* The session a follow-up names by its open/attach request id, or NULL (replied). */
 static struct pty *target_of(const struct request *rq, const char *key)
 {

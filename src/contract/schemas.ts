@@ -880,3 +880,20 @@ export const PtyQuery = Type.Object(
   strict,
 );
 export type PtyQueryT = Static<typeof PtyQuery>;
+
+/** One terminal session the guest holds (GET /v1/sandboxes/:id/pty without an upgrade). */
+export const PtySession = Type.Object(
+  {
+    session: PtySessionId,
+    pid: Type.Integer({ description: "its command's pid in the guest" }),
+    attached: Type.Boolean({ description: 'a client watches it now' }),
+    exited: Type.Boolean({
+      description: 'its command ended; the exit waits for an attachment to report it',
+    }),
+    offset: Type.Integer({ minimum: 0, description: 'bytes of output produced so far' }),
+    age_ms: Type.Integer({ minimum: 0 }),
+  },
+  { $id: 'PtySession' },
+);
+export type PtySessionT = Static<typeof PtySession>;
+export const PtySessionList = Type.Object({ sessions: Type.Array(PtySession) });

@@ -15,6 +15,7 @@ import type {
   NetworkModeT,
   LineageT,
   PtyQueryT,
+  PtySessionT,
   ExecRequestT,
   ExecResultT,
   CreateSnapshotT,
@@ -128,6 +129,8 @@ export interface SandboxService {
     req: PtyQueryT,
     onData: (chunk: Buffer, offset: number) => void,
   ): Promise<PtyAttachment>;
+  /** The terminal sessions its guest holds (GET /pty without an upgrade). */
+  ptySessions(id: string): Promise<PtySessionT[]>;
 }
 
 /** A fork request: n children of one snapshot (POST /v1/sandboxes with snapshot). */

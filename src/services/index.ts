@@ -123,6 +123,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     agentOf: (id) => sandboxes.agentOf(id),
     sandboxes,
     branch,
+    execSlot: () => sandboxes.execSlot(),
   });
   const services: Services = {
     contexts,

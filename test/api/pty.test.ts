@@ -6,6 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { request } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -17,7 +18,9 @@ import {
   UnsupportedError,
   type PtyHandle,
 } from '@forkd/sdk';
+import WebSocket from 'ws';
 import { buildApp } from '../../src/api/app.js';
+import { PTY_SLOW_CLOSE } from '../../src/api/routes/pty.js';
 import { ForkdError } from '../../src/errors.js';
 import { cliOverFakes, out } from '../helpers/fake-cli.js';
 import { FakeServices, SEED } from '../helpers/fake-services.js';
@@ -163,7 +166,7 @@ test('a bad control frame is answered with an error frame; the session goes on',
   await term.wait();
 });
 
-test('a plain GET (no Upgrade) is a bad request', async () => {
+test('a plain GET (no Upgrade) with open fields is a bad request', async () => {
   const fake = new FakeServices();
   const app = await buildApp(fake.services, { requireAuth: false });
   const res = await app.inject(`/v1/sandboxes/${SEED.sandbox}/pty?cols=80&rows=24`);
@@ -171,6 +174,65 @@ test('a plain GET (no Upgrade) is a bad request', async () => {
   assert.match(res.body, /WebSocket/);
   assert.deepEqual(fake.serviceCalls(), []);
   await app.close();
+});
+
+test('a plain GET without a query lists the sessions, attached or not', async () => {
+  const fake = new FakeServices();
+  const app = await buildApp(fake.services, { requireAuth: false });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.server.address() as { port: number };
+  try {
+    const empty = await app.inject(`/v1/sandboxes/${SEED.sandbox}/pty`);
+    assert.equal(empty.statusCode, 200, empty.body);
+    assert.deepEqual(empty.json(), { sessions: [] });
+    const sbx = await Sandbox.connect(SEED.sandbox, { url: `http://127.0.0.1:${port}` });
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
+    term.sendInput('hi\r');
+    const listed = await sbx.pty.list();
+    assert.deepEqual(
+      listed.map((s) => [s.session, s.attached, s.exited]),
+      [[term.session, true, false]],
+    );
+    term.disconnect();
+    const deadline = Date.now() + 5000;
+    while ((await sbx.pty.list())[0]?.attached && Date.now() < deadline) await sleep(5);
+    assert.equal((await sbx.pty.list())[0]?.attached, false);
+    const gone = await app.inject('/v1/sandboxes/sbx-999999999999/pty');
+    assert.equal(gone.statusCode, 404);
+  } finally {
+    await app.close();
+  }
+});
+
+test('a client that stops reading is detached and closed with 1013; the session runs on', async () => {
+  const fake = new FakeServices();
+  const app = await buildApp(fake.services, { requireAuth: false });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.server.address() as { port: number };
+  const ws = new WebSocket(
+    `ws://127.0.0.1:${port}/v1/sandboxes/${SEED.sandbox}/pty?cols=80&rows=24`,
+  );
+  try {
+    await once(ws, 'open');
+    const socket = (ws as unknown as { _socket: { pause(): void; resume(): void } })._socket;
+    socket.pause();
+    // The fake echoes input: 32 MiB of it overflows the 4 MiB queue plus the kernel's buffers.
+    const piece = Buffer.alloc(1024 * 1024, 'x');
+    for (let i = 0; i < 32; i++) ws.send(piece);
+    const deadline = Date.now() + 20_000;
+    const attached = () => fake.ptys.list(SEED.sandbox)[0]?.attached;
+    while (attached() !== false && Date.now() < deadline) await sleep(20);
+    assert.equal(attached(), false, 'the slow client was not detached');
+    const closed = once(ws, 'close');
+    socket.resume();
+    const [code, reason] = (await closed) as [number, Buffer];
+    assert.equal(code, PTY_SLOW_CLOSE);
+    assert.match(reason.toString(), /reattach/);
+    assert.equal(fake.ptys.list(SEED.sandbox)[0]?.exited, false, 'the session was ended');
+  } finally {
+    ws.terminate();
+    await app.close();
+  }
 });
 
 test('the upgrade needs the bearer token like every route', async () => {

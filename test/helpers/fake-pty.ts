@@ -5,7 +5,7 @@
  * whole, so a reattach with `since` replays exactly what was missed; one attachment at a
  * time, the previous one ends `detached`, as in the guest.
  */
-import type { PtyQueryT } from '../../src/contract/schemas.js';
+import type { PtyQueryT, PtySessionT } from '../../src/contract/schemas.js';
 import { ForkdError } from '../../src/errors.js';
 import type { PtyAttachment, PtyEnd } from '../../src/services/contracts.js';
 
@@ -29,6 +29,20 @@ export class FakePtys {
 
   clear(): void {
     this.sessions.clear();
+  }
+
+  /** The sessions of one sandbox, as the guest would list them. */
+  list(sandbox: string): PtySessionT[] {
+    return [...this.sessions.values()]
+      .filter((s) => s.sandbox === sandbox)
+      .map((s) => ({
+        session: s.id,
+        pid: 100,
+        attached: s.watcher !== undefined,
+        exited: s.ended !== undefined,
+        offset: s.output.length,
+        age_ms: 0,
+      }));
   }
 
   open(sandbox: string, req: PtyQueryT, onData: Watcher['onData']): PtyAttachment {

@@ -545,6 +545,10 @@ export class FakeServices {
         this.running(id);
         return this.ptys.open(id, req, onData);
       },
+      ptySessions: async (id) => {
+        this.running(id);
+        return this.ptys.list(id);
+      },
     };
   }
 

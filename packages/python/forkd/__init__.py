@@ -26,7 +26,17 @@ from ._async import (
 from ._client import Forkd, Images
 from ._commands import CommandHandle, Commands
 from ._config import ConnectionConfig, default_socket_path, parse_url, resolve_config
-from ._eval import Execution, ExecutionError, Result
+from ._eval import (
+    ContextInfo,
+    Contexts,
+    EvalForkResult,
+    EvalForkVariant,
+    Execution,
+    ExecutionError,
+    Result,
+)
+from ._pty import Pty, PtyDetachedError, PtyExit, PtyHandle, PtySessionInfo
+from ._async import AsyncContexts, AsyncPty, AsyncPtyHandle
 from ._files import Files, FileStream
 from ._sandbox import Sandbox
 from ._snapshots import BranchResult, ForkFailure, ForkResult, Snapshot
@@ -96,4 +106,7 @@ __all__ = [
 ]
 __all__ += ["CatalogEntry", "ForkdError", "error_from_response"]
 __all__ += ["Execution", "ExecutionError", "Result"]
+__all__ += ["ContextInfo", "Contexts", "EvalForkResult", "EvalForkVariant"]
+__all__ += ["Pty", "PtyDetachedError", "PtyExit", "PtyHandle", "PtySessionInfo"]
+__all__ += ["AsyncContexts", "AsyncPty", "AsyncPtyHandle"]
 __all__ += _catalog.__all__

@@ -45,7 +45,9 @@ from ._commands import (
     check_foreground,
     spec_and_output,
 )
+from ._eval import Contexts
 from ._files import Files, FileStream
+from ._pty import Pty, PtyHandle
 from ._sandbox import Sandbox
 from ._snapshots import BranchResult, ForkResult, Snapshot
 from ._types import CommandResult, SandboxInfo, SnapshotInfo
@@ -373,6 +375,66 @@ class AsyncFiles:
     remove = method(Files.remove)
 
 
+class AsyncContexts:
+    """The code contexts of one sandbox (``sandbox.contexts``), for asyncio."""
+
+    def __init__(self, sync: Contexts) -> None:
+        #: The sync contexts it drives.
+        self.sync = sync
+
+    create = method(Contexts.create)
+    list = method(Contexts.list)
+    restart = method(Contexts.restart)
+    interrupt = method(Contexts.interrupt)
+    remove = method(Contexts.remove)
+
+
+class AsyncPtyHandle:
+    """One attachment to a terminal session, for asyncio: the same calls as ``PtyHandle``,
+    awaited; ``on_data`` runs on the event loop (the reader waits for it)."""
+
+    def __init__(self, sync: PtyHandle) -> None:
+        #: The sync handle it drives.
+        self.sync = sync
+
+    @property
+    def session(self) -> str:
+        """Its id, ``pty-N``: keep it to reattach."""
+        return self.sync.session
+
+    @property
+    def pid(self) -> int:
+        return self.sync.pid
+
+    @property
+    def offset(self) -> int:
+        """Bytes of output received so far (session-wide): ``since`` for a reattach."""
+        return self.sync.offset
+
+    send_input = method(PtyHandle.send_input)
+    resize = method(PtyHandle.resize)
+    signal = method(PtyHandle.signal)
+    kill = method(PtyHandle.kill)
+    wait = method(PtyHandle.wait)
+    disconnect = method(PtyHandle.disconnect)
+
+
+def _pty_handle(sync: PtyHandle) -> AsyncPtyHandle:
+    return AsyncPtyHandle(sync)
+
+
+class AsyncPty:
+    """The terminal sessions of one sandbox (``sandbox.pty``), for asyncio."""
+
+    def __init__(self, sync: Pty) -> None:
+        #: The sync sessions it drives.
+        self.sync = sync
+
+    create = method(Pty.create, _pty_handle)
+    connect = method(Pty.connect, _pty_handle)
+    list = method(Pty.list)
+
+
 class _AsyncRemote(Generic[I]):
     """What AsyncSandbox and AsyncSnapshot share: the sync twin they drive (``sync``) and
     what was last heard of it."""
@@ -405,6 +467,10 @@ class AsyncSandbox(_AsyncRemote[SandboxInfo]):
         self.commands = AsyncCommands(sync.commands)
         #: Read and write its files.
         self.files = AsyncFiles(sync.files)
+        #: Its code contexts.
+        self.contexts = AsyncContexts(sync.contexts)
+        #: Its terminal sessions.
+        self.pty = AsyncPty(sync.pty)
 
     @property
     def id(self) -> str:
@@ -422,6 +488,10 @@ class AsyncSandbox(_AsyncRemote[SandboxInfo]):
     logs = dual(Sandbox.logs)
     branch = dual(Sandbox.branch, _branch)
     refresh = method(Sandbox.refresh)
+    #: ``Sandbox.run_code``, awaited; ``on_…`` callbacks run on this loop. Cancelling the
+    #: task does not stop the code: ``await sbx.contexts.interrupt(name)`` does.
+    run_code = method(Sandbox.run_code)
+    eval_fork = method(Sandbox.eval_fork)
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

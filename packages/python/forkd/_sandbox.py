@@ -6,13 +6,24 @@ an instance (``sbx.kill()``), as in the TS and E2B SDKs; ``with`` kills it at th
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from ._catalog import SandboxNotFoundError
 from ._client import Forkd, Remote, target_of
 from ._commands import Commands
-from ._eval import Execution, run_code
+from ._eval import (
+    Contexts,
+    EvalCallbacks,
+    EvalForkResult,
+    Execution,
+    OnError,
+    OnResult,
+    OnText,
+    eval_fork,
+    run_code,
+)
 from ._files import Files
+from ._pty import Pty
 from ._transport import Request, compact, quote_segment
 from ._types import SandboxInfo, from_wire
 
@@ -28,6 +39,23 @@ def sandbox_path(sandbox_id: str) -> str:
 def whole_seconds(seconds: float) -> int:
     """Seconds as the daemon counts them, rounded up so a timeout is never shorter."""
     return math.ceil(seconds)
+
+
+#: An egress policy: ``"none"`` (nothing out, DNS refused) or a dict of ``allow_internet``,
+#: ``allow_out`` and ``deny_out`` (docs/network.md); fields left out are inherited.
+Egress = Union[str, Mapping[str, Any]]
+#: Resource limits: ``{"memory": "768M" or bytes, "cpu": 0.5, "pids": 128}`` (docs/limits.md).
+Limits = Mapping[str, Any]
+
+
+def limits_body(limits: Optional[Limits]) -> Optional[Dict[str, Any]]:
+    """Limits as the daemon takes them (a memory size in bytes becomes its string)."""
+    if limits is None:
+        return None
+    body = dict(limits)
+    if isinstance(body.get("memory"), int):
+        body["memory"] = str(body["memory"])
+    return body
 
 
 class Sandbox(Remote[SandboxInfo]):
@@ -46,6 +74,10 @@ class Sandbox(Remote[SandboxInfo]):
         self.commands = Commands(client.transport, base)
         #: Read and write its files.
         self.files = Files(client.transport, base)
+        #: Its code contexts (warm interpreters).
+        self.contexts = Contexts(client.transport, base)
+        #: Its terminal sessions.
+        self.pty = Pty(client.transport, base)
 
     @property
     def id(self) -> str:
@@ -70,6 +102,9 @@ class Sandbox(Remote[SandboxInfo]):
         envs: Optional[Dict[str, str]] = None,
         timeout: Optional[float] = None,
         labels: Optional[Dict[str, str]] = None,
+        network: Optional[str] = None,
+        egress: Optional[Egress] = None,
+        limits: Optional[Limits] = None,
         url: Optional[str] = None,
         token: Optional[str] = None,
         request_timeout: Optional[float] = None,
@@ -77,7 +112,9 @@ class Sandbox(Remote[SandboxInfo]):
         """Boot a new sandbox from ``image`` (default: the daemon's), or fork one from
         ``snapshot`` (already warm; it then takes the snapshot's image, memory and cpus), and
         return once it answers. ``timeout`` (seconds) kills it when it runs out; ``envs`` is
-        the environment of every command in it.
+        the environment of every command in it. ``network`` is ``"nat"`` or ``"none"``;
+        ``egress`` ``"none"`` or ``{"allow_internet": False, "allow_out": [...]}``;
+        ``limits`` ``{"memory": "768M", "cpu": 0.5, "pids": 128}``.
 
         ``sbx = Sandbox.create(image="busybox", memory_mib=512, timeout=600, labels={"job": "7"})``"""
         client = Forkd(url, token, request_timeout)
@@ -89,6 +126,9 @@ class Sandbox(Remote[SandboxInfo]):
             env=envs,
             timeout_s=None if timeout is None else whole_seconds(timeout),
             labels=labels,
+            network=network,
+            egress=egress,
+            limits=limits_body(limits),
         )
         request = Request("POST", "/v1/sandboxes", json=body, timeout=client.long_timeout)
         return cls(client, from_wire(SandboxInfo, client.transport.json(request)))
@@ -194,12 +234,44 @@ class Sandbox(Remote[SandboxInfo]):
         *,
         context: Optional[str] = None,
         timeout_ms: Optional[int] = None,
+        on_stdout: Optional[OnText] = None,
+        on_stderr: Optional[OnText] = None,
+        on_result: Optional[OnResult] = None,
+        on_error: Optional[OnError] = None,
     ) -> Execution:
         """Run code in a warm interpreter of the sandbox (default context ``python``, made
-        on first use) that keeps its state between calls; forks inherit it.
+        on first use) that keeps its state between calls; forks inherit it. With any
+        ``on_…`` callback the eval streams: each is called as the code prints or yields a
+        result; a callback that raises stops the eval (the code is interrupted).
 
         ``sbx.run_code("import numpy; numpy.arange(4).sum()").text  # '6'``"""
-        return run_code(self._client.transport, sandbox_path(self.id), code, context, timeout_ms)
+        callbacks = EvalCallbacks(on_stdout, on_stderr, on_result, on_error)
+        return run_code(
+            self._client.transport, sandbox_path(self.id), code, context, timeout_ms, callbacks
+        )
+
+    def eval_fork(
+        self,
+        variants: List[str],
+        *,
+        context: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        keep: Optional[bool] = None,
+    ) -> EvalForkResult:
+        """Fan-out: branch the sandbox into one child per variant, run variant *i* in child
+        *i* (each inherits the contexts' state) and return all results in order. The
+        children are killed afterwards unless ``keep``.
+
+        ``[r.execution.text for r in sbx.eval_fork(["f(1)", "f(2)"]).results]``"""
+        return eval_fork(
+            self._client.transport,
+            sandbox_path(self.id),
+            variants,
+            context,
+            timeout_ms,
+            keep,
+            self._client.long_timeout,
+        )
 
     def refresh(self) -> SandboxInfo:
         """Fetch its current state into ``info``."""

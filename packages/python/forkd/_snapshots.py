@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar, Union
 from ._catalog import InternalError
 from ._client import Forkd, Remote, target_of
 from ._error import ForkdError
-from ._sandbox import Sandbox, whole_seconds
+from ._sandbox import Egress, Limits, Sandbox, limits_body, whole_seconds
 from ._transport import Request, compact, quote_segment
 from ._types import PoolInfo, SandboxInfo, SnapshotInfo, VerifyReport, from_wire
 from .errors import error_from_response
@@ -161,6 +161,11 @@ class Snapshot(Remote[SnapshotInfo]):
         wait_port: Optional[int] = None,
         wait_timeout: Optional[float] = None,
         labels: Optional[Dict[str, str]] = None,
+        network: Optional[str] = None,
+        egress: Optional[Egress] = None,
+        contexts: Optional[List[str]] = None,
+        eval: Optional[List[str]] = None,
+        on_fork: Optional[List[str]] = None,
         on_progress: Optional[OnProgress] = None,
         url: Optional[str] = None,
         token: Optional[str] = None,
@@ -170,7 +175,10 @@ class Snapshot(Remote[SnapshotInfo]):
         ``sh -c``), start the ``start`` commands in the background, wait until ``wait_for``
         exits 0 or ``wait_port`` listens (``wait_timeout`` seconds at most), capture it under
         ``tag``. With ``on_progress`` the daemon reports each step as it goes. A failure
-        leaves nothing under the tag (NameTakenError when it is taken).
+        leaves nothing under the tag (NameTakenError when it is taken). ``contexts`` starts
+        Python code contexts in the parent and ``eval`` runs code in the first one (imports
+        to keep warm), so every fork inherits them loaded; ``on_fork`` commands run in every
+        child right after its restore. ``network``/``egress`` are the forks' defaults.
 
         ``snap = Snapshot.create("py", image="debian-py", warm=["python3 -c 'import numpy'"])``"""
         client = Forkd(url, token, request_timeout)
@@ -186,6 +194,11 @@ class Snapshot(Remote[SnapshotInfo]):
             wait_port=wait_port,
             wait_timeout_s=None if wait_timeout is None else whole_seconds(wait_timeout),
             labels=labels,
+            network=network,
+            egress=egress,
+            contexts=contexts,
+            eval=eval,
+            on_fork=on_fork,
         )
         if on_progress is not None:
             wire = _create_streamed(client, body, on_progress)
@@ -249,10 +262,14 @@ class Snapshot(Remote[SnapshotInfo]):
         envs: Optional[Dict[str, str]] = None,
         timeout: Optional[float] = None,
         all_or_nothing: Optional[bool] = None,
+        egress: Optional[Egress] = None,
+        limits: Optional[Limits] = None,
     ) -> ForkResult[Sandbox]:
         """Fork ``n`` (1–100) sandboxes from it, already warm. A child that fails does not
         fail the others: look at ``failed`` (with ``all_or_nothing`` the daemon then kills
         the healthy ones too). ``timeout`` (seconds) kills each child when it runs out.
+        ``egress`` is merged over the snapshot's policy (``"none"``: offline children);
+        ``limits`` overrides the ones the children inherit.
 
         ``result = snap.fork(10, labels={"run": "7"})``"""
         body = compact(
@@ -262,6 +279,8 @@ class Snapshot(Remote[SnapshotInfo]):
             env=envs,
             timeout_s=None if timeout is None else whole_seconds(timeout),
             all_or_nothing=all_or_nothing,
+            egress=egress,
+            limits=limits_body(limits),
         )
         request = Request("POST", "/v1/sandboxes", json=body, timeout=self._client.long_timeout)
         return fork_result_of(self._client, self._client.transport.json(request))
@@ -273,10 +292,20 @@ class Snapshot(Remote[SnapshotInfo]):
         labels: Optional[Dict[str, str]] = None,
         envs: Optional[Dict[str, str]] = None,
         timeout: Optional[float] = None,
+        egress: Optional[Egress] = None,
+        limits: Optional[Limits] = None,
     ) -> List[Sandbox]:
         """Fork ``n`` sandboxes, all or none: when any child fails the daemon kills the
         others and this raises the first failure's error."""
-        result = self.fork(n, labels=labels, envs=envs, timeout=timeout, all_or_nothing=True)
+        result = self.fork(
+            n,
+            labels=labels,
+            envs=envs,
+            timeout=timeout,
+            all_or_nothing=True,
+            egress=egress,
+            limits=limits,
+        )
         if result.failed:
             raise result.failed[0].error
         return result.sandboxes

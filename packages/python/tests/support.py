@@ -38,16 +38,39 @@ def base_home() -> str:
     return os.path.dirname(os.path.dirname(forkd.default_socket_path()))
 
 
-class TestHome:
-    """A temp FORKD_HOME sharing the base home's kernels and busybox image."""
+#: The Debian image with python3, numpy and matplotlib that scripts/setup.sh builds for the
+#: eval tests (test/helpers/python-image.ts).
+PYTHON_IMAGE = "forkd-test-python"
 
-    def __init__(self) -> None:
+
+class TestHome:
+    """A temp FORKD_HOME sharing the base home's kernels and busybox image (and ``images``:
+    more of its images, linked read-only)."""
+
+    def __init__(self, images: "tuple[str, ...]" = ()) -> None:
         self.dir = tempfile.mkdtemp(prefix="forkd-py-")
         base = base_home()
         os.makedirs(os.path.join(self.dir, "images"))
         os.symlink(os.path.join(base, "kernels"), os.path.join(self.dir, "kernels"))
-        os.symlink(
-            os.path.join(base, "images", "busybox"), os.path.join(self.dir, "images", "busybox")
+        for name in ("busybox", *images):
+            os.symlink(os.path.join(base, "images", name), os.path.join(self.dir, "images", name))
+
+    def private_guest(self) -> None:
+        """Its own initramfs around this checkout's agent (the shared one may come from
+        another checkout), the kernel files linked: ``forkd setup`` on the home."""
+        shared = os.path.join(base_home(), "kernels")
+        version = os.readlink(os.path.join(shared, "current"))
+        os.unlink(os.path.join(self.dir, "kernels"))
+        mine = os.path.join(self.dir, "kernels", version)
+        os.makedirs(mine)
+        for name in ("vmlinuz", "config", "modules"):
+            if os.path.exists(os.path.join(shared, version, name)):
+                os.symlink(os.path.join(shared, version, name), os.path.join(mine, name))
+        os.symlink(version, os.path.join(self.dir, "kernels", "current"))
+        env = {**os.environ, "FORKD_HOME": self.dir}
+        subprocess.run(
+            [shutil.which("node") or "node", CLI, "setup", "--json"],
+            env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300,
         )
 
     @property
@@ -177,12 +200,21 @@ def user_labels(labels: "dict[str, str]") -> "dict[str, str]":
     return {k: v for k, v in labels.items() if k != "forkd.request"}
 
 
-def start_module_daemon(args: Optional[List[str]] = None) -> DaemonProcess:
+def start_module_daemon(
+    args: Optional[List[str]] = None, images: "tuple[str, ...]" = (), private_guest: bool = False
+) -> DaemonProcess:
     """A home and a daemon for one test module, torn down at the module's end, even when
-    this set-up itself fails half way (module cleanups run then too, last added first)."""
-    home = TestHome()
+    this set-up itself fails half way (module cleanups run then too, last added first).
+    ``images`` are more images of the set-up home to link (SkipTest when one is missing);
+    ``private_guest`` gives the home this checkout's agent."""
+    for name in images:
+        if not os.path.exists(os.path.join(base_home(), "images", name, "image.json")):
+            raise unittest.SkipTest(f"no {name} image in {base_home()}: run scripts/setup.sh")
+    home = TestHome(images)
     unittest.addModuleCleanup(home.cleanup)
     unittest.addModuleCleanup(assert_no_leftovers, home)
+    if private_guest:
+        home.private_guest()
     daemon = DaemonProcess(home, args)
     unittest.addModuleCleanup(daemon.stop)
     unittest.addModuleCleanup(remove_everything, daemon.url)

@@ -30,7 +30,13 @@ export { Contexts, Execution, Result } from './contexts.js';
 export type { ContextInfo, EvalForkResult, ExecutionError, RunCodeOptions } from './contexts.js';
 export type { WriteInfo, WriteOptions } from './files.js';
 export { Pty, PtyHandle, PtyDetachedError } from './pty.js';
-export type { PtyConnectOptions, PtyCreateOptions, PtyExit, PtySize } from './pty.js';
+export type {
+  PtyConnectOptions,
+  PtyCreateOptions,
+  PtyExit,
+  PtySessionInfo,
+  PtySize,
+} from './pty.js';
 export { Images } from './images.js';
 export type { ImageCreateOptions, ImagePullOptions, ImageImportOptions } from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';

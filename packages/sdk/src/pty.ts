@@ -85,6 +85,25 @@ export class PtyDetachedError extends Error {
   }
 }
 
+/**
+ * A terminal session the sandbox holds (`sandbox.pty.list()`).
+ *
+ * @example
+ * const detached = (await sbx.pty.list()).filter((s) => !s.attached);
+ */
+export interface PtySessionInfo {
+  /** Its id, `pty-N`: reattach with `sandbox.pty.connect(session)`. */
+  session: string;
+  pid: number;
+  /** A client watches it now. */
+  attached: boolean;
+  /** Its command ended; a reattach reports the exit. */
+  exited: boolean;
+  /** Bytes of output produced so far. */
+  offset: number;
+  ageMs: number;
+}
+
 type Query = Record<string, string | number | undefined>;
 
 /**
@@ -221,6 +240,26 @@ export class Pty {
   connect(session: string, opts: PtyConnectOptions): Promise<PtyHandle> {
     const { cols, rows, since } = opts;
     return this.open({ session, since, cols, rows }, opts);
+  }
+
+  /**
+   * The terminal sessions the sandbox holds, attached or not.
+   *
+   * @example
+   * for (const s of await sbx.pty.list()) console.log(s.session, s.attached);
+   */
+  async list(opts: CallOptions = {}): Promise<PtySessionInfo[]> {
+    const wire = await this.transport.json<{
+      sessions: {
+        session: string;
+        pid: number;
+        attached: boolean;
+        exited: boolean;
+        offset: number;
+        age_ms: number;
+      }[];
+    }>({ method: 'GET', path: `${this.base}/pty`, signal: opts.signal });
+    return wire.sessions.map(({ age_ms, ...s }) => ({ ...s, ageMs: age_ms }));
   }
 
   private async open(

@@ -6,12 +6,15 @@
  * control messages (`ready`, `exit`, `detached`, `error` from the daemon; `input`, `resize`,
  * `signal`, `kill`, `detach` from the client). A client that goes away only detaches: the
  * session keeps running in the guest for a later reattach with `session` and `since`.
+ * A plain GET (no upgrade, no open or attach fields) lists the sessions the guest holds.
+ * A client that reads slower than the terminal writes is not queued for without bound:
+ * past PTY_QUEUE_LIMIT bytes waiting, it is detached and closed with 1013.
  */
 import type { FastifyRequest } from 'fastify';
 import websocket from '@fastify/websocket';
 import type { WebSocket, RawData } from 'ws';
 import { SIGNALS, LIMITS, inRange } from '../../contract/rules.js';
-import { PtyQuery, SandboxParams, type PtyQueryT } from '../../contract/schemas.js';
+import { PtyQuery, PtySessionList, SandboxParams, type PtyQueryT } from '../../contract/schemas.js';
 import { ForkdError } from '../../errors.js';
 import type { PtyAttachment, Services } from '../../services/contracts.js';
 import { errorBody, toForkdError } from '../errors.js';
@@ -20,6 +23,16 @@ import { ERROR_RESPONSES } from './common.js';
 
 /** A client text frame is small JSON; input larger than this goes as binary frames. */
 export const MAX_CONTROL_FRAME = 1024 * 1024;
+
+/**
+ * Output bytes the socket may hold for a client that does not read (a paused or stalled
+ * one): past this the attachment is detached (the session runs on, the guest keeps its
+ * last 128 KiB) and the socket closed with PTY_SLOW_CLOSE, so the client reattaches with
+ * `since` instead of the daemon buffering a chatty terminal without bound.
+ */
+export const PTY_QUEUE_LIMIT = 4 * 1024 * 1024;
+/** 1013 "try again later": the client fell behind; reattach with session and since. */
+export const PTY_SLOW_CLOSE = 1013;
 
 /** What the hook opened before the upgrade, and the output that arrived meanwhile. */
 interface Opened {
@@ -105,11 +118,21 @@ function serveClient(ws: WebSocket, pty: PtyAttachment): void {
   ws.on('close', () => void pty.detach().catch(() => undefined));
 }
 
+/** The client fell behind: let go of the session (it keeps running) and say why. */
+function dropSlow(ws: WebSocket, pty: PtyAttachment): void {
+  void pty.detach().catch(() => undefined);
+  ws.close(PTY_SLOW_CLOSE, 'output queue full: reattach with session and since');
+}
+
 function wire(ws: WebSocket, opened: Opened): void {
   const { pty } = opened;
   sendJson(ws, { type: 'ready', session: pty.session, pid: pty.pid, offset: pty.offset });
   for (const chunk of opened.early.splice(0)) ws.send(chunk);
-  opened.onData = (chunk) => ws.readyState === ws.OPEN && ws.send(chunk);
+  opened.onData = (chunk) => {
+    if (ws.readyState !== ws.OPEN) return;
+    if (ws.bufferedAmount + chunk.length > PTY_QUEUE_LIMIT) return dropSlow(ws, pty);
+    ws.send(chunk);
+  };
   serveClient(ws, pty);
   pty.ended.then(
     (end) => {
@@ -139,9 +162,11 @@ export async function ptyRoutes(app: Api, { services }: { services: Services }) 
   // Before the upgrade: a refusal is a plain HTTP answer with its catalog code.
   const open = async (request: PtyRequest) => {
     if (!request.ws) {
+      const given = Object.keys(request.query ?? {});
+      if (given.length === 0) return; // the session list, answered by the handler
       throw new ForkdError(
         'bad_request',
-        'GET /v1/sandboxes/:id/pty is a WebSocket: connect with Upgrade: websocket',
+        `GET /v1/sandboxes/:id/pty with ${given.join(', ')} opens a terminal over a WebSocket: connect with Upgrade: websocket (a plain GET without a query lists the sessions)`,
         { field: 'upgrade' },
       );
     }
@@ -158,12 +183,13 @@ export async function ptyRoutes(app: Api, { services }: { services: Services }) 
     url: '/v1/sandboxes/:id/pty',
     schema: {
       summary:
-        'A terminal session as a WebSocket (Upgrade: websocket): open one, or reattach with session and since',
+        'A terminal session as a WebSocket (Upgrade: websocket): open one, or reattach with session and since; a plain GET lists the sessions',
       tags: ['pty'],
       params: SandboxParams,
       querystring: PtyQuery,
       response: {
         101: { description: 'switching to the WebSocket frame protocol of docs/api.md' },
+        200: PtySessionList,
         ...ERROR_RESPONSES,
       },
     },
@@ -173,8 +199,8 @@ export async function ptyRoutes(app: Api, { services }: { services: Services }) 
       if (opened) wire(ws, opened);
       else ws.close(1011, 'no session');
     },
-    handler: async () => {
-      throw new ForkdError('bad_request', 'connect with Upgrade: websocket', { field: 'upgrade' });
-    },
+    handler: async (request: FastifyRequest<{ Params: { id: string } }>) => ({
+      sessions: await sandboxes.ptySessions(request.params.id),
+    }),
   });
 }

@@ -14,12 +14,27 @@ import {
   writeFile,
   type FileStat,
 } from './files.js';
-import { attachPty, openPty, type PtyAttachment, type PtyHandlers, type PtyOpenRequest } from './pty.js';
+import {
+  attachPty,
+  listPtys,
+  openPty,
+  type PtyAttachment,
+  type PtyHandlers,
+  type PtyOpenRequest,
+  type PtySessionInfo,
+} from './pty.js';
 
 export type { CallOptions } from './connection.js';
 export type { ExecHandle, ExecHandlers, ExecRequest, ExecResult } from './exec.js';
 export type { FileStat } from './files.js';
-export type { PtyAttachment, PtyEnd, PtyHandlers, PtyOpenRequest, PtySize } from './pty.js';
+export type {
+  PtyAttachment,
+  PtyEnd,
+  PtyHandlers,
+  PtyOpenRequest,
+  PtySessionInfo,
+  PtySize,
+} from './pty.js';
 
 export interface AgentInfo {
   protocol: number;
@@ -150,6 +165,11 @@ export class AgentClient {
   /** Attaches to a running (or finished, unreported) terminal session: replay from `since`. */
   attachPty(target: { pty: number; since?: number }, handlers?: PtyHandlers): Promise<PtyAttachment> {
     return attachPty(this.conn, target, handlers);
+  }
+
+  /** The terminal sessions the guest holds (`unsupported` on an older agent). */
+  listPtys(): Promise<PtySessionInfo[]> {
+    return listPtys(this.conn);
   }
 
   /** Writes a file atomically; returns its size. */

@@ -235,3 +235,27 @@ export async function attachPty(
     throw e;
   }
 }
+
+/** One session as `pty_list` reports it. */
+export interface PtySessionInfo {
+  pty: number;
+  pid: number;
+  attached: boolean;
+  exited: boolean;
+  offset: number;
+  ageMs: number;
+}
+
+/** The sessions the guest holds (`unsupported` on an agent from before `pty_list`). */
+export async function listPtys(conn: AgentConnection): Promise<PtySessionInfo[]> {
+  const r = await conn.call({ type: 'pty_list' }, { kind: 'control' }).done;
+  const sessions = Array.isArray(r.sessions) ? (r.sessions as Record<string, unknown>[]) : [];
+  return sessions.map((s) => ({
+    pty: num(s.pty),
+    pid: num(s.pid),
+    attached: s.attached === true,
+    exited: s.exited === true,
+    offset: Math.max(0, num(s.offset)),
+    ageMs: Math.max(0, num(s.age_ms)),
+  }));
+}

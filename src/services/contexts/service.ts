@@ -35,6 +35,8 @@ export interface ContextManagerOptions {
   agentOf(id: string): AgentClient;
   sandboxes: Pick<SandboxService, 'kill'>;
   branch: BranchService;
+  /** A slot under the daemon's cap on running commands, held while an eval runs. */
+  execSlot?(): () => void;
 }
 
 const DEFAULT_CWD = '/root';
@@ -81,14 +83,25 @@ export class ContextManager implements ContextService {
     const agent = this.opts.agentOf(id);
     const context = req.context ?? DEFAULT_CONTEXT;
     try {
-      return await startEval(agent, context, req);
+      return await this.startCounted(agent, context, req);
     } catch (e) {
       // The default context is made on first use, as a notebook's kernel is.
       if (!(isForkdError(e) && e.code === 'context_not_found') || context !== DEFAULT_CONTEXT) {
         throw e;
       }
       await this.create(id, { name: context });
-      return startEval(agent, context, req);
+      return this.startCounted(agent, context, req);
+    }
+  }
+
+  /** An eval holding an exec slot (`capacity` past the daemon's cap) until its code ends. */
+  private async startCounted(agent: AgentClient, context: string, req: EvalRequestT) {
+    const release = this.opts.execSlot?.() ?? (() => undefined);
+    try {
+      return await startEval(agent, context, req, release);
+    } catch (e) {
+      release();
+      throw e;
     }
   }
 
@@ -141,12 +154,14 @@ function failure(index: number, sandbox: string | null, e: unknown) {
 
 /**
  * Starts an eval and resolves once its first event came, so a missing context is an error
- * of this call and not of the stream. A reader that leaves interrupts the code.
+ * of this call and not of the stream. A reader that leaves interrupts the code. `release`
+ * frees its exec slot once the code ended (the caller frees it if this throws).
  */
 async function startEval(
   agent: AgentClient,
   context: string,
   req: EvalRequestT,
+  release: () => void,
 ): Promise<AsyncIterable<EvalEventT>> {
   let first: (() => void) | undefined;
   const gotFirst = new Promise<void>((resolve) => (first = resolve));
@@ -163,8 +178,14 @@ async function startEval(
     },
   );
   handle.done.then(
-    () => queue.close(),
-    (e: unknown) => queue.close(e),
+    () => {
+      release();
+      queue.close();
+    },
+    (e: unknown) => {
+      release();
+      queue.close(e);
+    },
   );
   await Promise.race([gotFirst, handle.done]);
   return queue;

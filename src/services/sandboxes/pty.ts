@@ -5,7 +5,7 @@
  * still reattach it), and the mapping of the driver's attachment to the service's.
  */
 import { PTY_LOGIN_SHELL } from '../../contract/rules.js';
-import type { PtyQueryT } from '../../contract/schemas.js';
+import type { PtyQueryT, PtySessionT } from '../../contract/schemas.js';
 import type {
   AgentClient,
   PtyAttachment as AgentPty,
@@ -110,4 +110,16 @@ export async function openOrAttach(
     handlers,
   );
   return wrap(a);
+}
+
+/** The sessions the guest holds, under the ids clients reattach with. */
+export async function listSessions(agent: AgentClient): Promise<PtySessionT[]> {
+  return (await agent.listPtys()).map((p) => ({
+    session: sessionId(p.pty),
+    pid: p.pid,
+    attached: p.attached,
+    exited: p.exited,
+    offset: p.offset,
+    age_ms: p.ageMs,
+  }));
 }

@@ -15,6 +15,7 @@ import type {
   ExecResultT,
   FileStatT,
   PtyQueryT,
+  PtySessionT,
   SandboxT,
 } from '../../contract/schemas.js';
 import { LIMITS } from '../../contract/rules.js';
@@ -46,7 +47,7 @@ import {
   type Sandbox,
 } from './sandbox.js';
 import { runBuffered, startStreaming } from './exec.js';
-import { openOrAttach } from './pty.js';
+import { listSessions, openOrAttach } from './pty.js';
 import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
 import { openDownload, readTail, toWireStat } from './files.js';
@@ -419,6 +420,14 @@ export class SandboxManager implements SandboxService, SandboxHost {
     await this.end(id, 'stopped', 'killed');
   }
 
+  /**
+   * A slot under the daemon's cap on running commands (`capacity` past it), for the guest
+   * work other services start: an eval holds one while its code runs.
+   */
+  execSlot(): () => void {
+    return this.execGate.enter();
+  }
+
   /** The agent session of a running sandbox, for the services that talk to its guest. */
   agentOf(id: string): AgentClient {
     return this.running(id).agent;
@@ -497,6 +506,10 @@ export class SandboxManager implements SandboxService, SandboxHost {
     onData: (chunk: Buffer, offset: number) => void,
   ): Promise<PtyAttachment> {
     return openOrAttach(this.running(id).agent, req, onData);
+  }
+
+  async ptySessions(id: string): Promise<PtySessionT[]> {
+    return listSessions(this.running(id).agent);
   }
 
   /** The last 1 MiB of the guest console; an ended sandbox's is kept until its row goes. */
