@@ -12,7 +12,7 @@ import { action } from './output.js';
 /** The daemon's options as commander hands them over (numbers still text). */
 type DaemonFlags = Pick<
   DaemonOptions,
-  'socket' | 'listen' | 'tlsCert' | 'tlsKey' | 'tokenFile' | 'auditFile'
+  'socket' | 'listen' | 'tlsCert' | 'tlsKey' | 'tokenFile' | 'auditFile' | 'e2bListen'
 > & {
   maxBooting?: string;
   maxExecs?: string;
@@ -52,6 +52,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     tlsKey: flags.tlsKey,
     tokenFile: flags.tokenFile,
     auditFile: flags.auditFile,
+    e2bListen: flags.e2bListen,
     maxBooting: positiveInt('--max-booting', flags.maxBooting),
     maxExecs: positiveInt('--max-execs', flags.maxExecs),
     branchMode,
@@ -76,6 +77,7 @@ export function register(cmd: Command): void {
     .option('--tls-key <file>', 'TLS private key (PEM) for --listen')
     .option('--token-file <file>', 'bearer tokens, one ID:TOKEN per line (mode 0600)')
     .option('--audit-file <file>', 'also append audit entries here as JSON lines')
+    .option('--e2b-listen <host:port>', 'serve the E2B SDK here (needs --token-file; docs/e2b.md)')
     .option('--max-booting <n>', 'sandboxes booting at once before 503 (default 4)')
     .option('--max-execs <n>', 'commands running at once before 503 (default 256)')
     .option(

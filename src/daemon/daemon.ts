@@ -8,7 +8,9 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../api/app.js';
+import { buildE2bApp } from '../api/e2b/app.js';
 import { paths as pathsOf } from '../config.js';
 import { ForkdError } from '../errors.js';
 import type { Services } from '../services/contracts.js';
@@ -33,6 +35,8 @@ export interface DaemonOptions {
   tlsCert?: string;
   tlsKey?: string;
   tokenFile?: string;
+  /** `HOST:PORT` for the E2B-compatible listener (needs a token file; docs/e2b.md). */
+  e2bListen?: string;
   /** Also write audit entries as JSON lines here. */
   auditFile?: string;
   maxBooting?: number;
@@ -55,6 +59,8 @@ export interface DaemonHandle {
   /** The TCP address when `listen` was given (port 0 picks a free one). */
   tcp?: { host: string; port: number };
   services: Services;
+  /** The E2B-compatible listener's address when `e2bListen` was given. */
+  e2b?: { host: string; port: number };
   /** What start-up reconciliation found. */
   recovered: ReconcileReport;
   /** Stop serving; sandboxes keep running. Idempotent. */
@@ -88,17 +94,39 @@ async function loadTransport(opts: DaemonOptions) {
         : undefined;
     tcp = { ...parseListen(opts.listen), tls };
   }
-  return { tokens, tcp };
+  if (opts.e2bListen && !tokens) {
+    throw new ForkdError(
+      'bad_request',
+      'refusing to serve E2B on TCP without a token: pass --token-file (its tokens are the E2B API keys)',
+    );
+  }
+  const e2b = opts.e2bListen ? parseListen(opts.e2bListen) : undefined;
+  return { tokens, tcp, e2b };
+}
+
+/** The E2B-compatible listener, listening (docs/e2b.md). */
+async function listenE2b(
+  services: Services,
+  at: { host: string; port: number },
+  tokens: Map<string, string> | undefined,
+  logLevel: LogLevel | undefined,
+): Promise<{ app: FastifyInstance; address: { host: string; port: number } }> {
+  const app = await buildE2bApp(services, { tokens, logger: fastifyLoggerOptions(logLevel) });
+  await app.listen({ host: at.host, port: at.port });
+  const addr = app.server.address();
+  const address = typeof addr === 'object' && addr ? { host: addr.address, port: addr.port } : at;
+  return { app, address };
 }
 
 export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandle> {
   const p = pathsOf(opts.home);
   const log = opts.logger ?? createLogger(opts.logLevel);
-  const { tokens, tcp } = await loadTransport(opts);
+  const { tokens, tcp, e2b } = await loadTransport(opts);
   const limitDefaults = parseLimitDefaults(opts.limitDefaults ?? {}); // bad flags: before anything
   const run = await claimRunDir(p.home, opts.socket ?? defaultSocket(p.home));
   let store: Store | undefined;
   let built: ServiceSet | undefined;
+  let e2bApp: FastifyInstance | undefined;
   try {
     store = Store.open(p.db, { auditFile: opts.auditFile });
     built = buildServices({
@@ -122,11 +150,17 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
     });
     await installMcp(app, { daemonUrl: `unix:${run.socket}` });
     const tcpAddress = await listeners.listen(app, run.socket, tcp);
-    log.info({ socket: run.socket, tcp: tcpAddress, tls: Boolean(tcp?.tls) }, 'forkd daemon ready');
+    const e2bListener = e2b && (await listenE2b(services.services, e2b, tokens, opts.logLevel));
+    e2bApp = e2bListener?.app;
+    log.info(
+      { socket: run.socket, tcp: tcpAddress, tls: Boolean(tcp?.tls), e2b: e2bListener?.address },
+      'forkd daemon ready',
+    );
     let closing: Promise<void> | undefined;
     const close = async () => {
       log.info('shutting down: draining requests, leaving sandboxes running');
       await listeners.close(app, opts.drainMs ?? 10_000);
+      await e2bApp?.close();
       await services.detach();
       store?.close();
       await run.release();
@@ -135,11 +169,13 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
     return {
       socket: run.socket,
       tcp: tcpAddress,
+      e2b: e2bListener?.address,
       services: services.services,
       recovered,
       close: () => (closing ??= close()),
     };
   } catch (e) {
+    await e2bApp?.close();
     await built?.detach();
     store?.close();
     await run.release();

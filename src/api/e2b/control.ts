@@ -1,0 +1,309 @@
+/**
+ * The E2B control plane (what the SDK reaches at E2B_API_URL): create (`POST /sandboxes`
+ * of SDKs up to 2.49, `POST /v2/sandboxes` after), get, list, kill, set timeout, connect,
+ * pause and resume. A template is a snapshot tag (the sandbox is forked) or else an image
+ * (it boots); metadata are labels, envVars the sandbox's env, the network options its
+ * egress policy. E2B's view of a sandbox is `running` or `paused`; a stopped one is gone.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { ForkdError, isForkdError } from '../../errors.js';
+import type { EgressPolicyT, SandboxT } from '../../contract/schemas.js';
+import type { Caller } from '../../services/contracts.js';
+import type { Api } from '../types.js';
+import type { E2bContext } from './app.js';
+import { fromE2bId, toE2bId } from './wire.js';
+
+/** The envd version reported: ≥0.4.0 (no default user), 0.5.2 (close stdin), 0.5.7 (raw uploads). */
+export const ENVD_VERSION = '0.5.7';
+/** The SDK's own default when a create names no timeout. */
+const DEFAULT_TIMEOUT_S = 300;
+const tier = (s: SandboxT): string | undefined => (s as SandboxT & { tier?: string }).tier;
+const isPaused = (s: SandboxT): boolean => tier(s) === 'paused' || tier(s) === 'hibernated';
+
+type Body = Record<string, unknown>;
+
+function bad(field: string, reason: string): ForkdError {
+  return new ForkdError('bad_request', `${field}: ${reason}`, { field, reason });
+}
+
+function bodyOf(request: FastifyRequest): Body {
+  const b = request.body;
+  if (b === undefined || b === null) return {};
+  if (typeof b !== 'object' || Array.isArray(b)) throw bad('body', 'must be a JSON object');
+  return b as Body;
+}
+
+function optString(body: Body, field: string): string | undefined {
+  const v = body[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string') throw bad(field, 'must be a string');
+  return v;
+}
+
+function optTimeout(body: Body): number | undefined {
+  const v = body.timeout;
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) {
+    throw bad('timeout', 'must be a whole number of seconds ≥ 1');
+  }
+  return v;
+}
+
+function optStringMap(body: Body, field: string): Record<string, string> | undefined {
+  const v = body[field];
+  if (v === undefined || v === null) return undefined;
+  const ok =
+    typeof v === 'object' &&
+    !Array.isArray(v) &&
+    Object.values(v as object).every((x) => typeof x === 'string');
+  if (!ok) throw bad(field, 'must be an object of strings');
+  return v as Record<string, string>;
+}
+
+function optStrings(body: Body, field: string): string[] | undefined {
+  const v = body[field];
+  if (v === undefined || v === null) return undefined;
+  if (!Array.isArray(v) || !v.every((x) => typeof x === 'string')) {
+    throw bad(field, 'must be an array of strings');
+  }
+  return v as string[];
+}
+
+/** E2B options forkd has no counterpart for: refused when set, so nothing is silently lost. */
+function refuseUnsupported(body: Body): void {
+  const set = (v: unknown) =>
+    v !== undefined && v !== null && v !== false && !(Array.isArray(v) && v.length === 0);
+  for (const field of ['mcp', 'volumeMounts', 'iam', 'autoPause', 'autoResume']) {
+    if (set(body[field])) throw bad(field, 'not supported by forkd (docs/e2b.md)');
+  }
+  const network = (body.network ?? {}) as Body;
+  for (const field of ['rules', 'egressProxy', 'maskRequestHost', 'httpsPorts']) {
+    if (set(network[field])) throw bad(`network.${field}`, 'not supported by forkd (docs/e2b.md)');
+  }
+  if (network.allowPublicTraffic === false) {
+    throw bad('network.allowPublicTraffic', 'not supported by forkd: ports are not public');
+  }
+}
+
+/** `allow_internet_access` and `network.allowOut/denyOut` → forkd's egress policy. */
+export function egressOf(body: Body): EgressPolicyT | undefined {
+  const internet = body.allow_internet_access;
+  if (internet !== undefined && internet !== null && typeof internet !== 'boolean') {
+    throw bad('allow_internet_access', 'must be a boolean');
+  }
+  const network = (body.network ?? {}) as Body;
+  const allow = optStrings(network, 'allowOut');
+  const deny = optStrings(network, 'denyOut');
+  // E2B's "deny everything, allow a few" is denyOut 0.0.0.0/0: forkd says it as
+  // allow_internet false (its deny list wins over its allow list).
+  const denyAll = deny?.includes('0.0.0.0/0') ?? false;
+  const denyRest = deny?.filter((d) => d !== '0.0.0.0/0');
+  if (internet === false && !allow?.length) return 'none';
+  const policy: Exclude<EgressPolicyT, 'none'> = {};
+  if (internet === false || denyAll) policy.allow_internet = false;
+  if (allow?.length) policy.allow_out = allow;
+  if (denyRest?.length) policy.deny_out = denyRest;
+  return Object.keys(policy).length ? policy : undefined;
+}
+
+/** A create request in forkd's words. */
+interface CreateCommand {
+  template: string;
+  timeout_s: number;
+  labels?: Record<string, string>;
+  env?: Record<string, string>;
+  egress?: EgressPolicyT;
+}
+
+export function parseCreate(raw: Body): CreateCommand {
+  const template = optString(raw, 'templateID');
+  if (!template) throw bad('templateID', 'required: a snapshot tag or an image name');
+  refuseUnsupported(raw);
+  const cmd: CreateCommand = { template, timeout_s: optTimeout(raw) ?? DEFAULT_TIMEOUT_S };
+  const labels = optStringMap(raw, 'metadata');
+  const env = optStringMap(raw, 'envVars');
+  const egress = egressOf(raw);
+  if (labels && Object.keys(labels).length) cmd.labels = labels;
+  if (env && Object.keys(env).length) cmd.env = env;
+  if (egress !== undefined) cmd.egress = egress;
+  return cmd;
+}
+
+const codeOf = (e: unknown): string | undefined => (isForkdError(e) ? e.code : undefined);
+
+/** Fork from the snapshot tagged `template`, or else boot the image of that name. */
+async function createSandbox(ctx: E2bContext, cmd: CreateCommand, caller: Caller) {
+  const { template, ...rest } = cmd;
+  try {
+    const result = await ctx.services.snapshots.fork({ snapshot: template, n: 1, ...rest }, caller);
+    const [child] = result.sandboxes;
+    if (child) return child;
+    throw result.failed[0]?.error ?? new Error('a fork of one reported no child');
+  } catch (e) {
+    if (codeOf(e) !== 'snapshot_not_found') throw e;
+  }
+  try {
+    return await ctx.services.sandboxes.create({ image: template, ...rest }, caller);
+  } catch (e) {
+    if (codeOf(e) !== 'image_not_found') throw e;
+    throw new ForkdError(
+      'not_found',
+      `template ${template.slice(0, 64)}: no snapshot tag or image of that name (see \`forkd snapshots\` and \`forkd images\`)`,
+      { template },
+    );
+  }
+}
+
+/** The create/connect answer: what the SDK needs to reach the sandbox's envd. */
+function sandboxBody(ctx: E2bContext, s: SandboxT) {
+  const token = ctx.accessToken(s.id);
+  return {
+    sandboxID: toE2bId(s.id),
+    templateID: s.snapshot ?? s.image ?? '',
+    clientID: 'forkd',
+    envdVersion: ENVD_VERSION,
+    ...(token !== undefined && { envdAccessToken: token }),
+  };
+}
+
+/** GET /sandboxes/:id and the list's entries. */
+export function detailBody(s: SandboxT) {
+  const template = s.snapshot ?? s.image ?? '';
+  return {
+    sandboxID: toE2bId(s.id),
+    templateID: template,
+    alias: template,
+    clientID: 'forkd',
+    startedAt: s.created_at,
+    // No timeout: E2B has no such state, so a far end keeps the SDK's Date valid.
+    endAt: s.expires_at ?? '9999-12-31T23:59:59.000Z',
+    cpuCount: s.cpus,
+    memoryMB: s.memory_mib,
+    diskSizeMB: 0,
+    metadata: s.labels,
+    state: isPaused(s) ? 'paused' : 'running',
+    envdVersion: ENVD_VERSION,
+  };
+}
+
+const live = (s: SandboxT): boolean => s.state === 'running' || s.state === 'starting';
+
+/** The sandbox of `:id` while it lives: E2B has no stopped sandboxes, only gone ones. */
+async function liveSandbox(ctx: E2bContext, request: FastifyRequest): Promise<SandboxT> {
+  const id = fromE2bId((request.params as { id: string }).id);
+  request.auditTarget = id;
+  const s = await ctx.services.sandboxes.get(id);
+  if (!live(s)) {
+    throw new ForkdError('sandbox_not_found', `sandbox ${toE2bId(id)} is ${s.state}`, { id });
+  }
+  return s;
+}
+
+/** `metadata` as the SDK sends it: `k=v&k2=v2`, each half URL-encoded. */
+export function metadataFilter(raw: unknown): Record<string, string> {
+  if (typeof raw !== 'string' || !raw) return {};
+  return Object.fromEntries(new URLSearchParams(raw).entries());
+}
+
+/** `state=running,paused` (comma-joined or repeated) → the states asked for. */
+function statesFilter(raw: unknown): Set<string> {
+  const list = [raw].flat().filter((s): s is string => typeof s === 'string');
+  const states = list.flatMap((s) => s.split(',')).filter(Boolean);
+  return new Set(states.length ? states : ['running', 'paused']);
+}
+
+async function list(ctx: E2bContext, request: FastifyRequest) {
+  const query = request.query as Record<string, unknown>;
+  const wanted = Object.entries(metadataFilter(query.metadata));
+  const states = statesFilter(query.state);
+  const all = await ctx.services.sandboxes.list({});
+  return all
+    .filter(live)
+    .map(detailBody)
+    .filter((d) => states.has(d.state))
+    .filter((d) => wanted.every(([k, v]) => d.metadata[k] === v));
+}
+
+type Pauser = {
+  pause?: (id: string) => Promise<SandboxT>;
+  resume?: (id: string) => Promise<SandboxT>;
+};
+
+/** forkd's parking, when this daemon has it. */
+function parking(ctx: E2bContext, verb: 'pause' | 'resume') {
+  const fn = (ctx.services.sandboxes as unknown as Pauser)[verb];
+  if (!fn) throw new ForkdError('bad_request', `${verb} is not supported by this forkd`);
+  return (id: string) => fn.call(ctx.services.sandboxes, id);
+}
+
+/** Connect: wake a paused sandbox, set its timeout if asked; 201 when it was resumed. */
+async function connect(ctx: E2bContext, request: FastifyRequest, reply: FastifyReply) {
+  let s = await liveSandbox(ctx, request);
+  const timeout = optTimeout(bodyOf(request));
+  const resumed = isPaused(s);
+  if (resumed) s = await parking(ctx, 'resume')(s.id);
+  if (timeout !== undefined) s = await ctx.services.sandboxes.extend(s.id, timeout);
+  return reply.code(resumed ? 201 : 200).send(sandboxBody(ctx, s));
+}
+
+export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
+  const config = { plane: 'control' as const };
+  const sandboxes = ctx.services.sandboxes;
+  const caller = (request: FastifyRequest): Caller => ({ principal: request.principal });
+
+  const create = async (request: FastifyRequest, reply: FastifyReply) => {
+    const s = await createSandbox(ctx, parseCreate(bodyOf(request)), caller(request));
+    request.auditTarget = s.id;
+    return reply.code(201).send(sandboxBody(ctx, s));
+  };
+  app.post('/sandboxes', { config }, create);
+  app.post('/v2/sandboxes', { config }, create);
+
+  app.get('/sandboxes/:id', { config }, async (request) =>
+    detailBody(await liveSandbox(ctx, request)),
+  );
+  app.get('/sandboxes', { config }, async (request) => list(ctx, request));
+  app.get('/v2/sandboxes', { config }, async (request) => list(ctx, request));
+
+  app.delete('/sandboxes/:id', { config }, async (request, reply) => {
+    const s = await liveSandbox(ctx, request);
+    await sandboxes.kill(s.id);
+    return reply.code(204).send();
+  });
+
+  app.post('/sandboxes/:id/timeout', { config }, async (request, reply) => {
+    const s = await liveSandbox(ctx, request);
+    const timeout = optTimeout(bodyOf(request));
+    if (timeout === undefined) throw bad('timeout', 'required (seconds)');
+    await sandboxes.extend(s.id, timeout);
+    return reply.code(204).send();
+  });
+
+  app.post('/sandboxes/:id/connect', { config }, async (r, reply) => connect(ctx, r, reply));
+  app.post('/v2/sandboxes/:id/connect', { config }, async (r, reply) => connect(ctx, r, reply));
+
+  app.post('/sandboxes/:id/pause', { config }, async (request, reply) => {
+    const s = await liveSandbox(ctx, request);
+    if (isPaused(s)) {
+      throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already paused`);
+    }
+    await parking(ctx, 'pause')(s.id);
+    return reply.code(204).send();
+  });
+
+  app.post('/sandboxes/:id/resume', { config }, async (request, reply) => {
+    let s = await liveSandbox(ctx, request);
+    if (!isPaused(s)) {
+      throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already running`);
+    }
+    s = await parking(ctx, 'resume')(s.id);
+    const timeout = optTimeout(bodyOf(request));
+    if (timeout !== undefined) s = await sandboxes.extend(s.id, timeout);
+    return reply.code(201).send(sandboxBody(ctx, s));
+  });
+
+  app.get('/sandboxes/:id/metrics', { config }, async (request) => {
+    await liveSandbox(ctx, request);
+    return [];
+  });
+}

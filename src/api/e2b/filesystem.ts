@@ -1,0 +1,192 @@
+/**
+ * envd's file surface over forkd's file service: filesystem.Filesystem (Stat, ListDir,
+ * MakeDir, Remove, Move) as Connect-RPC, `GET /files` (download) and `POST /files`
+ * (multipart or raw, optionally gzip), and `GET /health` (204 while the sandbox runs, 502
+ * once it is gone: the SDK's isRunning()). Relative paths are taken from `/`, the working
+ * directory of forkd's commands, so files and commands agree on what `a.txt` is.
+ */
+import { posix } from 'node:path';
+import { pipeline, Readable } from 'node:stream';
+import { createGunzip } from 'node:zlib';
+import type { FastifyRequest } from 'fastify';
+import { ForkdError, isForkdError } from '../../errors.js';
+import type { FileStatT } from '../../contract/schemas.js';
+import { limitedBody } from '../raw-body.js';
+import { MAX_UPLOAD_BYTES } from '../routes/files.js';
+import type { Api } from '../types.js';
+import type { E2bContext } from './app.js';
+import { parseMultipart } from './multipart.js';
+import { unary } from './rpc.js';
+import { ConnectFailure, requiredString, uintField } from './wire.js';
+
+const SERVICE = '/filesystem.Filesystem';
+/** ListDir with depth > 1 walks the tree: bound what one answer may hold. */
+const MAX_LIST_ENTRIES = 10_000;
+
+const FILE_TYPE: Record<FileStatT['kind'], string> = {
+  file: 'FILE_TYPE_FILE',
+  dir: 'FILE_TYPE_DIRECTORY',
+  symlink: 'FILE_TYPE_SYMLINK',
+  other: 'FILE_TYPE_UNSPECIFIED',
+};
+const TYPE_LETTER: Record<FileStatT['kind'], string> = {
+  file: '-',
+  dir: 'd',
+  symlink: 'l',
+  other: '?',
+};
+
+/** A guest path from an E2B client: relative ones are taken from `/`. */
+export function guestPath(path: string): string {
+  return posix.resolve('/', path);
+}
+
+/** `drwxr-xr-x` from a kind and mode bits. */
+export function permissions(kind: FileStatT['kind'], mode: number): string {
+  const bits = 'rwxrwxrwx';
+  let s = TYPE_LETTER[kind];
+  for (let i = 0; i < 9; i++) s += mode & (1 << (8 - i)) ? bits[i] : '-';
+  return s;
+}
+
+/** forkd's FileStat of `path` → envd's EntryInfo (proto3 JSON: int64 size as a string). */
+export function entryInfo(stat: FileStatT, path: string) {
+  return {
+    name: stat.name || posix.basename(path),
+    type: FILE_TYPE[stat.kind],
+    path,
+    size: String(stat.size),
+    mode: stat.mode & 0o7777,
+    permissions: permissions(stat.kind, stat.mode),
+    owner: '',
+    group: '',
+    modifiedTime: new Date(stat.mtime_ms).toISOString(),
+  };
+}
+
+type Entry = ReturnType<typeof entryInfo>;
+
+const missing = (e: unknown) => isForkdError(e) && e.code === 'guest_file_not_found';
+
+export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
+  const sandboxes = ctx.services.sandboxes;
+  const pathOf = (msg: Record<string, unknown>, field = 'path') =>
+    guestPath(requiredString(msg, field));
+
+  async function stat(sandbox: string, path: string): Promise<Entry> {
+    return entryInfo(await sandboxes.statFile(sandbox, path), path);
+  }
+
+  /** Entries under `dir` down to `depth` levels (1: the directory itself). */
+  async function walk(sandbox: string, dir: string, depth: number, out: Entry[]): Promise<void> {
+    for (const s of await sandboxes.listFiles(sandbox, dir)) {
+      if (out.length >= MAX_LIST_ENTRIES) {
+        throw new ForkdError(
+          'bad_request',
+          `more than ${MAX_LIST_ENTRIES} entries: list less deep`,
+        );
+      }
+      const path = posix.join(dir, s.name);
+      out.push(entryInfo(s, path));
+      if (s.kind === 'dir' && depth > 1) await walk(sandbox, path, depth - 1, out);
+    }
+  }
+
+  unary(app, `${SERVICE}/Stat`, async (msg, request) => ({
+    entry: await stat(ctx.sandboxOf(request), pathOf(msg)),
+  }));
+
+  unary(app, `${SERVICE}/ListDir`, async (msg, request) => {
+    const sandbox = ctx.sandboxOf(request);
+    const entries: Entry[] = [];
+    await walk(sandbox, pathOf(msg), Math.max(1, uintField(msg, 'depth') ?? 1), entries);
+    return { entries };
+  });
+
+  unary(app, `${SERVICE}/MakeDir`, async (msg, request) => {
+    const sandbox = ctx.sandboxOf(request);
+    const path = pathOf(msg);
+    const existing = await stat(sandbox, path).catch((e: unknown) => {
+      if (missing(e)) return undefined;
+      throw e;
+    });
+    if (existing) throw new ConnectFailure('already_exists', `${path} already exists`);
+    await sandboxes.makeDir(sandbox, path, { parents: true });
+    return { entry: await stat(sandbox, path) };
+  });
+
+  unary(app, `${SERVICE}/Remove`, async (msg, request) => {
+    await sandboxes.removeFile(ctx.sandboxOf(request), pathOf(msg), { recursive: true });
+    return {};
+  });
+
+  unary(app, `${SERVICE}/Move`, async (msg, request) => {
+    const sandbox = ctx.sandboxOf(request);
+    const [from, to] = [pathOf(msg, 'source'), pathOf(msg, 'destination')];
+    await stat(sandbox, from);
+    // forkd's file service has no rename: the guest's own mv does it, in one step.
+    const r = await sandboxes.exec(sandbox, { argv: ['mv', '-f', '--', from, to] });
+    if (r.exit_code !== 0) {
+      const why = Buffer.from(r.stderr, 'base64').toString('utf8').trim().slice(0, 300);
+      throw new ForkdError('guest_error', `mv ${from} ${to} failed: ${why}`);
+    }
+    return { entry: await stat(sandbox, to) };
+  });
+
+  for (const method of ['WatchDir', 'CreateWatcher', 'GetWatcherEvents', 'RemoveWatcher']) {
+    app.post(`${SERVICE}/${method}`, { config: { plane: 'rpc' } }, async () => {
+      throw new ConnectFailure('unimplemented', `watching directories is not served by forkd`);
+    });
+  }
+
+  const queryPath = (request: FastifyRequest): string | undefined => {
+    const p = (request.query as Record<string, unknown>).path;
+    return typeof p === 'string' && p ? p : undefined;
+  };
+
+  app.get('/files', { config: { plane: 'envd' } }, async (request, reply) => {
+    const path = queryPath(request);
+    if (!path) throw new ForkdError('bad_request', 'query.path: required');
+    const stream = await sandboxes.readFile(ctx.sandboxOf(request), guestPath(path));
+    return reply.type('application/octet-stream').send(stream);
+  });
+
+  /** The files of one upload: each target path with its bytes. */
+  function uploads(request: FastifyRequest): { path: string; body: Readable }[] {
+    const path = queryPath(request);
+    const type = request.headers['content-type'] ?? '';
+    if (/^multipart\/form-data/i.test(type)) {
+      const parts = parseMultipart(request.body as Buffer, type).filter((p) => p.name === 'file');
+      if (!parts.length) throw new ForkdError('bad_request', 'multipart body: no `file` part');
+      return parts.map((p) => {
+        const target = parts.length === 1 && path ? path : p.filename;
+        if (!target) throw new ForkdError('bad_request', 'a file part has no filename (its path)');
+        return { path: target, body: Readable.from([p.data]) };
+      });
+    }
+    if (!path) throw new ForkdError('bad_request', 'query.path: required for a raw upload');
+    let body = limitedBody(request.body, request.headers['content-length'], MAX_UPLOAD_BYTES);
+    if (/gzip/i.test(String(request.headers['content-encoding'] ?? ''))) {
+      body = pipeline(body, createGunzip(), () => undefined);
+    }
+    return [{ path, body }];
+  }
+
+  app.post('/files', { config: { plane: 'envd' } }, async (request) => {
+    const sandbox = ctx.sandboxOf(request);
+    const written = [];
+    for (const file of uploads(request)) {
+      const path = guestPath(file.path);
+      await sandboxes.writeFile(sandbox, path, file.body, { parents: true });
+      written.push({ name: posix.basename(path), type: 'file', path });
+    }
+    return written;
+  });
+
+  app.get('/health', { config: { plane: 'public' } }, async (request, reply) => {
+    const s = await ctx.services.sandboxes.get(ctx.sandboxOf(request)).catch(() => undefined);
+    const up = s?.state === 'running';
+    if (!up) return reply.code(502).send({ code: 502, message: 'the sandbox is not running' });
+    return reply.code(204).send();
+  });
+}
