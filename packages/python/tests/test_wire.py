@@ -59,10 +59,20 @@ class WireTest(unittest.TestCase):
             forkd.BranchResult: SCHEMAS["BranchResult"],
             forkd.ForkResult: SCHEMAS["ForkResult"],
             forkd.ForkFailure: SCHEMAS["ForkResult"]["properties"]["failed"]["items"],
+            forkd.ContextInfo: answer("/v1/sandboxes/{id}/contexts", "post"),
+            forkd.PtySessionInfo: SCHEMAS["PtySession"],
         }
         for cls, schema in pairs.items():
             self.assertEqual(fields(cls), props(schema), cls.__name__)
         self.assertEqual(fields(forkd.WriteInfo) - {"path"}, props(answer("/v1/sandboxes/{id}/files", "put")))
+
+    def test_create_and_fork_send_the_network_and_limits_fields(self) -> None:
+        create = SCHEMAS.get("CreateSandbox") or OPENAPI["paths"]["/v1/sandboxes"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        self.assertLessEqual({"network", "egress", "limits"}, props(create))
+        self.assertEqual(
+            forkd._sandbox.limits_body({"memory": 512 * 1024 * 1024, "cpu": 0.5}),
+            {"memory": "536870912", "cpu": 0.5},
+        )
 
     def test_unknown_fields_are_dropped_and_old_daemons_defaulted(self) -> None:
         wire = {

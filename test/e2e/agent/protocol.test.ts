@@ -36,6 +36,7 @@ const REQUEST_TYPES = [
   'pty_signal',
   'pty_close',
   'pty_detach',
+  'pty_list',
 ];
 /** Every `"type":"…"` that appears in PROTOCOL.md's examples (both directions). */
 const MESSAGE_TYPES = [
@@ -53,6 +54,7 @@ const MESSAGE_TYPES = [
   'pty_close',
   'pty_detach',
   'pty_input',
+  'pty_list',
   'pty_open',
   'pty_resize',
   'pty_signal',
@@ -102,6 +104,7 @@ const PROBES: { msg: Record<string, unknown>; expect: string }[] = [
   { msg: { type: 'pty_signal', target: 424242, signal: 'SIGINT' }, expect: 'no_such_request' },
   { msg: { type: 'pty_close', target: 424242 }, expect: 'no_such_request' },
   { msg: { type: 'pty_detach', target: 424242 }, expect: 'no_such_request' },
+  { msg: { type: 'pty_list' }, expect: 'result' },
 ];
 
 const protocolDoc = () => readFileSync(join(REPO_ROOT, 'agent', 'PROTOCOL.md'), 'utf8');
