@@ -48,6 +48,7 @@ export type {
   SandboxInfo,
   SandboxLimits,
   SandboxUsage,
+  SandboxConfinement,
   SandboxState,
   SnapshotFileInfo,
   SnapshotInfo,
