@@ -97,7 +97,7 @@ export function register(cmd: Command): void {
     .option('--default-pids <n>', "cap on a sandbox QEMU's threads: 512 by default, none, or n")
     .option(
       '--no-confine',
-      'run QEMU unconfined (no seccomp filter, the daemon\'s user) for debugging; also FORKD_CONFINE=off',
+      "run QEMU unconfined (no seccomp filter, the daemon's user) for debugging; also FORKD_CONFINE=off",
     )
     .action(
       action(async (flags: DaemonFlags) => {

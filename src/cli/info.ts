@@ -1,7 +1,7 @@
 /**
  * `forkd info ID`: one sandbox in full — state (and why it ended), what it came from, its
  * resources, its limits and, while it runs, what its QEMU uses (cpu time, throttling,
- * memory, OOM kills) — or `--json` (the REST API's Sandbox).
+ * memory, OOM kills) and how it is confined — or `--json` (the REST API's Sandbox).
  */
 import type { Command } from 'commander';
 import { Sandbox, type SandboxInfo } from '@forkd/sdk';
@@ -27,6 +27,14 @@ async function info(id: string, flags: InfoFlags): Promise<void> {
   process.stdout.write(lines(sandbox.info).join('\n') + '\n');
 }
 
+/** `uid 1879…, seccomp (spawn allowed), no capabilities`, or `-` when not running. */
+function formatConfinement(c: SandboxInfo['confinement']): string {
+  if (!c) return '-';
+  const filter = c.seccomp ? `seccomp (spawn ${c.spawn ? 'allowed' : 'denied'})` : 'no seccomp';
+  const caps = /^0+$/.test(c.capabilities) ? 'no capabilities' : `capabilities ${c.capabilities}`;
+  return `uid ${c.uid}, ${filter}, ${caps}`;
+}
+
 /** `key: value` lines, aligned. */
 function lines(s: SandboxInfo): string[] {
   const rows: [string, string][] = [
@@ -41,6 +49,7 @@ function lines(s: SandboxInfo): string[] {
     ['cgroup', s.limits?.cgroup ?? '-'],
     ['usage', s.usage ? formatUsage(s.usage) : '-'],
     ['pid', s.pid === null ? '-' : String(s.pid)],
+    ['confined', formatConfinement(s.confinement)],
     ['created', s.createdAt],
     ['expires', s.expiresAt ?? '-'],
     [

@@ -11,6 +11,12 @@ import { isForkdError } from '../errors.js';
 import { detectAccel } from '../drivers/qemu/accel.js';
 import { QEMU_IMG } from '../drivers/qemu/disk.js';
 import { probeLive } from '../drivers/qemu/live.js';
+import {
+  canSwitchUser,
+  confinementSetting,
+  seccompOption,
+  VM_UID_BASE,
+} from '../drivers/qemu/confine.js';
 import { run } from '../util/exec.js';
 import { locateGuest } from './guest.js';
 import { NetworkService } from './network/service.js';
@@ -65,6 +71,7 @@ const CHECKS: Check[] = [
   { id: 'cgroups', run: checkCgroups },
   { id: 'userfaultfd', run: checkUserfaultfd },
   { id: 'live-branch', run: checkLiveBranch },
+  { id: 'confinement', run: checkConfinement },
   { id: 'netns', run: checkNetns },
   { id: 'network', run: checkNetwork },
   { id: 'root', run: checkRoot },
@@ -263,6 +270,26 @@ async function checkNetwork(): Promise<Outcome> {
   return warn(
     `nat mode: ${reason}; egress policies are not enforced`,
     'run the daemon as root with nftables installed (apt-get install nftables)',
+  );
+}
+
+/** How sandboxes' QEMU will be confined (docs/security.md); each sandbox's is in its info. */
+async function checkConfinement(): Promise<Outcome> {
+  const filter = `-sandbox ${seccompOption(true)} (spawn=deny under --branch-mode copy)`;
+  if (!confinementSetting().enabled) {
+    return warn(
+      "QEMU runs unconfined: no seccomp filter, as the daemon's user (FORKD_CONFINE=off or --no-confine)",
+      'unset FORKD_CONFINE and drop --no-confine once done debugging',
+    );
+  }
+  if (!canSwitchUser()) {
+    return warn(
+      `QEMU runs under ${filter} but as the daemon's user: no uid of its own per sandbox`,
+      "run the daemon as root to give each sandbox's QEMU its own uid and no capabilities",
+    );
+  }
+  return pass(
+    `QEMU runs under ${filter}, as a uid of its own per sandbox (from ${VM_UID_BASE}), no capabilities, owning only its sandbox directory`,
   );
 }
 

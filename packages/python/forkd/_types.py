@@ -58,6 +58,9 @@ class SandboxInfo:
     limits: Optional[Dict[str, Any]] = None
     #: What a running sandbox uses (``get`` of one sandbox only).
     usage: Optional[Dict[str, Any]] = None
+    #: How its QEMU is confined: ``{"uid", "seccomp", "sandbox", "spawn", "capabilities"}``
+    #: (``get`` of one running sandbox; docs/security.md).
+    confinement: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)

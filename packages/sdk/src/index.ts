@@ -54,6 +54,7 @@ export type {
   SandboxInfo,
   SandboxLimits,
   SandboxUsage,
+  SandboxConfinement,
   SandboxState,
   SnapshotFileInfo,
   SnapshotInfo,

@@ -47,6 +47,29 @@ export interface SandboxInfo {
   limits?: SandboxLimits;
   /** What it uses now: only on a running sandbox, only from `Sandbox.getInfo`/`connect`. */
   usage?: SandboxUsage;
+  /** How its QEMU is confined: only on a running sandbox, from `getInfo`/`connect`. */
+  confinement?: SandboxConfinement;
+}
+
+/**
+ * How a running sandbox's QEMU is confined, as the host kernel reports it
+ * (docs/security.md).
+ *
+ * @example
+ * const { confinement } = (await Sandbox.connect(id)).info;
+ * if (!confinement?.seccomp) console.warn('QEMU runs without a seccomp filter');
+ */
+export interface SandboxConfinement {
+  /** The effective uid of its QEMU (a uid of its own when the daemon is root). */
+  uid: number;
+  /** A seccomp filter is in force. */
+  seccomp: boolean;
+  /** QEMU's `-sandbox` option; null: none. */
+  sandbox: string | null;
+  /** The filter allows process creation (what a live branch needs). */
+  spawn: boolean;
+  /** Effective capabilities in hex; all zeros: none. */
+  capabilities: string;
 }
 
 /**

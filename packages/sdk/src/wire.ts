@@ -53,6 +53,7 @@ export const SANDBOX: WireNames<SandboxInfo> = {
   network: 'network',
   limits: 'limits',
   usage: 'usage',
+  confinement: 'confinement',
 };
 
 /** `Sandbox.limits` in schemas.ts. */

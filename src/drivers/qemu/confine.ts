@@ -67,7 +67,7 @@ export function canSwitchUser(): boolean {
 
 /**
  * Prepare a VM's directory for its confined QEMU and return the arguments that confine
- * it: the directory and the files already in it become the VM's uid's, mode 0700, and
+ * it: the directory and its disk layers become the VM's uid's, mode 0700, and
  * its ancestors traversable (search only) so QEMU can reach its own files by path later.
  */
 export async function confineVm(dir: string): Promise<string[]> {
@@ -75,9 +75,10 @@ export async function confineVm(dir: string): Promise<string[]> {
   const args = ['-sandbox', seccompOption(setting.spawn)];
   if (!canSwitchUser()) return args;
   const id = vmUid((await stat(dir)).ino);
+  // Its disk layers only: the files the daemon reads back (the owner file) stay ours.
   await Promise.all(
     (await readdir(dir, { withFileTypes: true }))
-      .filter((e) => e.isFile())
+      .filter((e) => e.isFile() && e.name.endsWith('.qcow2'))
       .map((e) => chown(join(dir, e.name), id, id)),
   );
   await chown(dir, id, id);

@@ -376,8 +376,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const pid = this.live.get(id)?.vm.pid;
     const confined = pid === undefined ? undefined : await confinementOf(pid);
     if (confined) {
-      const { noNewPrivs: _, ...shown } = confined;
-      wire.confinement = shown;
+      const { uid, seccomp, sandbox, spawn, capabilities } = confined;
+      wire.confinement = { uid, seccomp, sandbox, spawn, capabilities };
     }
     return wire;
   }
