@@ -19,6 +19,7 @@ type DaemonFlags = Pick<
   defaultMemory?: string;
   defaultCpu?: string;
   defaultPids?: string;
+  pauseIdleAfter?: string;
   branchMode: string;
   logLevel: string;
 };
@@ -56,6 +57,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     branchMode,
     logLevel: flags.logLevel as LogLevel,
     limitDefaults: { memory: flags.defaultMemory, cpu: flags.defaultCpu, pids: flags.defaultPids },
+    pauseIdleAfterS: positiveInt('--pause-idle-after', flags.pauseIdleAfter),
   };
 }
 
@@ -91,6 +93,10 @@ export function register(cmd: Command): void {
       'CPU quota of a sandbox that names none: auto (its vCPUs, at most half the host), none, or cores',
     )
     .option('--default-pids <n>', "cap on a sandbox QEMU's threads: 512 by default, none, or n")
+    .option(
+      '--pause-idle-after <s>',
+      'pause a sandbox after s seconds without a request (default: never); the next request wakes it',
+    )
     .action(
       action(async (flags: DaemonFlags) => {
         const stop = stopRequested();

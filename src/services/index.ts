@@ -41,6 +41,8 @@ export interface ServiceOptions {
   network?: ConstructorParameters<typeof NetworkService>[0] | false;
   /** Default resource limits of sandboxes (`forkd daemon --default-*`; docs/limits.md). */
   limitDefaults?: LimitDefaults;
+  /** Pause sandboxes idle this many seconds (`forkd daemon --pause-idle-after`; docs/idle.md). */
+  pauseIdleAfterS?: number;
 }
 
 export interface ServiceSet {

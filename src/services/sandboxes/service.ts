@@ -48,7 +48,15 @@ import { runBuffered, startStreaming } from './exec.js';
 import { openOrAttach } from './pty.js';
 import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
-import { moveTo, needsWake, parkable, type LiveTier, type Parkable } from './tiers.js';
+import {
+  busyWhile,
+  idleEnough,
+  moveTo,
+  needsWake,
+  parkable,
+  type LiveTier,
+  type Parkable,
+} from './tiers.js';
 import { openDownload, readTail, toWireStat } from './files.js';
 import { Gate } from './gate.js';
 import {
@@ -81,6 +89,8 @@ export interface SandboxServiceOptions {
   network?: NetworkService;
   /** The cgroups of sandboxes (default: this home's, with the automatic defaults). */
   limiter?: Limiter;
+  /** Pause a sandbox after this many seconds without a request (default: never; docs/idle.md). */
+  pauseIdleAfterS?: number;
 }
 
 /** A running sandbox as this process holds it (awake or parked: tiers.ts). */
@@ -102,6 +112,8 @@ const BOOT_RETRY_S = 3;
 const EXEC_RETRY_S = 1;
 /** Ended rows are pruned at start and then this often. */
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
+/** How often the idle policy looks for sandboxes to park. */
+const IDLE_SWEEP_MS = 1000;
 
 /** What a sandbox's `starting` row is made from, for a boot or a fork. */
 type StartingInit = Omit<ForkInit, 'snapshot'> & { snapshot: string | null };
@@ -115,6 +127,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private readonly timers: ExpiryTimers;
   private readonly log: ServiceLog;
   private pruneTimer: NodeJS.Timeout | undefined;
+  private idleTimer: NodeJS.Timeout | undefined;
   private detached = false;
   readonly limiter: Limiter;
 
@@ -138,6 +151,10 @@ export class SandboxManager implements SandboxService, SandboxHost {
     this.prune();
     this.pruneTimer = setInterval(() => this.prune(), PRUNE_EVERY_MS);
     this.pruneTimer.unref();
+    if (this.opts.pauseIdleAfterS !== undefined) {
+      this.idleTimer = setInterval(() => this.parkIdle(), IDLE_SWEEP_MS);
+      this.idleTimer.unref();
+    }
     return reconcile({
       paths: this.opts.paths,
       rows: this.rows,
@@ -443,13 +460,30 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return live;
   }
 
+  /** The idle policy: pause every awake sandbox nobody used for its pause-after time. */
+  private parkIdle(): void {
+    const now = Date.now();
+    for (const live of this.live.values()) {
+      const row = this.rows.get(live.id);
+      const after = row?.idle ? row.idle.pause_after_s : (this.opts.pauseIdleAfterS ?? null);
+      if (this.ending.has(live.id) || !idleEnough(live, after, now)) continue;
+      this.log.info({ sandbox: live.id, idle_s: after }, 'pausing an idle sandbox');
+      this.moveLive(live, 'paused').catch((e: unknown) =>
+        this.log.warn({ sandbox: live.id, err: e }, 'could not pause an idle sandbox'),
+      );
+    }
+  }
+
   private moveLive(live: Live, to: LiveTier): Promise<void> {
     return moveTo(live, to, (tier) => void this.rows.update(live.id, { tier }));
   }
 
   async exec(id: string, req: ExecRequestT): Promise<ExecResultT> {
     const live = await this.awake(id);
-    return this.execGate.around(() => runBuffered(live.agent, req));
+    return busyWhile(
+      live,
+      this.execGate.around(() => runBuffered(live.agent, req)),
+    );
   }
 
   async execStream(id: string, req: ExecRequestT): Promise<ExecStream> {
@@ -458,6 +492,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     try {
       const { stream, handle } = await startStreaming(live.agent, req);
       live.execs.set(stream.execId, handle);
+      void busyWhile(live, handle.result).catch(() => undefined);
       const done = () => {
         release();
         live.execs.delete(stream.execId);
@@ -490,7 +525,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
     body: Readable,
     opts: { mode?: number; parents?: boolean },
   ): Promise<number> {
-    return (await this.awake(id)).agent.writeFile(path, body as AsyncIterable<Buffer>, opts);
+    const live = await this.awake(id);
+    return busyWhile(live, live.agent.writeFile(path, body as AsyncIterable<Buffer>, opts));
   }
 
   async statFile(id: string, path: string): Promise<FileStatT> {
@@ -519,7 +555,10 @@ export class SandboxManager implements SandboxService, SandboxHost {
     req: PtyQueryT,
     onData: (chunk: Buffer, offset: number) => void,
   ): Promise<PtyAttachment> {
-    return openOrAttach((await this.awake(id)).agent, req, onData);
+    const live = await this.awake(id);
+    const attachment = await openOrAttach(live.agent, req, onData);
+    void busyWhile(live, attachment.ended).catch(() => undefined);
+    return attachment;
   }
 
   /** The last 1 MiB of the guest console; an ended sandbox's is kept until its row goes. */
@@ -547,6 +586,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   detach(): void {
     this.detached = true;
     clearInterval(this.pruneTimer);
+    clearInterval(this.idleTimer);
     this.timers.clearAll();
     for (const live of this.live.values()) {
       live.agent.close();

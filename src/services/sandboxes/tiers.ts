@@ -21,11 +21,33 @@ export interface Parkable {
   /** The tail of its queue of moves, and how many are queued. */
   turn: Promise<unknown>;
   queued: number;
+  /** Requests under way (commands, uploads, attached terminals): it is not idle meanwhile. */
+  busy: number;
 }
 
 /** A Parkable's starting fields. */
-export function parkable(tier: LiveTier): Pick<Parkable, 'tier' | 'lastUsed' | 'turn' | 'queued'> {
-  return { tier, lastUsed: Date.now(), turn: Promise.resolve(), queued: 0 };
+export function parkable(
+  tier: LiveTier,
+): Pick<Parkable, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy'> {
+  return { tier, lastUsed: Date.now(), turn: Promise.resolve(), queued: 0, busy: 0 };
+}
+
+/**
+ * Whether the idle policy parks it now: awake, nothing under way, and no request for
+ * `pauseAfterS` seconds (null: never).
+ */
+export function idleEnough(sb: Parkable, pauseAfterS: number | null, now: number): boolean {
+  if (pauseAfterS === null || sb.tier !== 'running' || sb.queued > 0 || sb.busy > 0) return false;
+  return now - sb.lastUsed >= pauseAfterS * 1000;
+}
+
+/** Count `p` as a request under way until it settles (then it counts as the last use). */
+export function busyWhile<T>(sb: Parkable, p: Promise<T>): Promise<T> {
+  sb.busy++;
+  return p.finally(() => {
+    sb.busy--;
+    sb.lastUsed = Date.now();
+  });
 }
 
 /**

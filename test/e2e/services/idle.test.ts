@@ -2,7 +2,8 @@
  * Idle tiers with a real QEMU (docs/idle.md), one booted sandbox for the whole file: a
  * paused sandbox's QEMU uses no CPU time over 5 s, an exec wakes it and answers, and its
  * guest clock was pushed to the host's; a paused sandbox survives a service restart (a
- * daemon restart) still paused and wakes on the next exec.
+ * daemon restart) still paused and wakes on the next exec; with an idle policy it pauses
+ * itself after its time without a request.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -68,7 +69,8 @@ test('a paused sandbox uses no CPU; an exec wakes it, answers, and its clock is 
 test('a paused sandbox survives a daemon restart paused, and the next exec wakes it', async () => {
   await manager.pause(id);
   manager.detach(); // the daemon is gone; its QEMU is not
-  manager = new SandboxManager({ paths: home.paths, store, pollMs: 200 });
+  // The new daemon also has an idle policy: pause after 1 s without a request.
+  manager = new SandboxManager({ paths: home.paths, store, pollMs: 200, pauseIdleAfterS: 1 });
   const report = await manager.start();
   assert.deepEqual(report.adopted, [id]);
   const adopted = await manager.get(id);
@@ -78,5 +80,13 @@ test('a paused sandbox survives a daemon restart paused, and the next exec wakes
   assert.ok((await cpuSeconds(adopted.pid as number)) - before <= 0.02, 'still stopped');
   const r = await manager.exec(id, { argv: ['echo', 'awake'] });
   assert.equal(Buffer.from(r.stdout, 'base64').toString('utf8'), 'awake\n');
+  assert.equal((await manager.get(id)).tier, 'running');
+});
+
+test('with an idle policy a sandbox nobody uses pauses itself; a request wakes it', async () => {
+  const deadline = Date.now() + 15_000;
+  while ((await manager.get(id)).tier !== 'paused' && Date.now() < deadline) await sleep(250);
+  assert.equal((await manager.get(id)).tier, 'paused', 'paused after 1 s idle');
+  assert.equal((await guestSeconds()) > 0, true);
   assert.equal((await manager.get(id)).tier, 'running');
 });
