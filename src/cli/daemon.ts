@@ -19,6 +19,7 @@ type DaemonFlags = Pick<
   defaultMemory?: string;
   defaultCpu?: string;
   defaultPids?: string;
+  pauseIdleAfter?: string;
   branchMode: string;
   logLevel: string;
   confine?: boolean;
@@ -59,6 +60,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     logLevel: flags.logLevel as LogLevel,
     limitDefaults: { memory: flags.defaultMemory, cpu: flags.defaultCpu, pids: flags.defaultPids },
     ...(flags.confine === false ? { confine: false } : {}),
+    pauseIdleAfterS: positiveInt('--pause-idle-after', flags.pauseIdleAfter),
   };
 }
 
@@ -98,6 +100,10 @@ export function register(cmd: Command): void {
     .option(
       '--no-confine',
       "run QEMU unconfined (no seccomp filter, the daemon's user) for debugging; also FORKD_CONFINE=off",
+    )
+    .option(
+      '--pause-idle-after <s>',
+      'pause a sandbox after s seconds without a request (default: never); the next request wakes it',
     )
     .action(
       action(async (flags: DaemonFlags) => {

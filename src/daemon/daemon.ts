@@ -49,6 +49,8 @@ export interface DaemonOptions {
   limitDefaults?: LimitDefaultFlags;
   /** How long close() waits for in-flight requests (default 10 s). */
   drainMs?: number;
+  /** Pause sandboxes idle this many seconds (default: never; docs/idle.md). */
+  pauseIdleAfterS?: number;
   logLevel?: LogLevel;
   logger?: Logger;
 }
@@ -138,6 +140,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       branchMode: opts.branchMode,
       limitDefaults,
       confine: opts.confine,
+      pauseIdleAfterS: opts.pauseIdleAfterS,
     });
     const services = built;
     const recovered = await services.start();

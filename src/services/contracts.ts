@@ -131,6 +131,13 @@ export interface SandboxService {
   ): Promise<PtyAttachment>;
   /** The terminal sessions its guest holds (GET /pty without an upgrade). */
   ptySessions(id: string): Promise<PtySessionT[]>;
+  /**
+   * Park a running sandbox (docs/idle.md): `paused` stops its QEMU (no CPU), `hibernated`
+   * also captures it to disk and ends QEMU. Parking a parked sandbox answers it as it is.
+   */
+  pause(id: string, opts?: { tier?: 'paused' | 'hibernated' }): Promise<SandboxT>;
+  /** Wake a parked sandbox (its guest clock is pushed forward); a running one is a no-op. */
+  resume(id: string): Promise<SandboxT>;
 }
 
 /** A fork request: n children of one snapshot (POST /v1/sandboxes with snapshot). */

@@ -44,6 +44,8 @@ export interface ServiceOptions {
   limitDefaults?: LimitDefaults;
   /** Confine QEMU (docs/security.md); default on unless FORKD_CONFINE=off. */
   confine?: boolean;
+  /** Pause sandboxes idle this many seconds (`forkd daemon --pause-idle-after`; docs/idle.md). */
+  pauseIdleAfterS?: number;
 }
 
 export interface ServiceSet {

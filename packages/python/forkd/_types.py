@@ -61,6 +61,8 @@ class SandboxInfo:
     #: How its QEMU is confined: ``{"uid", "seccomp", "sandbox", "spawn", "capabilities"}``
     #: (``get`` of one running sandbox; docs/security.md).
     confinement: Optional[Dict[str, Any]] = None
+    #: How awake it is: ``running``, ``paused`` or ``hibernated`` (docs/idle.md).
+    tier: Optional[str] = None
 
 
 @dataclass(frozen=True)

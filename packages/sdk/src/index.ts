@@ -56,6 +56,7 @@ export type {
   SandboxUsage,
   SandboxConfinement,
   SandboxState,
+  SandboxTier,
   SnapshotFileInfo,
   SnapshotInfo,
   SnapshotMemoryInfo,

@@ -54,6 +54,7 @@ export const SANDBOX: WireNames<SandboxInfo> = {
   limits: 'limits',
   usage: 'usage',
   confinement: 'confinement',
+  tier: 'tier',
 };
 
 /** `Sandbox.limits` in schemas.ts. */
