@@ -44,7 +44,7 @@ test('an eval holds an exec slot until its code ends; past the cap it is capacit
   const gate = new Gate('commands running', 1, 1);
   const { agent, finish } = fakeAgent();
   const contexts = new ContextManager({
-    agentOf: () => agent,
+    agentOf: async () => agent,
     sandboxes: { kill: async () => undefined },
     branch: {} as never,
     execSlot: () => gate.enter(),
