@@ -356,6 +356,7 @@ export const {
   RegistryUnreachableError,
   BlobInvalidError,
   ImageFormatUnsupportedError,
+  DiskFullError,
 } = byName;
 
 /**
