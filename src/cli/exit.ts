@@ -73,6 +73,7 @@ const BY_CODE: Record<ErrorCode, number> = {
   registry_unreachable: EXIT.failure,
   blob_invalid: EXIT.failure,
   image_format_unsupported: EXIT.failure,
+  disk_full: EXIT.failure,
 };
 
 /**

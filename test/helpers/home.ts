@@ -20,9 +20,12 @@ export interface TestHome {
   cleanup(): Promise<void>;
 }
 
-/** Make a temp home sharing the base home's kernels and busybox image. */
-export async function makeTestHome(): Promise<TestHome> {
-  const dir = await mkdtemp(join(tmpdir(), 'forkd-test-'));
+/**
+ * Make a temp home sharing the base home's kernels and busybox image; `under` puts it on
+ * another filesystem (a small tmpfs, for the disk-full tests).
+ */
+export async function makeTestHome(opts: { under?: string } = {}): Promise<TestHome> {
+  const dir = await mkdtemp(join(opts.under ?? tmpdir(), 'forkd-test-'));
   const p = paths(dir);
   await mkdir(p.images, { recursive: true });
   await symlink(paths(BASE_HOME).kernels, p.kernels);

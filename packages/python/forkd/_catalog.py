@@ -159,6 +159,13 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
             "not handle."
         ),
     ),
+    "disk_full": CatalogEntry(
+        507,
+        (
+            "The disk holding FORKD_HOME ran out of space (or inodes); the operation was "
+            "undone and nothing half-written was kept."
+        ),
+    ),
 }
 
 
@@ -551,6 +558,17 @@ class ImageFormatUnsupportedError(ForkdError):
     status = 422
 
 
+class DiskFullError(ForkdError):
+    """The disk holding FORKD_HOME ran out of space (or inodes); the operation was undone and
+    nothing half-written was kept.
+
+    Code ``disk_full``, HTTP 507.
+    """
+
+    code = "disk_full"
+    status = 507
+
+
 #: The exception class of every code.
 ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "bad_request": BadRequestError,
@@ -591,6 +609,7 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "registry_unreachable": RegistryUnreachableError,
     "blob_invalid": BlobInvalidError,
     "image_format_unsupported": ImageFormatUnsupportedError,
+    "disk_full": DiskFullError,
 }
 
 __all__ = [
@@ -634,4 +653,5 @@ __all__ = [
     "RegistryUnreachableError",
     "BlobInvalidError",
     "ImageFormatUnsupportedError",
+    "DiskFullError",
 ]

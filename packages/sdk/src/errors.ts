@@ -118,6 +118,11 @@ export const ERROR_CATALOG = {
     meaning:
       'The image uses a media type, compression, platform or archive layout forkd does not handle.',
   },
+  disk_full: {
+    status: 507,
+    meaning:
+      'The disk holding FORKD_HOME ran out of space (or inodes); the operation was undone and nothing half-written was kept.',
+  },
 } as const;
 
 /**
@@ -351,6 +356,7 @@ export const {
   RegistryUnreachableError,
   BlobInvalidError,
   ImageFormatUnsupportedError,
+  DiskFullError,
 } = byName;
 
 /**

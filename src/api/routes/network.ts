@@ -70,10 +70,22 @@ function toGuest(
   guestPort: number,
 ): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
-    const up = httpRequest(
-      { ...target, method: request.method, path, headers: forwardHeaders(request.headers) },
-      resolve,
-    );
+    let up: ReturnType<typeof httpRequest>;
+    try {
+      up = httpRequest(
+        { ...target, method: request.method, path, headers: forwardHeaders(request.headers) },
+        resolve,
+      );
+    } catch (e) {
+      // Node refuses a path or header it could not put on the wire: the client sent it.
+      throw new ForkdError(
+        'bad_request',
+        `cannot forward this request to the guest: ${(e as Error).message}`,
+        {
+          port: guestPort,
+        },
+      );
+    }
     up.on('error', (e) =>
       reject(
         new ForkdError(
@@ -89,13 +101,23 @@ function toGuest(
   });
 }
 
+/**
+ * The guest's part of the URL as the client sent it, still percent-encoded: `*` is decoded,
+ * which would turn `%2F` and `%3F` into separators and leave non-ASCII Node cannot send.
+ */
+function guestPath(url: string): string {
+  const q = url.indexOf('?');
+  const path = q >= 0 ? url.slice(0, q) : url;
+  // '', 'v1', 'sandboxes', id, 'ports', port, then the guest's path
+  const rest = path.split('/').slice(6).join('/');
+  return `/${rest}${q >= 0 ? url.slice(q) : ''}`;
+}
+
 async function proxy(network: NetworkApi, request: FastifyRequest, reply: FastifyReply) {
-  const params = request.params as { id: string; port: string; '*': string };
-  const { id, '*': rest } = params;
+  const params = request.params as { id: string; port: string };
   const port = portOf(params.port);
-  const target = await network.reach(id, port);
-  const q = request.url.indexOf('?');
-  const path = `/${rest}${q >= 0 ? request.url.slice(q) : ''}`;
+  const target = await network.reach(params.id, port);
+  const path = guestPath(request.url);
   const answer = await toGuest(target, request, path, port);
   reply.code(answer.statusCode ?? 502);
   reply.headers(forwardHeaders(answer.headers));

@@ -19,7 +19,15 @@ export interface ExecRequest {
   timeoutMs?: number;
   /** Aborting kills the command (SIGKILL); the result then reports the signal. */
   signal?: AbortSignal;
+  /**
+   * With `timeoutMs`: how long past it the host waits for the agent's result before failing
+   * the exec with `timeout` itself (a hung guest never answers). Default EXEC_GRACE_MS.
+   */
+  graceMs?: number;
 }
+
+/** Past an exec's own timeout, time for the agent's kill and result on a loaded TCG host. */
+export const EXEC_GRACE_MS = 30_000;
 
 export interface ExecResult {
   exitCode: number | null;
@@ -116,6 +124,26 @@ class RunningExec implements ExecHandle {
       this.fail(e);
     }
     this.killOnAbort(req.signal);
+    this.failPastTimeout(req);
+  }
+
+  /** The agent enforces timeoutMs; this is for an agent that never answers at all. */
+  private failPastTimeout(req: ExecRequest): void {
+    if (!req.timeoutMs || this.ended) return;
+    const grace = req.graceMs ?? EXEC_GRACE_MS;
+    const timer = setTimeout(() => {
+      if (this.ended) return;
+      this.fail(
+        new ForkdError(
+          'timeout',
+          `the guest agent did not end the command within ${grace} ms past its ${req.timeoutMs} ms timeout: the guest may be hung; check its console log`,
+          { timeoutMs: req.timeoutMs, graceMs: grace },
+        ),
+      );
+    }, req.timeoutMs + grace);
+    timer.unref();
+    const clear = () => clearTimeout(timer);
+    this.result.then(clear, clear);
   }
 
   private get ended(): boolean {

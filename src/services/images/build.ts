@@ -9,6 +9,7 @@ import type { Paths } from '../../config.js';
 import { ForkdError, isForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
 import { assertImageUnused } from './users.js';
+import { asDiskFull, diskFull, hostIsFull } from '../disk-full.js';
 import {
   assertNameFree,
   createStaging,
@@ -87,7 +88,7 @@ export async function buildImage(
     // The build's error is the one to report; a staging dir that cannot go yet (still
     // mounted) is left for the sweep in listImages.
     await removeTree(staging).catch(() => undefined);
-    throw e;
+    throw await asDiskFull(e, p.images, `image build of ${opts.name}`);
   }
 }
 
@@ -116,7 +117,9 @@ async function makeExt4(
   // Initialise inode tables and journal now: otherwise every guest's kernel would zero them
   // lazily after boot, writing into its own overlay and burning guest CPU.
   args.push('-L', 'forkd-root', '-E', 'root_owner=0:0,lazy_itable_init=0,lazy_journal_init=0');
-  await run('mkfs.ext4', [...args, '-d', root, file]).catch((e: unknown) => {
+  await run('mkfs.ext4', [...args, '-d', root, file]).catch(async (e: unknown) => {
+    // Both a full host disk and a too-small image make mkfs say it is out of space.
+    if (await hostIsFull(file)) throw diskFull('image build (mkfs.ext4)');
     throw tooSmall(e, mib, usage.bytes) ?? e;
   });
   if (afterMkfs) await afterMkfs(file, scratch ?? root);

@@ -17,6 +17,7 @@ import {
   RegistryClient,
   type CredentialSource,
 } from '../../drivers/registry/index.js';
+import { asDiskFull } from '../disk-full.js';
 import { ForkdError } from '../../errors.js';
 import { buildImage, type BuildOptions } from './build.js';
 import { addBlob, blobPath, hasBlob } from './cache.js';
@@ -108,7 +109,9 @@ export async function pullImage(
   }
   await fetchLayers(p, resolved.layers, say, (d, tmp, onBytes) =>
     client.getBlob(ref.repository, d.digest, tmp, { size: d.size, onBytes }),
-  );
+  ).catch(async (e: unknown) => {
+    throw await asDiskFull(e, p.images, `image pull of ${formatReference(ref)}`);
+  });
   const source = {
     kind: 'oci' as const,
     reference: formatReference({ ...ref, digest: undefined }),

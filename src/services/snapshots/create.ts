@@ -18,6 +18,7 @@ import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import type { NetworkService } from '../network/service.js';
 import { warmContexts } from './hooks.js';
 import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
+import { asDiskFull } from '../disk-full.js';
 
 export interface CreateContext {
   paths: Paths;
@@ -94,7 +95,7 @@ export async function createSnapshot(
     if (sb) await destroySandbox(sb).catch(() => undefined);
     await ctx.network?.release(id);
     await rm(staging, { recursive: true, force: true });
-    throw e;
+    throw await asDiskFull(e, ctx.paths.snapshots, `snapshot create of ${req.tag}`);
   }
 }
 

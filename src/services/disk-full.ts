@@ -1,0 +1,73 @@
+/**
+ * Disk full, told apart from every other failure: a long operation (snapshot create,
+ * branch, fork, image build, pull) that runs out of space on the filesystem holding
+ * FORKD_HOME fails with `disk_full` and what is left, not with `internal` or a misleading
+ * "size too small". The ENOSPC may reach us as a Node errno error, or only as the text of a
+ * tool's or QEMU's message, or as nothing more than a write that stopped: hence the
+ * statfs check as the last word.
+ */
+import { statfs } from 'node:fs/promises';
+import { ForkdError, isForkdError } from '../errors.js';
+
+const NO_SPACE = /\bENOSPC\b|No space left on device|\bEDQUOT\b|Disk quota exceeded/i;
+/** Below this much free space (or free inodes) a failed write is taken to be disk full. */
+const NEARLY_FULL_BYTES = 4 * 1024 * 1024;
+const NEARLY_FULL_INODES = 16;
+
+/** Free bytes and inodes of the filesystem holding `dir` (undefined if it cannot be asked). */
+export async function freeSpace(
+  dir: string,
+): Promise<{ bytes: number; inodes: number } | undefined> {
+  try {
+    const s = await statfs(dir);
+    return { bytes: s.bavail * s.bsize, inodes: s.ffree };
+  } catch {
+    return undefined;
+  }
+}
+
+/** The filesystem holding `path` is (nearly) out of space or inodes. */
+export async function hostIsFull(path: string): Promise<boolean> {
+  const free = await freeSpace(path);
+  return free !== undefined && (free.bytes < NEARLY_FULL_BYTES || free.inodes < NEARLY_FULL_INODES);
+}
+
+function saysNoSpace(e: unknown): boolean {
+  if (!e || typeof e !== 'object') return false;
+  const err = e as { code?: unknown; message?: unknown; details?: unknown; cause?: unknown };
+  if (err.code === 'ENOSPC' || err.code === 'EDQUOT') return true;
+  if (typeof err.message === 'string' && NO_SPACE.test(err.message)) return true;
+  if (err.details && NO_SPACE.test(JSON.stringify(err.details))) return true;
+  return err.cause !== undefined && err.cause !== e && saysNoSpace(err.cause);
+}
+
+/**
+ * `e` as `disk_full` when it came from the filesystem holding `dir` running out of space
+ * (after the caller undid what it wrote, so the free space reported is what is left); else
+ * `e` itself. Catalog errors that say something else (a bad request, a missing image) stay.
+ */
+export async function asDiskFull(e: unknown, dir: string, what: string): Promise<unknown> {
+  if (isForkdError(e, 'disk_full')) return e;
+  if (
+    isForkdError(e) &&
+    !['internal', 'guest_error', 'boot_failed', 'bad_request'].includes(e.code)
+  ) {
+    return e;
+  }
+  const free = await freeSpace(dir);
+  const nearlyFull =
+    free !== undefined && (free.bytes < NEARLY_FULL_BYTES || free.inodes < NEARLY_FULL_INODES);
+  if (!saysNoSpace(e) && !nearlyFull) return e;
+  return diskFull(what, free);
+}
+
+/** The `disk_full` error for `what` ("snapshot create"), with what is free now. */
+export function diskFull(what: string, free?: { bytes: number; inodes: number }): ForkdError {
+  const left = free === undefined ? '' : ` (${(free.bytes / 1048576).toFixed(1)} MiB free now)`;
+  return new ForkdError(
+    'disk_full',
+    `${what} ran out of disk space on the filesystem holding FORKD_HOME${left} and was undone: ` +
+      'free space there (forkd rmi old snapshots, forkd image prune) or move FORKD_HOME to a larger disk, then retry',
+    { free_bytes: free?.bytes ?? null, free_inodes: free?.inodes ?? null },
+  );
+}

@@ -1,0 +1,119 @@
+/**
+ * Disk full during long operations: FORKD_HOME on a small size-limited tmpfs (the kernel and
+ * busybox image linked in from the set-up home), then a snapshot create whose memory file
+ * does not fit and an image build whose filesystem does not fit. Each fails with
+ * `disk_full` naming the home, leaves no snapshot or image under its name, no staging dir,
+ * no QEMU and no sandbox dir, and gives the space back; afterwards a sandbox still boots.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readdir, rm, statfs, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { isForkdError } from '../../../src/errors.js';
+import { run } from '../../../src/util/exec.js';
+import {
+  caller,
+  closeAndCheck,
+  sh,
+  startServices,
+  type TestServices,
+} from '../../helpers/services.js';
+import { makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
+
+/** Room for a booted sandbox (overlay, sockets, logs), not for its ~120 MiB of written memory. */
+const TMPFS_MIB = 24;
+
+let mount: string;
+let home: TestHome;
+let s: TestServices | undefined;
+let source: string;
+
+before(async () => {
+  mount = await mkdtemp(join(tmpdir(), 'forkd-diskfull-'));
+  await run('mount', [
+    '-t',
+    'tmpfs',
+    '-o',
+    `size=${TMPFS_MIB}m,mode=0755`,
+    'forkd-diskfull',
+    mount,
+  ]);
+  home = await makeTestHome({ under: mount });
+  s = await startServices(home);
+  source = await mkdtemp(join(tmpdir(), 'forkd-diskfull-src-'));
+  await mkdir(join(source, 'data'));
+  await writeFile(join(source, 'data', 'blob.bin'), randomBytes(40 * 1024 * 1024));
+});
+
+after(async () => {
+  try {
+    await closeAndCheck(s, home);
+  } finally {
+    await run('umount', [mount]).catch(() => run('umount', ['-l', mount]));
+    await rm(mount, { recursive: true, force: true });
+    await rm(source, { recursive: true, force: true });
+  }
+});
+
+const freeBytes = async () => {
+  const f = await statfs(home.dir);
+  return f.bavail * f.bsize;
+};
+
+/** What a failed operation must not leave: dot-staging dirs, sandbox dirs, QEMUs. */
+async function assertNothingHalf(dir: string, name: string): Promise<void> {
+  const entries = await readdir(dir).catch(() => [] as string[]);
+  assert.deepEqual(
+    entries.filter((e) => e === name || e.startsWith('.')),
+    [],
+    `left in ${dir}`,
+  );
+  assert.deepEqual(await readdir(home.paths.sandboxes).catch(() => []), [], 'a sandbox dir');
+  assert.deepEqual(await qemusUnder(home.dir), [], 'a QEMU');
+}
+
+test(
+  'snapshot create on a full disk: disk_full, no snapshot, space given back',
+  { timeout: 300_000 },
+  async () => {
+    const before = await freeBytes();
+    const err = await s!.snapshots
+      .create({ tag: 'full', image: 'busybox', memory_mib: 256 }, caller)
+      .then(
+        () => assert.fail('the snapshot fitted on the small disk'),
+        (e: unknown) => e,
+      );
+    assert.ok(isForkdError(err, 'disk_full'), `expected disk_full, got ${String(err)}`);
+    assert.match(err.message, /space|full/i);
+    assert.match(err.message, /free|delete|remove|larger/i);
+    await assert.rejects(s!.snapshots.get('full'), (e) => isForkdError(e, 'snapshot_not_found'));
+    assert.deepEqual(await s!.snapshots.list(), []);
+    await assertNothingHalf(home.paths.snapshots, 'full');
+    assert.ok((await freeBytes()) >= before - 1024 * 1024, 'the space was not given back');
+  },
+);
+
+test(
+  'image build on a full disk: disk_full (not "size too small"), no image',
+  { timeout: 120_000 },
+  async () => {
+    const before = await freeBytes();
+    const err = await s!.services.images.create({ name: 'big', from_dir: source }).then(
+      () => assert.fail('the image fitted on the small disk'),
+      (e: unknown) => e,
+    );
+    assert.ok(isForkdError(err, 'disk_full'), `expected disk_full, got ${String(err)}`);
+    assert.doesNotMatch(err.message, /--size/);
+    await assert.rejects(s!.services.images.get('big'), (e) => isForkdError(e, 'image_not_found'));
+    await assertNothingHalf(home.paths.images, 'big');
+    assert.ok((await freeBytes()) >= before - 1024 * 1024, 'the space was not given back');
+  },
+);
+
+test('after both failures the same home still boots a sandbox', { timeout: 120_000 }, async () => {
+  const sbx = await s!.sandboxes.create({ image: 'busybox' }, caller);
+  assert.equal(await sh(s!, sbx.id, 'echo ok'), 'ok\n');
+  await s!.sandboxes.kill(sbx.id);
+});

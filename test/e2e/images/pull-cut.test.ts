@@ -1,0 +1,141 @@
+/**
+ * A registry that drops the connection mid-pull: Debian's real `docker-registry` on loopback
+ * behind a loopback TCP proxy that cuts every connection after a few KiB of a layer, or
+ * stalls it. The pull fails with a clear registry error, leaves no staging dir, temp blob or
+ * image under its name, and the same pull straight from the registry then works.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { RegistryClient } from '../../../src/drivers/registry/index.js';
+import { getImage, pullImage } from '../../../src/services/images/index.js';
+import { blobDir } from '../../../src/services/images/cache.js';
+import { ERROR_CATALOG, isForkdError } from '../../../src/errors.js';
+import { makeTestHome, type TestHome } from '../../helpers/home.js';
+import { layerFromDir, ociImage, push, startRegistry, type TestRegistry } from './registry.js';
+
+let home: TestHome;
+let reg: TestRegistry;
+let scratch: string;
+
+/** Relays to `target`; every connection is cut (or stalled) once `limit` bytes came back. */
+async function cuttingProxy(
+  target: string,
+  limit: number,
+  how: 'cut' | 'stall',
+): Promise<{ host: string; cuts(): number; close(): Promise<void> }> {
+  const [host, port] = target.split(':') as [string, string];
+  const sockets = new Set<Socket>();
+  let cuts = 0;
+  const server: Server = createServer((client) => {
+    const upstream = connect(Number(port), host);
+    sockets.add(client).add(upstream);
+    let relayed = 0;
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+    client.pipe(upstream);
+    upstream.on('data', (chunk: Buffer) => {
+      if (relayed > limit) return;
+      relayed += chunk.length;
+      if (relayed <= limit) return void client.write(chunk);
+      client.write(chunk.subarray(0, chunk.length - (relayed - limit)));
+      cuts++;
+      if (how === 'cut') end();
+      else upstream.pause();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    host: `127.0.0.1:${(server.address() as AddressInfo).port}`,
+    cuts: () => cuts,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+before(async () => {
+  home = await makeTestHome();
+  scratch = await mkdtemp(join(tmpdir(), 'forkd-pull-cut-'));
+  reg = await startRegistry();
+  const dir = join(scratch, 'layer');
+  await mkdir(dir);
+  await writeFile(join(dir, 'blob.bin'), randomBytes(3 * 1024 * 1024));
+  const layer = await layerFromDir(dir, join(scratch, 'L'), 'gzip');
+  await push(new RegistryClient(reg.host), 'team/big', '1', ociImage([layer], {}), scratch);
+});
+
+after(async () => {
+  await reg?.stop();
+  await rm(scratch, { recursive: true, force: true });
+  await home?.cleanup();
+});
+
+/** No image, no staging dir and no temp or partial blob survived. */
+async function assertNothingLeft(): Promise<void> {
+  assert.deepEqual(
+    await readdir(home.paths.images).then((n) => n.filter((x) => x !== 'busybox')),
+    [],
+  );
+  const blobs = await readdir(blobDir(home.paths)).catch(() => [] as string[]);
+  assert.deepEqual(
+    blobs.filter((n) => n.startsWith('.')),
+    [],
+    'a temp blob was left',
+  );
+  await assert.rejects(getImage(home.paths, 'big'), (e) => isForkdError(e, 'image_not_found'));
+}
+
+for (const how of ['cut', 'stall'] as const) {
+  test(
+    `a registry that ${how}s the connection mid-layer: a clear error, nothing left`,
+    { timeout: 180_000 },
+    async () => {
+      const proxy = await cuttingProxy(reg.host, 64 * 1024, how);
+      const abort = new AbortController();
+      // A stalled transfer is the client's to give up on: a user would press Ctrl-C.
+      const timer = how === 'stall' ? setTimeout(() => abort.abort(), 5000) : undefined;
+      try {
+        const started = Date.now();
+        const err = await pullImage(home.paths, {
+          reference: `${proxy.host}/team/big:1`,
+          name: 'big',
+          signal: abort.signal,
+        }).then(
+          () => assert.fail('the pull succeeded through a cutting proxy'),
+          (e: unknown) => e,
+        );
+        assert.ok(
+          isForkdError(err) && ERROR_CATALOG[err.code],
+          `not a catalog error: ${String(err)}`,
+        );
+        assert.ok(proxy.cuts() > 0, 'the proxy never cut');
+        assert.notEqual(err.code, 'internal', err.message);
+        assert.match(err.message, /registry|connection|broke off|abort|cancel/i);
+        assert.ok(Date.now() - started < 120_000, 'the pull took too long to fail');
+      } finally {
+        clearTimeout(timer);
+        await proxy.close();
+      }
+      await assertNothingLeft();
+    },
+  );
+}
+
+test(
+  'after the cuts the same pull straight from the registry works',
+  { timeout: 120_000 },
+  async () => {
+    const img = await pullImage(home.paths, { reference: `${reg.host}/team/big:1`, name: 'big' });
+    assert.equal(img.name, 'big');
+  },
+);
