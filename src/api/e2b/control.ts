@@ -156,15 +156,18 @@ async function createSandbox(ctx: E2bContext, cmd: CreateCommand, caller: Caller
 
 /** The create/connect answer: what the SDK needs to reach the sandbox's envd. */
 function sandboxBody(ctx: E2bContext, s: SandboxT) {
-  const token = ctx.accessToken(s.id);
   return {
     sandboxID: toE2bId(s.id),
     templateID: s.snapshot ?? s.image ?? '',
     clientID: 'forkd',
     envdVersion: ENVD_VERSION,
-    ...(token !== undefined && { envdAccessToken: token }),
+    envdAccessToken: ctx.accessToken(s.id),
   };
 }
+
+/** Labels as E2B metadata: forkd's own (`forkd.*`, e.g. a fork's request id) stay out. */
+const metadataOf = (labels: Record<string, string>): Record<string, string> =>
+  Object.fromEntries(Object.entries(labels).filter(([k]) => !k.startsWith('forkd.')));
 
 /** GET /sandboxes/:id and the list's entries. */
 export function detailBody(s: SandboxT) {
@@ -180,7 +183,7 @@ export function detailBody(s: SandboxT) {
     cpuCount: s.cpus,
     memoryMB: s.memory_mib,
     diskSizeMB: 0,
-    metadata: s.labels,
+    metadata: metadataOf(s.labels),
     state: isPaused(s) ? 'paused' : 'running',
     envdVersion: ENVD_VERSION,
   };
