@@ -147,6 +147,12 @@ const VERBS: Verb[] = [
     summary: "make the daemon forget a registry's credentials",
     load: () => import('./logout.js'),
   },
+  {
+    name: 'pause',
+    summary: 'park a sandbox: stop its VM (no CPU), or --hibernate it to disk; requests wake it',
+    load: () => import('./pause.js'),
+  },
+  { name: 'resume', summary: 'wake a parked sandbox', load: () => import('./resume.js') },
 ];
 
 /** The verb a command line runs (`forkd help VERB` shows VERB's help, so it needs VERB). */
