@@ -381,3 +381,29 @@ test('filesystem.Filesystem: Stat, ListDir, MakeDir, Remove as Connect JSON', as
   const watch = await rpc('filesystem.Filesystem/WatchDir', { path: '/' });
   assert.deepEqual([watch.statusCode, watch.json().code], [501, 'unimplemented']);
 });
+
+test('pause and resume map onto parking: 409 when already so; connect wakes a paused one', async () => {
+  const pause = () => control({ method: 'POST', url: `/sandboxes/${ID}/pause` });
+  assert.equal((await pause()).statusCode, 204);
+  assert.deepEqual(callsOf('sandboxes', 'pause')[0], [SEED.sandbox]);
+  const again = await pause();
+  assert.deepEqual([again.statusCode, again.json().code], [409, 409]);
+  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'paused');
+  const listed = await control({ method: 'GET', url: '/v2/sandboxes?state=paused' });
+  assert.deepEqual(
+    listed.json().map((s: { sandboxID: string }) => s.sandboxID),
+    [ID],
+  );
+
+  const woken = await control({ method: 'POST', url: `/v2/sandboxes/${ID}/connect`, payload: {} });
+  assert.equal(woken.statusCode, 201);
+  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'running');
+  const resume = () =>
+    control({ method: 'POST', url: `/sandboxes/${ID}/resume`, payload: { timeout: 30 } });
+  assert.equal((await resume()).statusCode, 409);
+  await pause();
+  const resumed = await resume();
+  assert.equal(resumed.statusCode, 201);
+  assert.equal(resumed.json().sandboxID, ID);
+  assert.deepEqual(callsOf('sandboxes', 'extend').at(-1), [SEED.sandbox, 30]);
+});

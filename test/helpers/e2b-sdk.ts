@@ -50,7 +50,12 @@ export interface E2bSandbox {
   };
   isRunning(): Promise<boolean>;
   setTimeout(ms: number): Promise<void>;
-  getInfo(): Promise<{ sandboxId: string; metadata: Record<string, string>; endAt: Date }>;
+  getInfo(): Promise<{
+    sandboxId: string;
+    metadata: Record<string, string>;
+    endAt: Date;
+    state: string;
+  }>;
   kill(): Promise<boolean>;
   pause?(): Promise<boolean>;
   betaPause?(): Promise<boolean>;

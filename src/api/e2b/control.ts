@@ -17,8 +17,8 @@ import { fromE2bId, toE2bId } from './wire.js';
 export const ENVD_VERSION = '0.5.7';
 /** The SDK's own default when a create names no timeout. */
 const DEFAULT_TIMEOUT_S = 300;
-const tier = (s: SandboxT): string | undefined => (s as SandboxT & { tier?: string }).tier;
-const isPaused = (s: SandboxT): boolean => tier(s) === 'paused' || tier(s) === 'hibernated';
+/** Parked (paused or hibernated) is E2B's `paused`; a request wakes it either way. */
+const isPaused = (s: SandboxT): boolean => s.tier === 'paused' || s.tier === 'hibernated';
 
 type Body = Record<string, unknown>;
 
@@ -227,24 +227,12 @@ async function list(ctx: E2bContext, request: FastifyRequest) {
     .filter((d) => wanted.every(([k, v]) => d.metadata[k] === v));
 }
 
-type Pauser = {
-  pause?: (id: string) => Promise<SandboxT>;
-  resume?: (id: string) => Promise<SandboxT>;
-};
-
-/** forkd's parking, when this daemon has it. */
-function parking(ctx: E2bContext, verb: 'pause' | 'resume') {
-  const fn = (ctx.services.sandboxes as unknown as Pauser)[verb];
-  if (!fn) throw new ForkdError('bad_request', `${verb} is not supported by this forkd`);
-  return (id: string) => fn.call(ctx.services.sandboxes, id);
-}
-
 /** Connect: wake a paused sandbox, set its timeout if asked; 201 when it was resumed. */
 async function connect(ctx: E2bContext, request: FastifyRequest, reply: FastifyReply) {
   let s = await liveSandbox(ctx, request);
   const timeout = optTimeout(bodyOf(request));
   const resumed = isPaused(s);
-  if (resumed) s = await parking(ctx, 'resume')(s.id);
+  if (resumed) s = await ctx.services.sandboxes.resume(s.id);
   if (timeout !== undefined) s = await ctx.services.sandboxes.extend(s.id, timeout);
   return reply.code(resumed ? 201 : 200).send(sandboxBody(ctx, s));
 }
@@ -290,7 +278,7 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     if (isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already paused`);
     }
-    await parking(ctx, 'pause')(s.id);
+    await sandboxes.pause(s.id);
     return reply.code(204).send();
   });
 
@@ -299,7 +287,7 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     if (!isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already running`);
     }
-    s = await parking(ctx, 'resume')(s.id);
+    s = await sandboxes.resume(s.id);
     const timeout = optTimeout(bodyOf(request));
     if (timeout !== undefined) s = await sandboxes.extend(s.id, timeout);
     return reply.code(201).send(sandboxBody(ctx, s));

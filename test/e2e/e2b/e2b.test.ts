@@ -110,6 +110,14 @@ test('the current e2b SDK: create with envs, commands, streaming, files, connect
     [sbx.sandboxId],
   );
 
+  // Pause and resume: forkd's parking (docs/idle.md); connect wakes the sandbox.
+  assert.equal(await sbx.pause?.(), true);
+  assert.equal((await sbx.getInfo()).state, 'paused');
+  assert.equal(await sbx.pause?.(), false);
+  const woken = await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await sbx.getInfo()).state, 'running');
+  assert.equal((await woken.commands.run('cat /tmp/e2b/a.txt')).stdout, 'written by e2b');
+
   await sbx.setTimeout(60_000);
   const endAt = (await sbx.getInfo()).endAt.getTime();
   assert.ok(Math.abs(endAt - (Date.now() + 60_000)) < 15_000, `endAt ${endAt} is about 60 s out`);
