@@ -9,6 +9,8 @@ import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import { buildE2bApp } from '../../src/api/e2b/app.js';
+import { startDaemon } from '../../src/daemon/daemon.js';
+import { isForkdError } from '../../src/errors.js';
 import { FakeServices, SEED } from '../helpers/fake-services.js';
 
 const KEY = 'e2b-api-key-0123456789abcdef';
@@ -406,4 +408,23 @@ test('pause and resume map onto parking: 409 when already so; connect wakes a pa
   assert.equal(resumed.statusCode, 201);
   assert.equal(resumed.json().sandboxID, ID);
   assert.deepEqual(callsOf('sandboxes', 'extend').at(-1), [SEED.sandbox, 30]);
+});
+
+test('the daemon refuses --e2b-listen without a token file, before it claims anything', async () => {
+  await assert.rejects(
+    startDaemon({
+      home: '/nonexistent/forkd-e2b-home',
+      e2bListen: '127.0.0.1:0',
+      logLevel: 'silent',
+    }),
+    (e: unknown) => isForkdError(e, 'bad_request') && /token-file/.test(e.message),
+  );
+});
+
+test('E2B mutations are audited under the API key id, with the forkd sandbox id', async () => {
+  await control({ method: 'POST', url: `/sandboxes/${ID}/timeout`, payload: { timeout: 60 } });
+  const entry = fake.audit.at(-1);
+  assert.equal(entry?.principal, 'e2b');
+  assert.equal(entry?.target, SEED.sandbox);
+  assert.equal(entry?.status, 204);
 });

@@ -169,7 +169,7 @@ function sandboxBody(ctx: E2bContext, s: SandboxT) {
 const metadataOf = (labels: Record<string, string>): Record<string, string> =>
   Object.fromEntries(Object.entries(labels).filter(([k]) => !k.startsWith('forkd.')));
 
-/** GET /sandboxes/:id and the list's entries. */
+/** GET /sandboxes/:sandboxID and the list's entries. */
 export function detailBody(s: SandboxT) {
   const template = s.snapshot ?? s.image ?? '';
   return {
@@ -193,7 +193,7 @@ const live = (s: SandboxT): boolean => s.state === 'running' || s.state === 'sta
 
 /** The sandbox of `:id` while it lives: E2B has no stopped sandboxes, only gone ones. */
 async function liveSandbox(ctx: E2bContext, request: FastifyRequest): Promise<SandboxT> {
-  const id = fromE2bId((request.params as { id: string }).id);
+  const id = fromE2bId((request.params as { sandboxID: string }).sandboxID);
   request.auditTarget = id;
   const s = await ctx.services.sandboxes.get(id);
   if (!live(s)) {
@@ -250,19 +250,19 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   app.post('/sandboxes', { config }, create);
   app.post('/v2/sandboxes', { config }, create);
 
-  app.get('/sandboxes/:id', { config }, async (request) =>
+  app.get('/sandboxes/:sandboxID', { config }, async (request) =>
     detailBody(await liveSandbox(ctx, request)),
   );
   app.get('/sandboxes', { config }, async (request) => list(ctx, request));
   app.get('/v2/sandboxes', { config }, async (request) => list(ctx, request));
 
-  app.delete('/sandboxes/:id', { config }, async (request, reply) => {
+  app.delete('/sandboxes/:sandboxID', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
     await sandboxes.kill(s.id);
     return reply.code(204).send();
   });
 
-  app.post('/sandboxes/:id/timeout', { config }, async (request, reply) => {
+  app.post('/sandboxes/:sandboxID/timeout', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
     const timeout = optTimeout(bodyOf(request));
     if (timeout === undefined) throw bad('timeout', 'required (seconds)');
@@ -270,10 +270,10 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     return reply.code(204).send();
   });
 
-  app.post('/sandboxes/:id/connect', { config }, async (r, reply) => connect(ctx, r, reply));
-  app.post('/v2/sandboxes/:id/connect', { config }, async (r, reply) => connect(ctx, r, reply));
+  app.post('/sandboxes/:sandboxID/connect', { config }, async (r, reply) => connect(ctx, r, reply));
+  app.post('/v2/sandboxes/:sandboxID/connect', { config }, async (r, reply) => connect(ctx, r, reply));
 
-  app.post('/sandboxes/:id/pause', { config }, async (request, reply) => {
+  app.post('/sandboxes/:sandboxID/pause', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
     if (isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already paused`);
@@ -282,7 +282,7 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     return reply.code(204).send();
   });
 
-  app.post('/sandboxes/:id/resume', { config }, async (request, reply) => {
+  app.post('/sandboxes/:sandboxID/resume', { config }, async (request, reply) => {
     let s = await liveSandbox(ctx, request);
     if (!isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already running`);
@@ -293,7 +293,7 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     return reply.code(201).send(sandboxBody(ctx, s));
   });
 
-  app.get('/sandboxes/:id/metrics', { config }, async (request) => {
+  app.get('/sandboxes/:sandboxID/metrics', { config }, async (request) => {
     await liveSandbox(ctx, request);
     return [];
   });
