@@ -271,7 +271,9 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   });
 
   app.post('/sandboxes/:sandboxID/connect', { config }, async (r, reply) => connect(ctx, r, reply));
-  app.post('/v2/sandboxes/:sandboxID/connect', { config }, async (r, reply) => connect(ctx, r, reply));
+  app.post('/v2/sandboxes/:sandboxID/connect', { config }, async (r, reply) =>
+    connect(ctx, r, reply),
+  );
 
   app.post('/sandboxes/:sandboxID/pause', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
