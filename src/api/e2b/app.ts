@@ -21,7 +21,7 @@ import type { Api } from '../types.js';
 import { controlRoutes } from './control.js';
 import { filesystemRoutes } from './filesystem.js';
 import { processRoutes } from './process.js';
-import { CONNECT_STATUS, connectError, e2bError, fromE2bId } from './wire.js';
+import { CONNECT_STATUS, connectError, e2bError, fromE2bId, toE2bId } from './wire.js';
 
 /** JSON bodies of the control plane and of unary RPCs. */
 const JSON_LIMIT = 1024 * 1024;
@@ -49,8 +49,8 @@ export interface E2bContext {
   services: Services;
   /** The forkd id of the sandbox an envd request names (E2b-Sandbox-Id). */
   sandboxOf(request: FastifyRequest): string;
-  /** The envd access token the create/connect answers hand out (undefined without auth). */
-  accessToken(id: string): string | undefined;
+  /** The envd access token the create/connect answers hand out. */
+  accessToken(id: string): string;
 }
 
 const digest = (s: string): Buffer => createHash('sha256').update(s, 'utf8').digest();
@@ -75,8 +75,9 @@ function makeAuth(tokens: Map<string, string> | undefined) {
           .join('\n'),
       )
     : undefined;
-  const accessToken = (id: string): string | undefined =>
-    key && createHmac('sha256', key).update(id).digest('hex');
+  // `<e2b id>.<hmac>`: the id names the sandbox for clients that send no E2b-Sandbox-Id.
+  const accessToken = (id: string): string =>
+    key ? `${toE2bId(id)}.${createHmac('sha256', key).update(id).digest('hex')}` : toE2bId(id);
   const principalOf = (apiKey: string | undefined): string | undefined => {
     let found: string | undefined;
     for (const [token, id] of known) {
@@ -92,8 +93,12 @@ const header = (request: FastifyRequest, name: string): string | undefined => {
   return Array.isArray(v) ? v[0] : v;
 };
 
+/**
+ * The sandbox an envd request is for: the E2b-Sandbox-Id header, or (SDKs before 2.8 send
+ * it on RPCs only) the sandbox id that leads its access token.
+ */
 function sandboxOf(request: FastifyRequest): string {
-  const id = header(request, 'e2b-sandbox-id');
+  const id = header(request, 'e2b-sandbox-id') ?? header(request, 'x-access-token')?.split('.')[0];
   if (!id) {
     throw new ForkdError(
       'bad_request',
@@ -121,7 +126,7 @@ function installAuthHook(app: Api, auth: ReturnType<typeof makeAuth>): void {
     }
     const id = sandboxOf(request);
     const presented = header(request, 'x-access-token') ?? '';
-    if (!sameSecret(presented, auth.accessToken(id) ?? '')) {
+    if (!sameSecret(presented, auth.accessToken(id))) {
       throw new ForkdError(
         'unauthorized',
         'wrong or missing envd access token: connect to the sandbox with Sandbox.connect()',

@@ -17,8 +17,8 @@ import { fromE2bId, toE2bId } from './wire.js';
 export const ENVD_VERSION = '0.5.7';
 /** The SDK's own default when a create names no timeout. */
 const DEFAULT_TIMEOUT_S = 300;
-const tier = (s: SandboxT): string | undefined => (s as SandboxT & { tier?: string }).tier;
-const isPaused = (s: SandboxT): boolean => tier(s) === 'paused' || tier(s) === 'hibernated';
+/** Parked (paused or hibernated) is E2B's `paused`; a request wakes it either way. */
+const isPaused = (s: SandboxT): boolean => s.tier === 'paused' || s.tier === 'hibernated';
 
 type Body = Record<string, unknown>;
 
@@ -156,17 +156,20 @@ async function createSandbox(ctx: E2bContext, cmd: CreateCommand, caller: Caller
 
 /** The create/connect answer: what the SDK needs to reach the sandbox's envd. */
 function sandboxBody(ctx: E2bContext, s: SandboxT) {
-  const token = ctx.accessToken(s.id);
   return {
     sandboxID: toE2bId(s.id),
     templateID: s.snapshot ?? s.image ?? '',
     clientID: 'forkd',
     envdVersion: ENVD_VERSION,
-    ...(token !== undefined && { envdAccessToken: token }),
+    envdAccessToken: ctx.accessToken(s.id),
   };
 }
 
-/** GET /sandboxes/:id and the list's entries. */
+/** Labels as E2B metadata: forkd's own (`forkd.*`, e.g. a fork's request id) stay out. */
+const metadataOf = (labels: Record<string, string>): Record<string, string> =>
+  Object.fromEntries(Object.entries(labels).filter(([k]) => !k.startsWith('forkd.')));
+
+/** GET /sandboxes/:sandboxID and the list's entries. */
 export function detailBody(s: SandboxT) {
   const template = s.snapshot ?? s.image ?? '';
   return {
@@ -180,7 +183,7 @@ export function detailBody(s: SandboxT) {
     cpuCount: s.cpus,
     memoryMB: s.memory_mib,
     diskSizeMB: 0,
-    metadata: s.labels,
+    metadata: metadataOf(s.labels),
     state: isPaused(s) ? 'paused' : 'running',
     envdVersion: ENVD_VERSION,
   };
@@ -190,7 +193,7 @@ const live = (s: SandboxT): boolean => s.state === 'running' || s.state === 'sta
 
 /** The sandbox of `:id` while it lives: E2B has no stopped sandboxes, only gone ones. */
 async function liveSandbox(ctx: E2bContext, request: FastifyRequest): Promise<SandboxT> {
-  const id = fromE2bId((request.params as { id: string }).id);
+  const id = fromE2bId((request.params as { sandboxID: string }).sandboxID);
   request.auditTarget = id;
   const s = await ctx.services.sandboxes.get(id);
   if (!live(s)) {
@@ -224,24 +227,12 @@ async function list(ctx: E2bContext, request: FastifyRequest) {
     .filter((d) => wanted.every(([k, v]) => d.metadata[k] === v));
 }
 
-type Pauser = {
-  pause?: (id: string) => Promise<SandboxT>;
-  resume?: (id: string) => Promise<SandboxT>;
-};
-
-/** forkd's parking, when this daemon has it. */
-function parking(ctx: E2bContext, verb: 'pause' | 'resume') {
-  const fn = (ctx.services.sandboxes as unknown as Pauser)[verb];
-  if (!fn) throw new ForkdError('bad_request', `${verb} is not supported by this forkd`);
-  return (id: string) => fn.call(ctx.services.sandboxes, id);
-}
-
 /** Connect: wake a paused sandbox, set its timeout if asked; 201 when it was resumed. */
 async function connect(ctx: E2bContext, request: FastifyRequest, reply: FastifyReply) {
   let s = await liveSandbox(ctx, request);
   const timeout = optTimeout(bodyOf(request));
   const resumed = isPaused(s);
-  if (resumed) s = await parking(ctx, 'resume')(s.id);
+  if (resumed) s = await ctx.services.sandboxes.resume(s.id);
   if (timeout !== undefined) s = await ctx.services.sandboxes.extend(s.id, timeout);
   return reply.code(resumed ? 201 : 200).send(sandboxBody(ctx, s));
 }
@@ -259,19 +250,19 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   app.post('/sandboxes', { config }, create);
   app.post('/v2/sandboxes', { config }, create);
 
-  app.get('/sandboxes/:id', { config }, async (request) =>
+  app.get('/sandboxes/:sandboxID', { config }, async (request) =>
     detailBody(await liveSandbox(ctx, request)),
   );
   app.get('/sandboxes', { config }, async (request) => list(ctx, request));
   app.get('/v2/sandboxes', { config }, async (request) => list(ctx, request));
 
-  app.delete('/sandboxes/:id', { config }, async (request, reply) => {
+  app.delete('/sandboxes/:sandboxID', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
     await sandboxes.kill(s.id);
     return reply.code(204).send();
   });
 
-  app.post('/sandboxes/:id/timeout', { config }, async (request, reply) => {
+  app.post('/sandboxes/:sandboxID/timeout', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
     const timeout = optTimeout(bodyOf(request));
     if (timeout === undefined) throw bad('timeout', 'required (seconds)');
@@ -279,30 +270,32 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     return reply.code(204).send();
   });
 
-  app.post('/sandboxes/:id/connect', { config }, async (r, reply) => connect(ctx, r, reply));
-  app.post('/v2/sandboxes/:id/connect', { config }, async (r, reply) => connect(ctx, r, reply));
+  app.post('/sandboxes/:sandboxID/connect', { config }, async (r, reply) => connect(ctx, r, reply));
+  app.post('/v2/sandboxes/:sandboxID/connect', { config }, async (r, reply) =>
+    connect(ctx, r, reply),
+  );
 
-  app.post('/sandboxes/:id/pause', { config }, async (request, reply) => {
+  app.post('/sandboxes/:sandboxID/pause', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
     if (isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already paused`);
     }
-    await parking(ctx, 'pause')(s.id);
+    await sandboxes.pause(s.id);
     return reply.code(204).send();
   });
 
-  app.post('/sandboxes/:id/resume', { config }, async (request, reply) => {
+  app.post('/sandboxes/:sandboxID/resume', { config }, async (request, reply) => {
     let s = await liveSandbox(ctx, request);
     if (!isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already running`);
     }
-    s = await parking(ctx, 'resume')(s.id);
+    s = await sandboxes.resume(s.id);
     const timeout = optTimeout(bodyOf(request));
     if (timeout !== undefined) s = await sandboxes.extend(s.id, timeout);
     return reply.code(201).send(sandboxBody(ctx, s));
   });
 
-  app.get('/sandboxes/:id/metrics', { config }, async (request) => {
+  app.get('/sandboxes/:sandboxID/metrics', { config }, async (request) => {
     await liveSandbox(ctx, request);
     return [];
   });

@@ -1,0 +1,430 @@
+/**
+ * The E2B listener's shapes over fake services (inject, no sockets): what the control
+ * plane maps onto which service call, E2B's `{code, message}` errors, API keys and envd
+ * access tokens, /files (multipart, raw, gzip), /health, and Connect-RPC JSON for
+ * process.Process and filesystem.Filesystem — envelopes, end-of-stream errors, unary errors.
+ */
+import { beforeEach, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { gzipSync } from 'node:zlib';
+import type { FastifyInstance, InjectOptions } from 'fastify';
+import { buildE2bApp } from '../../src/api/e2b/app.js';
+import { startDaemon } from '../../src/daemon/daemon.js';
+import { isForkdError } from '../../src/errors.js';
+import { FakeServices, SEED } from '../helpers/fake-services.js';
+
+const KEY = 'e2b-api-key-0123456789abcdef';
+const ID = SEED.sandbox.replace('-', '');
+const fake = new FakeServices();
+let app: FastifyInstance;
+let token: string;
+
+beforeEach(async () => {
+  fake.reset();
+  app ??= await buildE2bApp(fake.services, { tokens: new Map([[KEY, 'e2b']]) });
+  const created = await control({ method: 'POST', url: `/sandboxes/${ID}/connect`, payload: {} });
+  token = created.json().envdAccessToken;
+  fake.reset();
+});
+
+const control = (opts: InjectOptions) =>
+  app.inject({ ...opts, headers: { 'x-api-key': KEY, ...opts.headers } });
+
+const envd = (opts: InjectOptions) =>
+  app.inject({
+    ...opts,
+    headers: { 'e2b-sandbox-id': ID, 'x-access-token': token, ...opts.headers },
+  });
+
+const callsOf = (service: string, method: string) =>
+  fake.calls.filter((c) => c.service === service && c.method === method).map((c) => c.args);
+
+/** One Connect envelope (flags 0) around a JSON message. */
+function envelope(message: unknown): Buffer {
+  const json = Buffer.from(JSON.stringify(message));
+  const head = Buffer.alloc(5);
+  head.writeUInt32BE(json.length, 1);
+  return Buffer.concat([head, json]);
+}
+
+/** A stream answer's envelopes: [flags, message]. */
+function envelopes(body: Buffer): [number, Record<string, unknown>][] {
+  const out: [number, Record<string, unknown>][] = [];
+  for (let at = 0; at < body.length;) {
+    const len = body.readUInt32BE(at + 1);
+    out.push([body[at] as number, JSON.parse(body.subarray(at + 5, at + 5 + len).toString())]);
+    at += 5 + len;
+  }
+  return out;
+}
+
+const stream = (method: string, message: unknown, headers: Record<string, string> = {}) =>
+  envd({
+    method: 'POST',
+    url: `/process.Process/${method}`,
+    headers: { 'content-type': 'application/connect+json', ...headers },
+    payload: envelope(message),
+  });
+
+const rpc = (path: string, message: unknown) =>
+  envd({ method: 'POST', url: `/${path}`, payload: message as Record<string, unknown> });
+
+test('create from a snapshot tag forks it with metadata, envs and the timeout', async () => {
+  const r = await control({
+    method: 'POST',
+    url: '/v2/sandboxes',
+    payload: {
+      templateID: SEED.snapshot,
+      metadata: { suite: 'e2b' },
+      envVars: { A: '1' },
+      timeout: 60,
+      autoPause: false,
+      secure: true,
+    },
+  });
+  assert.equal(r.statusCode, 201);
+  const body = r.json();
+  assert.match(body.sandboxID, /^[a-z0-9]+$/);
+  assert.equal(body.templateID, SEED.snapshot);
+  assert.equal(body.envdVersion, '0.5.7');
+  assert.ok(body.envdAccessToken.startsWith(`${body.sandboxID}.`));
+  assert.deepEqual(callsOf('snapshots', 'fork')[0]?.[0], {
+    snapshot: SEED.snapshot,
+    n: 1,
+    timeout_s: 60,
+    labels: { suite: 'e2b' },
+    env: { A: '1' },
+  });
+});
+
+test('a template that is no snapshot boots the image of that name (POST /sandboxes)', async () => {
+  const r = await control({ method: 'POST', url: '/sandboxes', payload: { templateID: 'base' } });
+  assert.equal(r.statusCode, 201);
+  assert.deepEqual(callsOf('sandboxes', 'create')[0]?.[0], { image: 'base', timeout_s: 300 });
+});
+
+test('errors come as {code, message} with the HTTP status', async () => {
+  const missing = await control({
+    method: 'POST',
+    url: '/sandboxes',
+    payload: { templateID: 'nope' },
+  });
+  assert.equal(missing.statusCode, 404);
+  assert.equal(missing.json().code, 404);
+  assert.match(missing.json().message, /no snapshot tag or image/);
+
+  const noKey = await app.inject({ method: 'GET', url: `/sandboxes/${ID}` });
+  assert.deepEqual(
+    [noKey.statusCode, noKey.json().code, /E2B_API_KEY/.test(noKey.json().message)],
+    [401, 401, true],
+  );
+  const wrongKey = await control({
+    method: 'GET',
+    url: `/sandboxes/${ID}`,
+    headers: { 'x-api-key': 'wrong' },
+  });
+  assert.equal(wrongKey.statusCode, 401);
+
+  for (const payload of [
+    { templateID: SEED.snapshot, mcp: { x: {} } },
+    { templateID: SEED.snapshot, network: { maskRequestHost: 'h' } },
+    { templateID: SEED.snapshot, timeout: 1.5 },
+    { templateID: SEED.snapshot, metadata: { a: 1 } },
+    {},
+  ]) {
+    const r = await control({ method: 'POST', url: '/v2/sandboxes', payload });
+    assert.equal(r.statusCode, 400, JSON.stringify(payload));
+    assert.equal(r.json().code, 400);
+  }
+  const route = await control({ method: 'GET', url: '/templates' });
+  assert.deepEqual([route.statusCode, route.json().code], [404, 404]);
+});
+
+test('network options become the egress policy', async () => {
+  const cases: [Record<string, unknown>, unknown][] = [
+    [{ allow_internet_access: false }, 'none'],
+    [
+      { network: { allowOut: ['1.1.1.1'], denyOut: ['0.0.0.0/0'] } },
+      { allow_internet: false, allow_out: ['1.1.1.1'] },
+    ],
+    [{ network: { denyOut: ['10.0.0.0/8'] } }, { deny_out: ['10.0.0.0/8'] }],
+    [{ allow_internet_access: true }, undefined],
+  ];
+  for (const [extra, egress] of cases) {
+    fake.reset();
+    const payload = { templateID: SEED.snapshot, ...extra };
+    const r = await control({ method: 'POST', url: '/v2/sandboxes', payload });
+    assert.equal(r.statusCode, 201);
+    assert.deepEqual((callsOf('snapshots', 'fork')[0]?.[0] as { egress?: unknown }).egress, egress);
+  }
+});
+
+test('get, list with metadata and state filters, set timeout, kill twice', async () => {
+  const info = (await control({ method: 'GET', url: `/sandboxes/${ID}` })).json();
+  assert.equal(info.sandboxID, ID);
+  assert.equal(info.state, 'running');
+  assert.equal(info.cpuCount, 1);
+  assert.equal(info.memoryMB, 256);
+  assert.equal(typeof info.endAt, 'string');
+
+  const made = await control({
+    method: 'POST',
+    url: '/v2/sandboxes',
+    payload: { templateID: SEED.snapshot, metadata: { team: 'a b' } },
+  });
+  const wanted = encodeURIComponent(new URLSearchParams({ team: 'a b' }).toString());
+  const listed = await control({ method: 'GET', url: `/v2/sandboxes?metadata=${wanted}` });
+  assert.deepEqual(
+    listed.json().map((s: { sandboxID: string }) => s.sandboxID),
+    [made.json().sandboxID],
+  );
+  assert.deepEqual(listed.json()[0].metadata, { team: 'a b' });
+  const paused = await control({ method: 'GET', url: '/v2/sandboxes?state=paused' });
+  assert.deepEqual(paused.json(), []);
+
+  const t = await control({
+    method: 'POST',
+    url: `/sandboxes/${ID}/timeout`,
+    payload: { timeout: 90 },
+  });
+  assert.equal(t.statusCode, 204);
+  assert.deepEqual(callsOf('sandboxes', 'extend')[0], [SEED.sandbox, 90]);
+
+  assert.equal((await control({ method: 'DELETE', url: `/sandboxes/${ID}` })).statusCode, 204);
+  const again = await control({ method: 'DELETE', url: `/sandboxes/${ID}` });
+  assert.deepEqual([again.statusCode, again.json().code], [404, 404]);
+  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).statusCode, 404);
+  const bogus = await control({ method: 'GET', url: '/sandboxes/not-an-id' });
+  assert.equal(bogus.statusCode, 404);
+});
+
+test('connect answers the envd address; both connect paths, the timeout applied', async () => {
+  for (const url of [`/sandboxes/${ID}/connect`, `/v2/sandboxes/${ID}/connect`]) {
+    fake.reset();
+    const r = await control({ method: 'POST', url, payload: { timeout: 120 } });
+    assert.equal(r.statusCode, 200);
+    assert.equal(r.json().sandboxID, ID);
+    assert.equal(r.json().envdAccessToken, token);
+    assert.deepEqual(callsOf('sandboxes', 'extend')[0], [SEED.sandbox, 120]);
+  }
+});
+
+test('envd needs the access token; /health does not, and says 502 once the sandbox is gone', async () => {
+  const noToken = await app.inject({
+    method: 'GET',
+    url: `/files?path=${SEED.file}`,
+    headers: { 'e2b-sandbox-id': ID },
+  });
+  assert.deepEqual([noToken.statusCode, noToken.json().code], [401, 401]);
+  const health = await app.inject({
+    method: 'GET',
+    url: '/health',
+    headers: { 'e2b-sandbox-id': ID },
+  });
+  assert.equal(health.statusCode, 204);
+  await fake.services.sandboxes.kill(SEED.sandbox);
+  const gone = await app.inject({
+    method: 'GET',
+    url: '/health',
+    headers: { 'e2b-sandbox-id': ID },
+  });
+  assert.equal(gone.statusCode, 502);
+});
+
+test('/files: download, multipart and raw (gzip) uploads, relative paths from /', async () => {
+  const read = await envd({ method: 'GET', url: `/files?path=${SEED.file}` });
+  assert.equal(read.statusCode, 200);
+  assert.equal(read.body, SEED.fileBytes.toString());
+  // SDKs before 2.8 send no E2b-Sandbox-Id on /files: the access token names the sandbox.
+  const byToken = await app.inject({
+    method: 'GET',
+    url: `/files?path=${SEED.file}`,
+    headers: { 'x-access-token': token },
+  });
+  assert.equal(byToken.statusCode, 200);
+  const missing = await envd({ method: 'GET', url: '/files?path=/nope' });
+  assert.deepEqual([missing.statusCode, missing.json().code], [404, 404]);
+
+  const form = new FormData();
+  form.append('file', new Blob(['one']), '/tmp/a.txt');
+  form.append('file', new Blob(['two']), 'rel/b.txt');
+  const req = new Request('http://x/', { method: 'POST', body: form });
+  const multipart = await envd({
+    method: 'POST',
+    url: '/files',
+    headers: { 'content-type': req.headers.get('content-type') as string },
+    payload: Buffer.from(await req.arrayBuffer()),
+  });
+  assert.equal(multipart.statusCode, 200);
+  assert.deepEqual(multipart.json(), [
+    { name: 'a.txt', type: 'file', path: '/tmp/a.txt' },
+    { name: 'b.txt', type: 'file', path: '/rel/b.txt' },
+  ]);
+  assert.equal((await envd({ method: 'GET', url: '/files?path=rel/b.txt' })).body, 'two');
+
+  const raw = await envd({
+    method: 'POST',
+    url: '/files?path=/tmp/z.txt',
+    headers: { 'content-type': 'application/octet-stream', 'content-encoding': 'gzip' },
+    payload: gzipSync('zipped'),
+  });
+  assert.equal(raw.statusCode, 200);
+  assert.equal((await envd({ method: 'GET', url: '/files?path=/tmp/z.txt' })).body, 'zipped');
+  const bad = await envd({
+    method: 'POST',
+    url: '/files',
+    headers: { 'content-type': 'multipart/form-data; boundary=x' },
+    payload: 'garbage',
+  });
+  assert.deepEqual([bad.statusCode, bad.json().code], [400, 400]);
+});
+
+test('process.Process/Start streams start, output and the end in envelopes', async () => {
+  const r = await stream(
+    'Start',
+    { process: { cmd: 'echo', args: ['hi'], envs: { A: '1' }, cwd: '/tmp' }, stdin: false },
+    { 'keepalive-ping-interval': '30' },
+  );
+  assert.equal(r.statusCode, 200);
+  assert.equal(r.headers['content-type'], 'application/connect+json');
+  const msgs = envelopes(r.rawPayload);
+  assert.deepEqual(msgs[0], [0, { event: { start: { pid: 100 } } }]);
+  assert.deepEqual(msgs[1], [
+    0,
+    { event: { data: { stdout: Buffer.from('hi\n').toString('base64') } } },
+  ]);
+  assert.deepEqual(msgs[2], [
+    0,
+    { event: { end: { exitCode: 0, exited: true, status: 'exit status 0' } } },
+  ]);
+  assert.deepEqual(msgs[3], [2, {}]);
+  assert.deepEqual(callsOf('sandboxes', 'execStream')[0]?.[1], {
+    argv: ['echo', 'hi'],
+    stream: true,
+    env: { A: '1' },
+    cwd: '/tmp',
+  });
+
+  const failed = envelopes((await stream('Start', { process: { cmd: 'missing' } })).rawPayload);
+  assert.equal(failed.length, 1);
+  assert.equal(failed[0]?.[0], 2);
+  assert.equal((failed[0]?.[1].error as { code: string }).code, 'failed_precondition');
+  const pty = envelopes(
+    (await stream('Start', { process: { cmd: 'echo' }, pty: { size: {} } })).rawPayload,
+  );
+  assert.equal((pty[0]?.[1].error as { code: string }).code, 'unimplemented');
+  const connect = envelopes((await stream('Connect', { process: { pid: 4 } })).rawPayload);
+  assert.equal((connect[0]?.[1].error as { code: string }).code, 'not_found');
+});
+
+test('a running command: List, SendInput, CloseStdin, SendSignal by pid, non-zero exits', async () => {
+  const running = stream('Start', { process: { cmd: 'sleep' }, tag: 't1' });
+  for (let i = 0; i < 100 && !fake.calls.some((c) => c.method === 'execStream'); i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await new Promise((r) => setTimeout(r, 30));
+  const list = await rpc('process.Process/List', {});
+  assert.deepEqual(list.json().processes, [
+    { config: { cmd: 'sleep', args: [], envs: {} }, pid: 100, tag: 't1' },
+  ]);
+  const input = { process: { pid: 100 }, input: { stdin: Buffer.from('x').toString('base64') } };
+  assert.equal((await rpc('process.Process/SendInput', input)).statusCode, 200);
+  assert.equal(
+    (await rpc('process.Process/CloseStdin', { process: { tag: 't1' } })).statusCode,
+    200,
+  );
+  const signal = { process: { pid: 100 }, signal: 'SIGNAL_SIGKILL' };
+  assert.equal((await rpc('process.Process/SendSignal', signal)).statusCode, 200);
+  const end = envelopes((await running).rawPayload).at(-2)?.[1];
+  assert.deepEqual(end, {
+    event: { end: { exitCode: -1, exited: false, status: 'signal: kill' } },
+  });
+  const [execId] = callsOf('sandboxes', 'writeStdin').map((a) => a[1]);
+  assert.deepEqual(
+    callsOf('sandboxes', 'writeStdin').map((a) => [a[1], String(a[2]), a[3]]),
+    [
+      [execId, 'x', false],
+      [execId, '', true],
+    ],
+  );
+  const gone = await rpc('process.Process/SendSignal', signal);
+  assert.deepEqual([gone.statusCode, gone.json().code], [404, 'not_found']);
+
+  const exit = envelopes(
+    (await stream('Start', { process: { cmd: 'sh', args: ['exit 3'] } })).rawPayload,
+  );
+  assert.equal((exit.at(-2)?.[1].event as { end: { exitCode: number } }).end.exitCode, 3);
+});
+
+test('filesystem.Filesystem: Stat, ListDir, MakeDir, Remove as Connect JSON', async () => {
+  const stat = await rpc('filesystem.Filesystem/Stat', { path: SEED.file });
+  assert.equal(stat.statusCode, 200);
+  const entry = stat.json().entry;
+  assert.equal(entry.type, 'FILE_TYPE_FILE');
+  assert.equal(entry.path, SEED.file);
+  assert.equal(entry.size, String(SEED.fileBytes.length));
+  assert.match(entry.permissions, /^-[rwx-]{9}$/);
+  assert.ok(!Number.isNaN(Date.parse(entry.modifiedTime)));
+
+  const list = await rpc('filesystem.Filesystem/ListDir', { path: '/etc', depth: 1 });
+  assert.deepEqual(
+    list.json().entries.map((e: { path: string }) => e.path),
+    [SEED.file],
+  );
+  const exists = await rpc('filesystem.Filesystem/MakeDir', { path: '/etc' });
+  assert.deepEqual([exists.statusCode, exists.json().code], [409, 'already_exists']);
+  const made = await rpc('filesystem.Filesystem/MakeDir', { path: '/srv/new' });
+  assert.equal(made.json().entry.type, 'FILE_TYPE_DIRECTORY');
+  assert.equal((await rpc('filesystem.Filesystem/Remove', { path: SEED.file })).statusCode, 200);
+  const missing = await rpc('filesystem.Filesystem/Stat', { path: SEED.file });
+  assert.deepEqual([missing.statusCode, missing.json().code], [404, 'not_found']);
+  const noPath = await rpc('filesystem.Filesystem/Stat', {});
+  assert.deepEqual([noPath.statusCode, noPath.json().code], [400, 'invalid_argument']);
+  const watch = await rpc('filesystem.Filesystem/WatchDir', { path: '/' });
+  assert.deepEqual([watch.statusCode, watch.json().code], [501, 'unimplemented']);
+});
+
+test('pause and resume map onto parking: 409 when already so; connect wakes a paused one', async () => {
+  const pause = () => control({ method: 'POST', url: `/sandboxes/${ID}/pause` });
+  assert.equal((await pause()).statusCode, 204);
+  assert.deepEqual(callsOf('sandboxes', 'pause')[0], [SEED.sandbox]);
+  const again = await pause();
+  assert.deepEqual([again.statusCode, again.json().code], [409, 409]);
+  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'paused');
+  const listed = await control({ method: 'GET', url: '/v2/sandboxes?state=paused' });
+  assert.deepEqual(
+    listed.json().map((s: { sandboxID: string }) => s.sandboxID),
+    [ID],
+  );
+
+  const woken = await control({ method: 'POST', url: `/v2/sandboxes/${ID}/connect`, payload: {} });
+  assert.equal(woken.statusCode, 201);
+  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'running');
+  const resume = () =>
+    control({ method: 'POST', url: `/sandboxes/${ID}/resume`, payload: { timeout: 30 } });
+  assert.equal((await resume()).statusCode, 409);
+  await pause();
+  const resumed = await resume();
+  assert.equal(resumed.statusCode, 201);
+  assert.equal(resumed.json().sandboxID, ID);
+  assert.deepEqual(callsOf('sandboxes', 'extend').at(-1), [SEED.sandbox, 30]);
+});
+
+test('the daemon refuses --e2b-listen without a token file, before it claims anything', async () => {
+  await assert.rejects(
+    startDaemon({
+      home: '/nonexistent/forkd-e2b-home',
+      e2bListen: '127.0.0.1:0',
+      logLevel: 'silent',
+    }),
+    (e: unknown) => isForkdError(e, 'bad_request') && /token-file/.test(e.message),
+  );
+});
+
+test('E2B mutations are audited under the API key id, with the forkd sandbox id', async () => {
+  await control({ method: 'POST', url: `/sandboxes/${ID}/timeout`, payload: { timeout: 60 } });
+  const entry = fake.audit.at(-1);
+  assert.equal(entry?.principal, 'e2b');
+  assert.equal(entry?.target, SEED.sandbox);
+  assert.equal(entry?.status, 204);
+});

@@ -1,0 +1,150 @@
+/**
+ * The unmodified `e2b` SDK against a real `forkd daemon --e2b-listen` (real microVMs, TCG
+ * here), pointed at it by E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL only. One snapshot
+ * (busybox with a /bin/bash shim: the SDK runs every command as `/bin/bash -l -c`) serves
+ * both SDK versions: the current 2.x (POST /v2/sandboxes) and 2.7 (POST /sandboxes).
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { Sandbox as ForkdSandbox, Snapshot } from '@forkd/sdk';
+import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+import { loadE2b, type E2bModule } from '../../helpers/e2b-sdk.js';
+import { makeTestHome, type TestHome } from '../../helpers/home.js';
+
+const TOKEN = 'e2b-test-token-0123456789abcdef';
+const TAG = 'e2b-base';
+const BASH_SHIM = `printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash`;
+
+let home: TestHome;
+let daemon: DaemonProcess | undefined;
+let forkd: { url: string; token: string };
+let current: E2bModule;
+let oldest: E2bModule;
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+before(async () => {
+  [current, oldest] = await Promise.all([loadE2b('e2b'), loadE2b('e2b-2.7')]);
+  home = await makeTestHome();
+  const tokenFile = join(home.dir, 'tokens');
+  await writeFile(tokenFile, `e2b:${TOKEN}\n`, { mode: 0o600 });
+  const port = await freePort();
+  daemon = await startDaemon(home, [
+    '--token-file',
+    tokenFile,
+    '--e2b-listen',
+    `127.0.0.1:${port}`,
+  ]);
+  forkd = { url: daemon.url, token: TOKEN };
+  await Snapshot.create({ ...forkd, tag: TAG, warm: [BASH_SHIM] });
+  process.env.E2B_API_KEY = TOKEN;
+  process.env.E2B_API_URL = `http://127.0.0.1:${port}`;
+  process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${port}`;
+});
+
+after(async () => {
+  try {
+    const left = await ForkdSandbox.list(forkd).catch(() => []);
+    await Promise.allSettled(left.map((s) => ForkdSandbox.kill(s.id, forkd)));
+  } finally {
+    await daemon?.stop();
+    await home?.cleanup();
+  }
+});
+
+test('the current e2b SDK: create with envs, commands, streaming, files, connect, list, timeout, kill', async () => {
+  const { Sandbox, CommandExitError } = current;
+  const sbx = await Sandbox.create(TAG, {
+    envs: { GREETING: 'hello from e2b' },
+    metadata: { suite: 'e2b' },
+    timeoutMs: 120_000,
+  });
+  assert.match(sbx.sandboxId, /^[a-z0-9]+$/);
+
+  const r = await sbx.commands.run('echo "$GREETING"; echo oops >&2');
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.stdout, 'hello from e2b\n');
+  assert.equal(r.stderr, 'oops\n');
+
+  const arrivals: number[] = [];
+  const streamed = await sbx.commands.run('for i in 1 2 3; do echo line $i; sleep 0.4; done', {
+    onStdout: () => void arrivals.push(Date.now()),
+  });
+  const finished = Date.now();
+  assert.equal(streamed.stdout, 'line 1\nline 2\nline 3\n');
+  assert.ok(arrivals.length >= 2, 'output arrived in pieces');
+  assert.ok((arrivals[0] as number) < finished - 300, 'the first line came before the end');
+
+  await assert.rejects(sbx.commands.run('echo partial; exit 3'), (e: unknown) => {
+    assert.ok(e instanceof CommandExitError);
+    assert.equal(e.exitCode, 3);
+    assert.equal(e.stdout, 'partial\n');
+    return true;
+  });
+
+  await sbx.files.write('/tmp/e2b/a.txt', 'written by e2b');
+  assert.equal(await sbx.files.read('/tmp/e2b/a.txt'), 'written by e2b');
+  assert.equal((await sbx.commands.run('cat /tmp/e2b/a.txt')).stdout, 'written by e2b');
+  await sbx.commands.run('echo from-command > /tmp/e2b/b.txt');
+  const names = (await sbx.files.list('/tmp/e2b')).map((e) => e.name).sort();
+  assert.deepEqual(names, ['a.txt', 'b.txt']);
+  assert.equal(await sbx.files.read('/tmp/e2b/b.txt'), 'from-command\n');
+
+  const second = await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await second.commands.run('cat /tmp/e2b/b.txt')).stdout, 'from-command\n');
+  const old = await oldest.Sandbox.connect(sbx.sandboxId);
+  assert.equal(await old.files.read('/tmp/e2b/a.txt'), 'written by e2b');
+
+  const listed = await Sandbox.list({ query: { metadata: { suite: 'e2b' } } }).nextItems();
+  assert.deepEqual(
+    listed.map((s) => s.sandboxId),
+    [sbx.sandboxId],
+  );
+
+  // Pause and resume: forkd's parking (docs/idle.md); connect wakes the sandbox.
+  assert.equal(await sbx.pause?.(), true);
+  assert.equal((await sbx.getInfo()).state, 'paused');
+  assert.equal(await sbx.pause?.(), false);
+  const woken = await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await sbx.getInfo()).state, 'running');
+  assert.equal((await woken.commands.run('cat /tmp/e2b/a.txt')).stdout, 'written by e2b');
+
+  await sbx.setTimeout(60_000);
+  const endAt = (await sbx.getInfo()).endAt.getTime();
+  assert.ok(Math.abs(endAt - (Date.now() + 60_000)) < 15_000, `endAt ${endAt} is about 60 s out`);
+
+  // The same sandbox through forkd's own SDK: its labels, the file e2b wrote.
+  const forkdId = `sbx-${sbx.sandboxId.slice(3)}`;
+  const mine = await ForkdSandbox.connect(forkdId, forkd);
+  assert.equal(mine.info.labels.suite, 'e2b');
+  assert.deepEqual((await sbx.getInfo()).metadata, { suite: 'e2b' });
+  assert.equal(Buffer.from(await mine.files.read('/tmp/e2b/a.txt')).toString(), 'written by e2b');
+
+  assert.equal(await sbx.kill(), true);
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false);
+  assert.equal(await sbx.isRunning(), false);
+});
+
+test('e2b 2.7 (POST /sandboxes): create from the same snapshot, commands and files', async () => {
+  const { Sandbox, CommandExitError } = oldest;
+  const sbx = await Sandbox.create(TAG, { envs: { WHO: 'old-sdk' }, timeoutMs: 120_000 });
+  assert.equal((await sbx.commands.run('echo "$WHO" && test -x /bin/bash')).stdout, 'old-sdk\n');
+  await assert.rejects(
+    sbx.commands.run('exit 7'),
+    (e: unknown) => e instanceof CommandExitError && e.exitCode === 7,
+  );
+  await sbx.files.write('/tmp/old.txt', 'multipart upload');
+  assert.equal((await sbx.commands.run('cat /tmp/old.txt')).stdout, 'multipart upload');
+  // 2.7's instance kill() answers nothing; its static one says whether there was a sandbox.
+  assert.equal(await Sandbox.kill(sbx.sandboxId), true);
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false);
+});

@@ -1,0 +1,91 @@
+/**
+ * The real `e2b` npm package, unmodified, for the E2B listener's tests: `test/e2b/` is a
+ * project of its own holding the current 2.x (`e2b`, creates with POST /v2/sandboxes) and
+ * the oldest 2.x that honours E2B_SANDBOX_URL (`e2b-2.7`, POST /sandboxes). Installed on
+ * first use with npm ci from its lock file; imported by path so the suite type-checks
+ * without it.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
+
+const PROJECT = fileURLToPath(new URL('../../../test/e2b/', import.meta.url));
+const INSTALL_MS = 5 * 60_000;
+
+/** The two versions the tests drive, by their package name in test/e2b. */
+export const E2B_VERSIONS = ['e2b', 'e2b-2.7'] as const;
+export type E2bPackage = (typeof E2B_VERSIONS)[number];
+
+/** What the tests use of the SDK (its own types stay in its package). */
+export interface E2bCommandResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+}
+export interface E2bSandbox {
+  sandboxId: string;
+  commands: {
+    run(
+      cmd: string,
+      opts?: {
+        envs?: Record<string, string>;
+        onStdout?: (s: string) => void;
+        onStderr?: (s: string) => void;
+        background?: boolean;
+        timeoutMs?: number;
+      },
+    ): Promise<E2bCommandResult & { pid: number; wait(): Promise<E2bCommandResult> }>;
+    kill(pid: number): Promise<boolean>;
+    list(): Promise<{ pid: number; cmd: string }[]>;
+  };
+  files: {
+    write(path: string, data: string): Promise<{ path: string }>;
+    read(path: string): Promise<string>;
+    list(path: string): Promise<{ name: string; path: string; type?: string }[]>;
+    makeDir(path: string): Promise<boolean>;
+    exists(path: string): Promise<boolean>;
+    remove(path: string): Promise<void>;
+  };
+  isRunning(): Promise<boolean>;
+  setTimeout(ms: number): Promise<void>;
+  getInfo(): Promise<{
+    sandboxId: string;
+    metadata: Record<string, string>;
+    endAt: Date;
+    state: string;
+  }>;
+  kill(): Promise<boolean>;
+  pause?(): Promise<boolean>;
+  betaPause?(): Promise<boolean>;
+}
+export interface E2bModule {
+  Sandbox: {
+    create(template: string, opts?: Record<string, unknown>): Promise<E2bSandbox>;
+    connect(id: string, opts?: Record<string, unknown>): Promise<E2bSandbox>;
+    kill(id: string): Promise<boolean>;
+    list(opts?: Record<string, unknown>): { nextItems(): Promise<{ sandboxId: string }[]> };
+  };
+  CommandExitError: new (...a: never[]) => Error & E2bCommandResult;
+  NotFoundError: new (...a: never[]) => Error;
+}
+
+const run = promisify(execFile);
+
+/** Install test/e2b's packages if they are not there yet. */
+async function ensureInstalled(): Promise<void> {
+  if (E2B_VERSIONS.every((p) => existsSync(join(PROJECT, 'node_modules', p, 'package.json')))) {
+    return;
+  }
+  await run('npm', ['ci', '--prefer-offline', '--no-audit', '--no-fund'], {
+    cwd: PROJECT,
+    timeout: INSTALL_MS,
+  });
+}
+
+export async function loadE2b(pkg: E2bPackage): Promise<E2bModule> {
+  await ensureInstalled();
+  const entry = join(PROJECT, 'node_modules', pkg, 'dist', 'index.mjs');
+  return (await import(pathToFileURL(entry).href)) as E2bModule;
+}
