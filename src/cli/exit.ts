@@ -73,6 +73,8 @@ const BY_CODE: Record<ErrorCode, number> = {
   registry_unreachable: EXIT.failure,
   blob_invalid: EXIT.failure,
   image_format_unsupported: EXIT.failure,
+  pack_invalid: EXIT.failure,
+  pack_incompatible: EXIT.refused,
 };
 
 /**

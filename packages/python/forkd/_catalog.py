@@ -159,6 +159,20 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
             "not handle."
         ),
     ),
+    "pack_invalid": CatalogEntry(
+        422,
+        (
+            "The snapshot pack or pushed artifact is not one forkd can read: another format "
+            "version, a missing parent, files that do not match the manifest."
+        ),
+    ),
+    "pack_incompatible": CatalogEntry(
+        409,
+        (
+            "This host cannot restore the snapshot pack: another QEMU version, accelerator or "
+            "CPU than the one that captured it."
+        ),
+    ),
 }
 
 
@@ -551,6 +565,28 @@ class ImageFormatUnsupportedError(ForkdError):
     status = 422
 
 
+class PackInvalidError(ForkdError):
+    """The snapshot pack or pushed artifact is not one forkd can read: another format version,
+    a missing parent, files that do not match the manifest.
+
+    Code ``pack_invalid``, HTTP 422.
+    """
+
+    code = "pack_invalid"
+    status = 422
+
+
+class PackIncompatibleError(ForkdError):
+    """This host cannot restore the snapshot pack: another QEMU version, accelerator or CPU
+    than the one that captured it.
+
+    Code ``pack_incompatible``, HTTP 409.
+    """
+
+    code = "pack_incompatible"
+    status = 409
+
+
 #: The exception class of every code.
 ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "bad_request": BadRequestError,
@@ -591,6 +627,8 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "registry_unreachable": RegistryUnreachableError,
     "blob_invalid": BlobInvalidError,
     "image_format_unsupported": ImageFormatUnsupportedError,
+    "pack_invalid": PackInvalidError,
+    "pack_incompatible": PackIncompatibleError,
 }
 
 __all__ = [
@@ -634,4 +672,6 @@ __all__ = [
     "RegistryUnreachableError",
     "BlobInvalidError",
     "ImageFormatUnsupportedError",
+    "PackInvalidError",
+    "PackIncompatibleError",
 ]

@@ -118,6 +118,16 @@ export const ERROR_CATALOG = {
     meaning:
       'The image uses a media type, compression, platform or archive layout forkd does not handle.',
   },
+  pack_invalid: {
+    status: 422,
+    meaning:
+      'The snapshot pack or pushed artifact is not one forkd can read: another format version, a missing parent, files that do not match the manifest.',
+  },
+  pack_incompatible: {
+    status: 409,
+    meaning:
+      'This host cannot restore the snapshot pack: another QEMU version, accelerator or CPU than the one that captured it.',
+  },
 } as const;
 
 /**
@@ -351,6 +361,8 @@ export const {
   RegistryUnreachableError,
   BlobInvalidError,
   ImageFormatUnsupportedError,
+  PackInvalidError,
+  PackIncompatibleError,
 } = byName;
 
 /**

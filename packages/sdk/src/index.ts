@@ -32,6 +32,8 @@ export type { WriteInfo, WriteOptions } from './files.js';
 export { Pty, PtyHandle, PtyDetachedError } from './pty.js';
 export type { PtyConnectOptions, PtyCreateOptions, PtyExit, PtySize } from './pty.js';
 export { Images } from './images.js';
+export { Packs } from './packs.js';
+export type { InstallInfo, InstallOptions, PackCallOptions, PackInfo, PushInfo } from './packs.js';
 export type { ImageCreateOptions, ImagePullOptions, ImageImportOptions } from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';
 export type { ClientConfig, Endpoint, ResolvedConfig } from './config.js';
@@ -52,6 +54,7 @@ export type {
   SnapshotFileInfo,
   SnapshotInfo,
   SnapshotMemoryInfo,
+  SnapshotOrigin,
   SnapshotState,
   VerifyReport,
   VersionInfo,
