@@ -58,10 +58,10 @@ async function branchOf(from: string, tag: string, script: string): Promise<void
 
 const tags = async () => (await s.snapshots.list()).map((x) => x.tag).sort();
 
-async function refused(p: Promise<unknown>, code: string, message: RegExp): Promise<void> {
+async function refused(f: () => Promise<unknown>, code: string, message: RegExp): Promise<void> {
   const before = await tags();
   await assert.rejects(
-    p,
+    f(),
     (e: unknown) => isForkdError(e) && e.code === code && message.test(e.message),
   );
   assert.deepEqual(await tags(), before, 'nothing installed');
@@ -116,17 +116,13 @@ test('pack → remove → unpack → fork: a branch of a branch round-trips with
   const [a, b] = [await fork1('b2'), await fork1('b2')];
   assert.equal(await sh(s, a, 'cat /data.txt /root/1 /root/2'), 'warmed\none\ntwo\n');
   const c1 = Number(await sh(s, a, 'cat /tmp/count'));
-  await new Promise((r) => setTimeout(r, 2500));
+  await new Promise((r) => setTimeout(r, 1500));
   assert.ok(Number(await sh(s, a, 'cat /tmp/count')) > c1, 'the inherited counter still counts');
   assert.notEqual(await sh(s, a, 'hostname'), await sh(s, b, 'hostname'));
   for (const id of [a, b]) await s.sandboxes.kill(id);
 
-  // An existing tag is never overwritten without --force; --tag installs beside it.
-  await refused(packs().unpack(file), 'name_taken', /already exists/);
-  const copy = await packs().unpack(file, { tag: 'b2-copy' });
-  assert.deepEqual(copy.reused, ['base', 'b1']);
-  assert.deepEqual(copy.installed, ['b2-copy']);
-  await s.snapshots.remove('b2-copy', {});
+  // An existing tag is never overwritten without --force.
+  await refused(async () => packs().unpack(file), 'name_taken', /already exists/);
 });
 
 test('a corrupt file, a missing parent, another format or another host are refused; nothing installed', async () => {
@@ -146,7 +142,7 @@ test('a corrupt file, a missing parent, another format or another host are refus
 
   await writeFile(join(x, 'snapshots/b1/vmstate'), 'not the device state');
   await refused(
-    packs().unpack(await repack('corrupt.tar.zst')),
+    async () => packs().unpack(await repack('corrupt.tar.zst')),
     'blob_invalid',
     /vmstate .*corrupt/,
   );
@@ -159,21 +155,33 @@ test('a corrupt file, a missing parent, another format or another host are refus
   };
   await writeFile(join(x, 'forkd-pack.json'), JSON.stringify(noParent));
   await refused(
-    packs().unpack(await repack('orphan.tar.zst')),
+    async () => packs().unpack(await repack('orphan.tar.zst')),
     'pack_invalid',
     /lacks snapshot "base"/,
   );
 
   await writeFile(join(x, 'forkd-pack.json'), JSON.stringify({ ...manifest, format_version: 9 }));
-  await refused(packs().unpack(await repack('v9.tar.zst')), 'pack_invalid', /pack format 9/);
+  await refused(
+    async () => packs().unpack(await repack('v9.tar.zst')),
+    'pack_invalid',
+    /pack format 9/,
+  );
 
   const elsewhere = new PackManager({
     paths: home.paths,
     snapshots: s.snapshots,
     qemuVersion: async () => '99.1.0',
   });
-  await refused(elsewhere.unpack(file), 'pack_incompatible', /QEMU test .* QEMU 99\.1\.0/);
-  await refused(packs().unpack(join(scratch, 'forkd-pack-none')), 'bad_request', /no pack file/);
+  await refused(
+    async () => elsewhere.unpack(file),
+    'pack_incompatible',
+    /QEMU test .* QEMU 99\.1\.0/,
+  );
+  await refused(
+    async () => packs().unpack(join(scratch, 'forkd-pack-none')),
+    'bad_request',
+    /no pack file/,
+  );
 
   await packs().unpack(file); // the good one still installs
 });
@@ -229,9 +237,11 @@ test('an interrupted pull resumes from what it had', async () => {
       ).arrayBuffer(),
     ).toString(),
   );
-  const big = manifest.layers.reduce((a: { size: number }, l: { size: number }) =>
-    l.size > a.size ? l : a,
+  type L = { size: number; digest: string; annotations: Record<string, string> };
+  const own = (manifest.layers as L[]).filter((l) =>
+    l.annotations['org.opencontainers.image.title']?.startsWith('snapshots/b1/'),
   );
+  const big = own.reduce((a, l) => (l.size > a.size ? l : a)); // b1's own: base is reused
   const blob = Buffer.from(
     await (await fetch(`http://${reg.host}/v2/team/env/blobs/${big.digest}`)).arrayBuffer(),
   );
@@ -245,7 +255,7 @@ test('an interrupted pull resumes from what it had', async () => {
   await assert.rejects(stat(partial));
   await truncate(join(scratch, 'b2.forkd.tar.zst'), 1000); // a truncated pack: refused, not installed
   await refused(
-    packs().unpack(join(scratch, 'b2.forkd.tar.zst'), { tag: 'cut' }),
+    async () => packs().unpack(join(scratch, 'b2.forkd.tar.zst'), { tag: 'cut' }),
     'pack_invalid',
     /./,
   );
