@@ -38,8 +38,9 @@ async function bench(env: BenchServices, image: string, registry: string, dir: s
     caller,
   );
   const kid = (await env.snapshots.fork({ snapshot: 'base', n: 1 }, caller)).sandboxes[0]!.id;
-  const fill = `head -c ${MIB}M /dev/urandom > /tmp/blob; sync`;
-  await env.sandboxes.exec(kid, { argv: ['sh', '-c', fill] });
+  const fill = `dd if=/dev/urandom of=/tmp/blob bs=1048576 count=${MIB} 2>/dev/null && sync`;
+  const filled = await env.sandboxes.exec(kid, { argv: ['sh', '-c', fill] });
+  if (filled.exit_code !== 0) throw new Error(`${fill}: exit ${filled.exit_code}`);
   await env.branch.branch(kid, { tag: 'step' }, caller);
   await env.sandboxes.kill(kid);
 
