@@ -26,6 +26,7 @@ import { hostRoutes } from './routes/host.js';
 import { imageRoutes } from './routes/images.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { snapshotRoutes } from './routes/snapshots.js';
+import { packRoutes } from './routes/packs.js';
 import { networkRoutes } from './routes/network.js';
 import { installWebSocket, ptyRoutes } from './routes/pty.js';
 import { SHARED_SCHEMAS } from '../contract/schemas.js';
@@ -133,6 +134,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
     networkRoutes,
     evalRoutes,
     ptyRoutes,
+    packRoutes,
   ]) {
     await app.register(routes, { services });
   }

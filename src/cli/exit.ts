@@ -74,6 +74,8 @@ const BY_CODE: Record<ErrorCode, number> = {
   blob_invalid: EXIT.failure,
   image_format_unsupported: EXIT.failure,
   disk_full: EXIT.failure,
+  pack_invalid: EXIT.failure,
+  pack_incompatible: EXIT.refused,
 };
 
 /**

@@ -92,6 +92,22 @@ const VERBS: Verb[] = [
   },
   { name: 'rmi', summary: 'remove a snapshot', load: () => import('./rmi.js') },
   {
+    name: 'pack',
+    summary: 'pack a snapshot with its chain into a file',
+    load: () => import('./pack.js'),
+  },
+  {
+    name: 'unpack',
+    summary: 'verify and install a snapshot pack',
+    load: () => import('./unpack.js'),
+  },
+  { name: 'push', summary: 'push a snapshot to an OCI registry', load: () => import('./push.js') },
+  {
+    name: 'pull',
+    summary: 'pull a snapshot from a registry or URL',
+    load: () => import('./pull.js'),
+  },
+  {
     name: 'daemon',
     summary: 'serve the forkd API (foreground); sandboxes outlive it',
     load: () => import('./daemon.js'),

@@ -23,7 +23,7 @@ async function listSnapshots(flags: DaemonFlags): Promise<void> {
     return;
   }
   printTable(
-    ['TAG', 'IMAGE', 'MEMORY', 'DISK', 'CREATED', 'CHILDREN', 'LABELS'],
+    ['TAG', 'IMAGE', 'MEMORY', 'DISK', 'CREATED', 'CHILDREN', 'LABELS', 'ORIGIN'],
     all.map((s) => [
       s.tag,
       s.image ?? s.parent ?? '-',
@@ -32,6 +32,7 @@ async function listSnapshots(flags: DaemonFlags): Promise<void> {
       shortTime(s.createdAt),
       String(s.childrenAlive),
       formatLabels(s.labels),
+      formatOrigin(s),
     ]),
   );
   for (const s of all.filter((s) => !usable(s))) {
@@ -55,6 +56,15 @@ export function usable(s: SnapshotInfo): boolean {
 export function whyUnusable(s: SnapshotInfo): string {
   const what = s.state === 'ready' ? 'not bootable' : s.state;
   return s.reason ? `${what}: ${s.reason}` : what;
+}
+
+/** Where it came from: `REF@sha256:abcdef012345`, the pack file, or `-` when made here. */
+export function formatOrigin(s: SnapshotInfo): string {
+  if (!s.origin) return '-';
+  const digest = s.origin.digest
+    ? `@${s.origin.digest.replace(/^(sha256:)?/, 'sha256:').slice(0, 19)}`
+    : '';
+  return `${s.origin.from}${digest}`;
 }
 
 /** `k=v,k2=v2`, or `-` without labels. */

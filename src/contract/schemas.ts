@@ -612,6 +612,16 @@ export const SnapshotMemory = Type.Object({
   depth: Type.Integer({ description: 'diffs read through to a full memory (0 = full)' }),
 });
 
+/** Where a snapshot came from when it was unpacked or pulled (docs/packs.md). */
+export const SnapshotOrigin = Type.Object({
+  kind: Type.Union([Type.Literal('pack'), Type.Literal('registry'), Type.Literal('url')]),
+  from: Type.String({ description: 'the pack file, the reference pulled or the URL' }),
+  digest: Type.Optional(
+    Type.String({ description: "the pushed manifest's digest, or the pack file's sha256" }),
+  ),
+  at: Type.String({ format: 'date-time' }),
+});
+
 export const Snapshot = Type.Object(
   {
     tag: SnapshotTag,
@@ -638,6 +648,7 @@ export const Snapshot = Type.Object(
     ancestors: Type.Array(Type.String(), { description: 'parent, grandparent, …' }),
     dependents: Type.Array(Type.String(), { description: 'snapshots whose chain includes it' }),
     memory: Type.Optional(SnapshotMemory),
+    origin: Type.Optional(SnapshotOrigin),
   },
   { $id: 'Snapshot' },
 );
@@ -921,3 +932,98 @@ export const PtySession = Type.Object(
 );
 export type PtySessionT = Static<typeof PtySession>;
 export const PtySessionList = Type.Object({ sessions: Type.Array(PtySession) });
+/** `forkd pack` / `forkd unpack` / `forkd push` / `forkd pull` (docs/packs.md). */
+const PackFilePath = Type.String({
+  minLength: 1,
+  maxLength: 4096,
+  description: 'an absolute path on the daemon host',
+});
+export const PackSnapshot = Type.Object(
+  { file: PackFilePath, stream: Type.Optional(Type.Boolean()) },
+  strict,
+);
+export const UnpackSnapshot = Type.Object(
+  {
+    file: PackFilePath,
+    tag: Type.Optional(SnapshotTag),
+    force: Type.Optional(Type.Boolean({ description: 'replace a snapshot of that tag' })),
+    stream: Type.Optional(Type.Boolean()),
+  },
+  strict,
+);
+export const PushSnapshot = Type.Object(
+  {
+    reference: Type.String({ minLength: 1, maxLength: 1024, description: 'REGISTRY/REPO[:TAG]' }),
+    stream: Type.Optional(Type.Boolean()),
+  },
+  strict,
+);
+export const PullSnapshot = Type.Object(
+  {
+    reference: Type.String({
+      minLength: 1,
+      maxLength: 4096,
+      description: 'REGISTRY/REPO[:TAG][@DIGEST], or an https:// URL of a pack file',
+    }),
+    tag: Type.Optional(SnapshotTag),
+    force: Type.Optional(Type.Boolean({ description: 'replace a snapshot of that tag' })),
+    stream: Type.Optional(Type.Boolean()),
+  },
+  strict,
+);
+export const PackResult = Type.Object(
+  {
+    tag: SnapshotTag,
+    file: Type.String(),
+    bytes: Type.Integer({ description: 'size of the pack file' }),
+    chain: Type.Array(Type.String(), { description: 'snapshots in the pack, root first' }),
+    image: Type.Union([Type.String(), Type.Null()]),
+    files: Type.Integer(),
+    logical_bytes: Type.Integer({ description: 'the files packed, holes included' }),
+  },
+  { $id: 'PackResult' },
+);
+export const UnpackResult = Type.Object(
+  {
+    tag: SnapshotTag,
+    installed: Type.Array(Type.String(), { description: 'snapshots written, root first' }),
+    reused: Type.Array(Type.String(), { description: 'snapshots of the chain already here' }),
+    image: Type.Union([Type.String(), Type.Null()]),
+    bytes_downloaded: Type.Integer(),
+    bytes_resumed: Type.Integer({ description: 'bytes an interrupted pull had already fetched' }),
+  },
+  { $id: 'UnpackResult' },
+);
+export const PushResult = Type.Object(
+  {
+    reference: Type.String({ description: 'REGISTRY/REPO:TAG@DIGEST' }),
+    digest: Type.String(),
+    blobs: Type.Integer(),
+    uploaded: Type.Integer(),
+    skipped: Type.Integer({ description: 'blobs the repository had' }),
+    mounted: Type.Integer({ description: 'blobs cross-mounted from another repository' }),
+    bytes_uploaded: Type.Integer(),
+  },
+  { $id: 'PushResult' },
+);
+/** One line of a streamed pack, unpack, push or pull. */
+export const PackEvent = Type.Union(
+  [
+    Type.Object({ type: Type.Literal('progress'), message: Type.String() }),
+    Type.Object({
+      type: Type.Literal('done'),
+      result: Type.Union([PackResult, UnpackResult, PushResult]),
+    }),
+    Type.Object({ type: Type.Literal('error'), error: ErrorBody.properties.error }),
+  ],
+  { $id: 'PackEvent' },
+);
+export type SnapshotOriginT = Static<typeof SnapshotOrigin>;
+export type PackSnapshotT = Static<typeof PackSnapshot>;
+export type UnpackSnapshotT = Static<typeof UnpackSnapshot>;
+export type PushSnapshotT = Static<typeof PushSnapshot>;
+export type PullSnapshotT = Static<typeof PullSnapshot>;
+export type PackResultT = Static<typeof PackResult>;
+export type UnpackResultT = Static<typeof UnpackResult>;
+export type PushResultT = Static<typeof PushResult>;
+SHARED_SCHEMAS.push(PackResult, UnpackResult, PushResult);

@@ -32,6 +32,12 @@ import type {
   VerifyResultT,
 } from '../contract/schemas.js';
 import type {
+  PackResultT,
+  PullSnapshotT,
+  PushResultT,
+  UnpackResultT,
+} from '../contract/schemas.js';
+import type {
   ContextT,
   CreateContextT,
   EvalEventT,
@@ -301,6 +307,8 @@ export interface Services {
   host: HostInfo;
   /** Absent when the daemon runs without networking (every sandbox is `none`). */
   network?: NetworkApi;
+  /** Portable snapshots: pack, unpack, push, pull (absent: not offered). */
+  packs?: PackService;
 }
 
 /** A running sandbox's network: its policy, its published ports, the daemon's way in. */
@@ -314,4 +322,29 @@ export interface NetworkApi {
   deniedCounts(): Promise<Record<string, number>>;
   /** Where the daemon connects to reach a guest port (the HTTP route through the daemon). */
   reach(id: string, port: number): Promise<{ host: string; port: number }>;
+}
+
+/** Portable snapshots (docs/packs.md): a snapshot with its chain and image, as a file or an OCI artifact. */
+export interface PackService {
+  /** Write TAG's pack (tar+zstd) to `file` on the daemon host. */
+  pack(tag: string, file: string, onProgress?: (m: string) => void): Promise<PackResultT>;
+  /** Verify a pack in full, then install it; `force` replaces a snapshot of the top's tag. */
+  unpack(
+    file: string,
+    opts?: { tag?: string; force?: boolean },
+    onProgress?: (m: string) => void,
+  ): Promise<UnpackResultT>;
+  /** Push TAG as an OCI artifact under `reference`, uploading only the blobs the registry lacks. */
+  push(
+    tag: string,
+    reference: string,
+    onProgress?: (m: string) => void,
+    signal?: AbortSignal,
+  ): Promise<PushResultT>;
+  /** Pull a pushed snapshot (or an https:// pack file) with its chain, and install it. */
+  pull(
+    req: PullSnapshotT,
+    onProgress?: (m: string) => void,
+    signal?: AbortSignal,
+  ): Promise<UnpackResultT>;
 }

@@ -19,6 +19,7 @@ import type { ServiceLog } from './sandboxes/log.js';
 import type { ReconcileReport } from './sandboxes/reconcile.js';
 import { SandboxManager } from './sandboxes/service.js';
 import { SnapshotManager } from './snapshots/service.js';
+import { PackManager } from './packs/service.js';
 import { NetworkService } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
 import { configureConfinement, protectHome } from '../drivers/qemu/confine.js';
@@ -136,6 +137,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     audit: store.audit,
     host,
     ...(network ? { network: new SandboxNetworks(network, sandboxes) } : {}),
+    packs: new PackManager({ paths, snapshots, qemuVersion }),
   };
   return {
     sandboxes,

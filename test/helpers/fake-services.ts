@@ -23,6 +23,7 @@ import type {
   ForkOutcome,
   ImageService,
   NetworkApi,
+  PackService,
   SandboxService,
   Services,
   SnapshotService,
@@ -240,6 +241,35 @@ export class FakeServices {
         sandboxUsage: async () => [],
       },
       network: this.recorded('network', this.networkService()),
+      packs: this.recorded('packs', this.packService()),
+    };
+  }
+
+  /** Packs over the fake snapshots: an unpack or pull installs a copy of the seed snapshot. */
+  private packService(): PackService {
+    const install = async (tag: string | undefined, force?: boolean) => {
+      const top = tag ?? 'unpacked';
+      if (this.snapshots.has(top) && !force) {
+        throw new ForkdError('name_taken', `snapshot "${top}" already exists`, { tag: top });
+      }
+      this.snapshots.set(top, { ...this.snapshot(SEED.snapshot), tag: top });
+      const out = { tag: top, installed: [top], reused: [], image: 'busybox' };
+      return { ...out, bytes_downloaded: 0, bytes_resumed: 0 };
+    };
+    return {
+      pack: async (tag, file) => {
+        this.snapshot(tag);
+        const files = { files: 4, logical_bytes: 4096 };
+        return { tag, file, bytes: 1024, chain: [tag], image: 'busybox', ...files };
+      },
+      unpack: async (_file, opts) => install(opts?.tag, opts?.force),
+      push: async (tag, reference) => {
+        this.snapshot(tag);
+        const digest = `sha256:${'0'.repeat(64)}`;
+        const counts = { blobs: 5, uploaded: 5, skipped: 0, mounted: 0, bytes_uploaded: 4096 };
+        return { reference: `${reference}@${digest}`, digest, ...counts };
+      },
+      pull: async (req) => install(req.tag, req.force),
     };
   }
 
@@ -1085,6 +1115,34 @@ export function validRequests(): RouteRequest[] {
       route: '/v1/snapshots/:tag/compact',
       url: `${SNAP}/compact`,
       body: { to: 'flat' },
+      status: 201,
+    },
+    {
+      method: 'POST',
+      route: '/v1/snapshots/:tag/pack',
+      url: `${SNAP}/pack`,
+      body: { file: '/tmp/x.forkd.tar.zst' },
+      status: 201,
+    },
+    {
+      method: 'POST',
+      route: '/v1/snapshots/unpack',
+      url: '/v1/snapshots/unpack',
+      body: { file: '/tmp/x.forkd.tar.zst', tag: 'unpacked-1' },
+      status: 201,
+    },
+    {
+      method: 'POST',
+      route: '/v1/snapshots/:tag/push',
+      url: `${SNAP}/push`,
+      body: { reference: '127.0.0.1:5000/team/env:1' },
+      status: 200,
+    },
+    {
+      method: 'POST',
+      route: '/v1/snapshots/pull',
+      url: '/v1/snapshots/pull',
+      body: { reference: '127.0.0.1:5000/team/env:1', tag: 'pulled-1' },
       status: 201,
     },
     { method: 'GET', route: '/v1/lineage', url: `/v1/lineage?tag=${SEED.snapshot}`, status: 200 },

@@ -159,11 +159,18 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
             "not handle."
         ),
     ),
-    "disk_full": CatalogEntry(
-        507,
+    "pack_invalid": CatalogEntry(
+        422,
         (
-            "The disk holding FORKD_HOME ran out of space (or inodes); the operation was "
-            "undone and nothing half-written was kept."
+            "The snapshot pack or pushed artifact is not one forkd can read: another format "
+            "version, a missing parent, files that do not match the manifest."
+        ),
+    ),
+    "pack_incompatible": CatalogEntry(
+        409,
+        (
+            "This host cannot restore the snapshot pack: another QEMU version, accelerator or "
+            "CPU than the one that captured it."
         ),
     ),
 }
@@ -558,15 +565,26 @@ class ImageFormatUnsupportedError(ForkdError):
     status = 422
 
 
-class DiskFullError(ForkdError):
-    """The disk holding FORKD_HOME ran out of space (or inodes); the operation was undone and
-    nothing half-written was kept.
+class PackInvalidError(ForkdError):
+    """The snapshot pack or pushed artifact is not one forkd can read: another format version,
+    a missing parent, files that do not match the manifest.
 
-    Code ``disk_full``, HTTP 507.
+    Code ``pack_invalid``, HTTP 422.
     """
 
-    code = "disk_full"
-    status = 507
+    code = "pack_invalid"
+    status = 422
+
+
+class PackIncompatibleError(ForkdError):
+    """This host cannot restore the snapshot pack: another QEMU version, accelerator or CPU
+    than the one that captured it.
+
+    Code ``pack_incompatible``, HTTP 409.
+    """
+
+    code = "pack_incompatible"
+    status = 409
 
 
 #: The exception class of every code.
@@ -609,7 +627,8 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "registry_unreachable": RegistryUnreachableError,
     "blob_invalid": BlobInvalidError,
     "image_format_unsupported": ImageFormatUnsupportedError,
-    "disk_full": DiskFullError,
+    "pack_invalid": PackInvalidError,
+    "pack_incompatible": PackIncompatibleError,
 }
 
 __all__ = [
@@ -653,5 +672,6 @@ __all__ = [
     "RegistryUnreachableError",
     "BlobInvalidError",
     "ImageFormatUnsupportedError",
-    "DiskFullError",
+    "PackInvalidError",
+    "PackIncompatibleError",
 ]

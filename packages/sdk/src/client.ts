@@ -6,6 +6,7 @@
 import { resolveConfig, type ClientConfig } from './config.js';
 import { Transport } from './http.js';
 import { Images } from './images.js';
+import { Packs } from './packs.js';
 import type { LineageNode, VersionInfo } from './types.js';
 import { fromWire, LINEAGE_EDGE, LINEAGE_NODE, VERSION_INFO } from './wire.js';
 
@@ -53,10 +54,18 @@ export class Forkd {
    * for (const image of await forkd.images.list()) console.log(image.name);
    */
   readonly images: Images;
+  /**
+   * Portable snapshots: pack, unpack, push, pull.
+   *
+   * @example
+   * await forkd.packs.push('py', '127.0.0.1:5000/team/py:1');
+   */
+  readonly packs: Packs;
 
   constructor(config: ClientConfig = {}) {
     this.transport = new Transport(resolveConfig(config));
     this.images = new Images(this.transport);
+    this.packs = new Packs(this.transport);
   }
 
   /**

@@ -123,6 +123,16 @@ export const ERROR_CATALOG = {
     meaning:
       'The disk holding FORKD_HOME ran out of space (or inodes); the operation was undone and nothing half-written was kept.',
   },
+  pack_invalid: {
+    status: 422,
+    meaning:
+      'The snapshot pack or pushed artifact is not one forkd can read: another format version, a missing parent, files that do not match the manifest.',
+  },
+  pack_incompatible: {
+    status: 409,
+    meaning:
+      'This host cannot restore the snapshot pack: another QEMU version, accelerator or CPU than the one that captured it.',
+  },
 } as const;
 
 /**
@@ -357,6 +367,8 @@ export const {
   BlobInvalidError,
   ImageFormatUnsupportedError,
   DiskFullError,
+  PackInvalidError,
+  PackIncompatibleError,
 } = byName;
 
 /**

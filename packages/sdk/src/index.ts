@@ -38,6 +38,8 @@ export type {
   PtySize,
 } from './pty.js';
 export { Images } from './images.js';
+export { Packs } from './packs.js';
+export type { InstallInfo, InstallOptions, PackCallOptions, PackInfo, PushInfo } from './packs.js';
 export type { ImageCreateOptions, ImagePullOptions, ImageImportOptions } from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';
 export type { ClientConfig, Endpoint, ResolvedConfig } from './config.js';
@@ -60,6 +62,7 @@ export type {
   SnapshotFileInfo,
   SnapshotInfo,
   SnapshotMemoryInfo,
+  SnapshotOrigin,
   SnapshotState,
   VerifyReport,
   VersionInfo,

@@ -302,6 +302,18 @@ export interface SnapshotInfo {
   dependents: string[];
   /** How its memory is stored (absent from daemons older than diff memory, and while unpublished). */
   memory?: SnapshotMemoryInfo;
+  /** Where it came from when it was unpacked or pulled (absent: made on this host). */
+  origin?: SnapshotOrigin;
+}
+
+/** Where an unpacked or pulled snapshot came from. */
+export interface SnapshotOrigin {
+  kind: 'pack' | 'registry' | 'url';
+  /** The pack file, the reference pulled or the URL. */
+  from: string;
+  /** The pushed manifest's digest, or the pack file's sha256. */
+  digest?: string;
+  at: string;
 }
 
 /**

@@ -165,6 +165,7 @@ export const SNAPSHOT: WireNames<SnapshotInfo> = {
   ancestors: 'ancestors',
   dependents: 'dependents',
   memory: 'memory',
+  origin: 'origin',
 };
 
 /** `SnapshotMemory` in schemas.ts (a Snapshot's `memory`). */

@@ -7,7 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { open, rename, rm, stat } from 'node:fs/promises';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ForkdError } from '../../errors.js';
@@ -180,6 +180,139 @@ export class RegistryClient {
     });
     await res.body?.cancel();
     if (res.status !== 201) throw this.failure(res, `blob ${digest}`);
+  }
+
+  /**
+   * Upload a blob unless the repository has it: cross-mounted from one of `mountFrom` (other
+   * repositories of this registry known to hold it) when the registry allows, else sent in
+   * `chunkBytes` PATCHes (the chunked protocol) and closed with a PUT naming the digest.
+   */
+  async pushBlob(
+    repo: string,
+    digest: string,
+    file: string,
+    size: number,
+    opts: { mountFrom?: string[]; chunkBytes?: number; onBytes?: (n: number) => void } = {},
+  ): Promise<'exists' | 'mounted' | 'uploaded'> {
+    if (await this.hasBlob(repo, digest)) return 'exists';
+    let location: string | null = null;
+    for (const from of opts.mountFrom ?? []) {
+      if (from === repo) continue;
+      const q = `mount=${encodeURIComponent(digest)}&from=${encodeURIComponent(from)}`;
+      const res = await this.uploadRequest('POST', repo, `/v2/${repo}/blobs/uploads/?${q}`);
+      if (res.status === 201) return 'mounted';
+      location = res.headers.get('location'); // 202: the registry opened an upload instead
+      if (res.status !== 202 || !location) throw this.failure(res, `upload to ${repo}`);
+      break;
+    }
+    if (!location) {
+      const start = await this.uploadRequest('POST', repo, `/v2/${repo}/blobs/uploads/`);
+      location = start.headers.get('location');
+      if (start.status !== 202 || !location) throw this.failure(start, `upload to ${repo}`);
+    }
+    const chunk = opts.chunkBytes ?? 16 << 20;
+    const fh = await open(file, 'r');
+    try {
+      for (let at = 0; at < size; at += chunk) {
+        const buf = Buffer.alloc(Math.min(chunk, size - at));
+        await fh.read(buf, 0, buf.length, at);
+        const res = await this.uploadRequest('PATCH', repo, await this.uploadPath(location), buf, {
+          'content-type': 'application/octet-stream',
+          'content-range': `${at}-${at + buf.length - 1}`,
+        });
+        location = res.headers.get('location');
+        if (res.status !== 202 || !location) throw this.failure(res, `blob ${digest}`);
+        opts.onBytes?.(buf.length);
+      }
+    } finally {
+      await fh.close();
+    }
+    const url = new URL(await this.uploadPath(location), await this.baseUrl());
+    url.searchParams.set('digest', digest);
+    const done = await this.uploadRequest('PUT', repo, url.pathname + url.search, Buffer.alloc(0));
+    if (done.status !== 201) throw this.failure(done, `blob ${digest}`);
+    return 'uploaded';
+  }
+
+  /**
+   * Stream a blob into `dest` through `dest.partial`, which a broken-off download leaves
+   * behind: the next call hashes what it holds and asks only for the rest (a Range
+   * request; a registry that answers the whole blob instead starts it over). The digest
+   * is checked over the whole file; a wrong one removes the partial file too.
+   */
+  async getBlobResumable(
+    repo: string,
+    digest: string,
+    dest: string,
+    opts: { size?: number; onBytes?: (n: number) => void } = {},
+  ): Promise<{ resumedBytes: number }> {
+    const partial = `${dest}.partial`;
+    const have = await stat(partial).then(
+      (s) => s.size,
+      () => 0,
+    );
+    const hash = createHash('sha256');
+    if (have > 0) for await (const c of createReadStream(partial)) hash.update(c as Buffer);
+    const headers: Record<string, string> = have > 0 ? { range: `bytes=${have}-` } : {};
+    const res = await this.request({
+      method: 'GET',
+      path: `/v2/${repo}/blobs/${digest}`,
+      repo,
+      headers,
+    });
+    if (!res.ok) throw this.failure(res, `blob ${digest} of ${repo}`);
+    const resumed = res.status === 206 ? have : 0;
+    const fresh = resumed === 0 ? createHash('sha256') : hash;
+    let seen = resumed;
+    const count = new Transform({
+      transform(c: Buffer, _e, cb) {
+        seen += c.length;
+        fresh.update(c);
+        opts.onBytes?.(c.length);
+        cb(null, c);
+      },
+    });
+    try {
+      await pipeline(
+        Readable.fromWeb(res.body as never),
+        count,
+        createWriteStream(partial, { flags: resumed > 0 ? 'a' : 'w', mode: 0o644 }),
+      );
+    } catch (e) {
+      this.opts.signal?.throwIfAborted();
+      throw new ForkdError(
+        'blob_invalid',
+        `blob ${digest} broke off at ${seen} bytes: pull again to resume`,
+        {
+          digest,
+          cause: String(e),
+        },
+      );
+    }
+    const got = `sha256:${fresh.digest('hex')}`;
+    if (got !== digest || (opts.size !== undefined && seen !== opts.size)) {
+      await rm(partial, { force: true });
+      throw mismatch(`blob ${digest}`, got);
+    }
+    await rename(partial, dest);
+    return { resumedBytes: resumed };
+  }
+
+  private async uploadPath(location: string): Promise<string> {
+    const url = new URL(location, await this.baseUrl());
+    return url.pathname + url.search;
+  }
+
+  private async uploadRequest(
+    method: string,
+    repo: string,
+    path: string,
+    body?: Buffer,
+    headers: Record<string, string> = {},
+  ): Promise<Response> {
+    const res = await this.request({ method, path, repo, access: 'pull,push', headers, body });
+    await res.body?.cancel();
+    return res;
   }
 
   private async blobResponse(repo: string, digest: string): Promise<Response> {

@@ -26,6 +26,7 @@ import {
 import { restoreProblem, verifyChain } from './chain.js';
 import { memorySizes, sweepMemory } from './memory.js';
 import { ancestors, descendants } from './lineage.js';
+import { readOrigin } from './origin.js';
 
 /** A manifest before publishing: what the writer knows (the files are checksummed then). */
 export type SnapshotMeta = Omit<SnapshotManifest, 'files' | 'format_version'>;
@@ -283,6 +284,8 @@ export class SnapshotRegistry {
       depth: 0,
       memory: await memorySizes(this.opts.paths, m, manifests),
     };
+    const origin = await readOrigin(this.opts.paths, m.tag);
+    if (origin) wire.origin = origin;
     wire.depth = wire.ancestors.length;
     if (reason) wire.reason = reason;
     return wire;

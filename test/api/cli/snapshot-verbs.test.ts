@@ -107,8 +107,8 @@ test('snapshots: a table; a snapshot that cannot be forked is named with the rea
   const r = await forkd('snapshots');
   assert.equal(r.code, 0, r.stderr);
   const [header, ...rows] = out(r).trimEnd().split('\n');
-  assert.match(header!, /^TAG\s+IMAGE\s+MEMORY\s+DISK\s+CREATED\s+CHILDREN\s+LABELS$/);
-  assert.match(rows[0]!, /^warm\s+base\s+256M\s+63 MiB\s+1970-01-01 00:00\s+2\s+team=a$/);
+  assert.match(header!, /^TAG\s+IMAGE\s+MEMORY\s+DISK\s+CREATED\s+CHILDREN\s+LABELS\s+ORIGIN$/);
+  assert.match(rows[0]!, /^warm\s+base\s+256M\s+63 MiB\s+1970-01-01 00:00\s+2\s+team=a\s+-$/);
   assert.match(r.stderr, /snapshot broken cannot be forked: not bootable: memory is missing/);
   const list = await json<{ tag: string; children_alive: number }[]>('snapshots');
   assert.deepEqual(

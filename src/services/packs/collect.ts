@@ -1,0 +1,74 @@
+/**
+ * What a pack of a snapshot holds: every snapshot of its chain, root first (manifest.json
+ * and the files it lists: `memory` or `memory.diff`, `vmstate`, `disk.qcow2` — never a
+ * materialized memory cache), and its image (rootfs.ext4, image.json). Each file is hashed
+ * again here and compared with its snapshot's manifest, so a pack is never made of a
+ * damaged snapshot. Paths inside the pack are the paths under FORKD_HOME.
+ */
+import { join } from 'node:path';
+import type { Paths } from '../../config.js';
+import { ForkdError } from '../../errors.js';
+import { imageFiles } from '../images/store.js';
+import { describeFile, readManifest, type SnapshotManifest } from '../snapshots/files.js';
+import {
+  hostRequirements,
+  imagePath,
+  PACK_FORMAT_VERSION,
+  snapshotPath,
+  type PackFile,
+  type PackManifest,
+} from './manifest.js';
+
+/** A snapshot's chain, root first, read from the manifests on disk. */
+export async function chainOf(p: Paths, top: SnapshotManifest): Promise<SnapshotManifest[]> {
+  const chain = [top];
+  for (let cur = top; cur.parent;) {
+    cur = await readManifest(p, cur.parent);
+    chain.unshift(cur);
+  }
+  return chain;
+}
+
+/** Hash one file under FORKD_HOME as a pack entry. */
+async function entry(p: Paths, path: string): Promise<PackFile> {
+  const slash = path.lastIndexOf('/');
+  const f = await describeFile(join(p.home, path.slice(0, slash)), path.slice(slash + 1));
+  return { path, size: f.size, allocated: f.allocated, sha256: f.sha256 };
+}
+
+/** The pack manifest of `top` (its files hashed now, checked against their snapshots). */
+export async function collectPack(p: Paths, top: SnapshotManifest): Promise<PackManifest> {
+  const chain = await chainOf(p, top);
+  const files: PackFile[] = [];
+  for (const m of chain) {
+    files.push(await entry(p, snapshotPath(m.tag, 'manifest.json')));
+    for (const f of Object.values(m.files)) {
+      const got = await entry(p, snapshotPath(m.tag, f.name));
+      if (got.sha256 !== f.sha256 || got.size !== f.size) {
+        throw new ForkdError(
+          'snapshot_not_bootable',
+          `snapshot "${m.tag}" has a file that changed since it was made (${f.name}): nothing was packed; see \`forkd snapshot verify ${top.tag}\``,
+          { tag: m.tag, file: f.name },
+        );
+      }
+      files.push(got);
+    }
+  }
+  const image = chain[0]?.image ?? null;
+  if (image) {
+    const img = imageFiles(p, image);
+    for (const file of [img.manifest, img.rootfs]) {
+      files.push(await entry(p, imagePath(image, file.slice(img.dir.length + 1))));
+    }
+  }
+  return {
+    format: 'forkd-pack',
+    format_version: PACK_FORMAT_VERSION,
+    tag: top.tag,
+    chain: chain.map((m) => m.tag),
+    image: image ? { name: image, included: true } : null,
+    files,
+    host: await hostRequirements(top),
+    created_at: new Date().toISOString(),
+  };
+}
