@@ -712,6 +712,7 @@ export const BranchRequest = Type.Object(
       }),
     ),
     mode: Type.Optional(BranchMode),
+    egress: Type.Optional(EgressPolicy),
   },
   strict,
 );
