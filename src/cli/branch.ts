@@ -9,12 +9,13 @@ import type { Command } from 'commander';
 import { Sandbox, type BranchMode, type BranchResult, type ForkResult } from '@forkd/sdk';
 import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { networkOptions, parseEgress, type NetworkFlags } from './network-flags.js';
 import { action, printJson } from './output.js';
 import { collect, optionalName, parseCount, parseLabels, parseSandboxId, usage } from './parse.js';
 import { LIMITS } from './rules.js';
 import { snapshotJson } from './snapshots.js';
 
-interface BranchFlags extends DaemonFlags {
+interface BranchFlags extends DaemonFlags, NetworkFlags {
   tag?: string;
   fork?: string;
   label: string[];
@@ -34,7 +35,7 @@ function parseMode(mode: string | undefined): BranchMode | undefined {
 
 export function register(cmd: Command): void {
   daemonOptions(
-    cmd
+    networkOptions(cmd, false)
       .argument('<id>', 'sandbox id')
       .option('--tag <tag>', "the new snapshot's tag (default: one the daemon picks)")
       .option('--fork <n>', 'also start N children of the new snapshot (0-100)')
@@ -65,6 +66,7 @@ async function branch(id: string, flags: BranchFlags): Promise<number> {
     labels: flags.label.length ? parseLabels(flags.label) : undefined,
     noWait: flags.wait ? undefined : true,
     mode,
+    egress: parseEgress(flags),
   });
   if (flags.json) printJson(branchJson(result));
   else report(id, result);

@@ -764,6 +764,7 @@ export const BranchRequest = Type.Object(
       }),
     ),
     mode: Type.Optional(BranchMode),
+    egress: Type.Optional(EgressPolicy),
   },
   strict,
 );

@@ -6,7 +6,14 @@
  */
 import type { CallOptions, Forkd } from './client.js';
 import { forkResultOf, snapshotOf, type ForkResult, type Snapshot } from './snapshots.js';
-import { compact, snapshotFromWire, type BranchBody, type BranchResultWire } from './wire.js';
+import type { EgressPolicy } from './types.js';
+import {
+  compact,
+  egressToWire,
+  snapshotFromWire,
+  type BranchBody,
+  type BranchResultWire,
+} from './wire.js';
 
 /**
  * How to branch a sandbox.
@@ -35,6 +42,12 @@ export interface BranchOptions extends CallOptions {
    * daemon's `--branch-mode`, by default `live` where the host can, else `copy`.
    */
   mode?: BranchMode;
+  /**
+   * The new snapshot's egress policy, merged over the source's (fields left out are
+   * inherited; `'none'` replaces it): its children (`fork`, later forks) get it. The source
+   * keeps its own.
+   */
+  egress?: EgressPolicy;
 }
 
 /** How a branch takes the source's memory: see {@link BranchOptions.mode}. */
@@ -79,6 +92,7 @@ export async function branchSandbox(
     labels: opts.labels,
     no_wait: opts.noWait,
     mode: opts.mode,
+    egress: egressToWire(opts.egress),
   });
   const wire = await client.transport.json<BranchResultWire>({
     method: 'POST',

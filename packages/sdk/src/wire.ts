@@ -361,6 +361,7 @@ export interface BranchBody {
   labels?: Record<string, string>;
   no_wait?: boolean;
   mode?: 'copy' | 'live';
+  egress?: unknown;
 }
 
 /** `BranchResult`: the new snapshot, the source's pause, and the children of `fork`. */

@@ -1,11 +1,13 @@
 /**
- * The DNS proxy's mechanics: a UDP socket at the host end of each sandbox's veth (every
- * query of the guest is redirected there by its namespace's filter), just enough of the
+ * The DNS proxy's mechanics: a UDP socket and a TCP listener at the host end of each
+ * sandbox's veth (every query of the guest is redirected there by its namespace's filter),
+ * DNS over TCP's framing (a 2-byte length before each message), just enough of the
  * DNS wire format to read the question and the A records of an answer, a REFUSED reply,
  * and forwarding to the upstream resolver. What to do with a name is the caller's call.
  */
 import { createSocket, type Socket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
+import { createServer, type Server, type Socket as TcpSocket } from 'node:net';
 
 export interface DnsQuestion {
   id: number;
@@ -132,30 +134,113 @@ export function systemResolver(): DnsEndpoint | undefined {
 /** What the proxy does with one query: the reply to send back, or nothing. */
 export type DnsHandler = (query: Buffer, q: DnsQuestion) => Promise<Buffer | undefined>;
 
-/** One listening socket, answering every query through `handler`. */
-export class DnsListener {
-  private constructor(private readonly sock: Socket) {}
+/** TCP clients per listener, and how long one may sit idle (a guest cannot hold sockets). */
+const TCP_MAX_CLIENTS = 16;
+const TCP_IDLE_MS = 10_000;
 
-  static listen(at: DnsEndpoint, handler: DnsHandler): Promise<DnsListener> {
-    return new Promise((resolve, reject) => {
-      const sock = createSocket('udp4');
-      sock.once('error', reject);
-      sock.on('message', (msg, from) => {
-        const q = parseQuestion(msg);
-        if (!q) return;
-        void handler(msg, q)
-          .catch(() => refusedReply(msg))
-          .then((reply) => reply && sock.send(reply, from.port, from.address));
-      });
-      sock.bind(at.port, at.host, () => {
-        sock.off('error', reject);
-        sock.on('error', () => undefined);
-        resolve(new DnsListener(sock));
+/** Answer one query (REFUSED when the handler fails); undefined for a packet we do not read. */
+async function reply(msg: Buffer, handler: DnsHandler): Promise<Buffer | undefined> {
+  const q = parseQuestion(msg);
+  if (!q) return undefined;
+  return handler(msg, q).catch(() => refusedReply(msg));
+}
+
+/**
+ * Split a TCP stream into DNS messages (RFC 1035 4.2.2: each after its 2-byte length),
+ * calling `onMessage` for each complete one; returns what is left over.
+ */
+export function takeFrames(buf: Buffer, onMessage: (msg: Buffer) => void): Buffer {
+  let off = 0;
+  while (buf.length - off >= 2) {
+    const len = buf.readUInt16BE(off);
+    if (buf.length - off - 2 < len) break;
+    onMessage(buf.subarray(off + 2, off + 2 + len));
+    off += 2 + len;
+  }
+  return buf.subarray(off);
+}
+
+/** One message framed for TCP. */
+export function frame(msg: Buffer): Buffer {
+  const len = Buffer.alloc(2);
+  len.writeUInt16BE(msg.length);
+  return Buffer.concat([len, msg]);
+}
+
+function serveTcp(c: TcpSocket, handler: DnsHandler): void {
+  let pending: Buffer = Buffer.alloc(0);
+  c.setTimeout(TCP_IDLE_MS, () => c.destroy());
+  c.on('error', () => c.destroy());
+  c.on('data', (chunk) => {
+    pending = takeFrames(Buffer.concat([pending, chunk]), (msg) => {
+      void reply(Buffer.from(msg), handler).then((r) => {
+        if (r && !c.destroyed) c.write(frame(r));
       });
     });
+  });
+}
+
+/** One UDP socket and one TCP listener on the same address, answering through `handler`. */
+export class DnsListener {
+  private constructor(
+    private readonly sock: Socket,
+    private readonly tcp: Server,
+    private readonly clients: Set<TcpSocket>,
+  ) {}
+
+  static async listen(at: DnsEndpoint, handler: DnsHandler): Promise<DnsListener> {
+    const sock = await listenUdp(at, handler);
+    const clients = new Set<TcpSocket>();
+    try {
+      // Port 0 (tests): TCP takes the port UDP got.
+      const port = at.port || sock.address().port;
+      return new DnsListener(sock, await listenTcp({ ...at, port }, handler, clients), clients);
+    } catch (e) {
+      sock.close();
+      throw e;
+    }
+  }
+
+  /** The port both listen on (the one asked, or the one UDP got for port 0). */
+  get port(): number {
+    return this.sock.address().port;
   }
 
   close(): void {
     this.sock.close();
+    this.tcp.close();
+    for (const c of this.clients) c.destroy();
   }
+}
+
+function listenUdp(at: DnsEndpoint, handler: DnsHandler): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const sock = createSocket('udp4');
+    sock.once('error', reject);
+    sock.on('message', (msg, from) => {
+      void reply(msg, handler).then((r) => r && sock.send(r, from.port, from.address));
+    });
+    sock.bind(at.port, at.host, () => {
+      sock.off('error', reject);
+      sock.on('error', () => undefined);
+      resolve(sock);
+    });
+  });
+}
+
+function listenTcp(at: DnsEndpoint, handler: DnsHandler, clients: Set<TcpSocket>): Promise<Server> {
+  return new Promise((resolve, reject) => {
+    const server = createServer((c) => {
+      clients.add(c);
+      c.on('close', () => clients.delete(c));
+      serveTcp(c, handler);
+    });
+    server.maxConnections = TCP_MAX_CLIENTS;
+    server.once('error', reject);
+    server.listen(at.port, at.host, () => {
+      server.off('error', reject);
+      server.on('error', () => undefined);
+      resolve(server);
+    });
+  });
 }

@@ -22,6 +22,7 @@ import { diffAgainst, memoryChainProblem, memoryId } from '../snapshots/memory.j
 import type { SnapshotMeta } from '../snapshots/registry.js';
 import type { SnapshotManager } from '../snapshots/service.js';
 import type { Limits } from '../limits.js';
+import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
 import type { BranchIntentRows } from '../../store/intents.js';
@@ -78,6 +79,7 @@ export class BranchManager implements BranchService {
         },
       );
     }
+    const egress = branchEgress(source, req.egress);
     const mode = await this.modes.choose(req.mode, source.vm.pid);
     const over = await this.memoryParent(source);
     this.registry.reserve(tag, id);
@@ -92,7 +94,7 @@ export class BranchManager implements BranchService {
         intents: this.opts.intents,
         warn,
       });
-      const meta = await this.meta(tag, source, req, over);
+      const meta = await this.meta(tag, source, req, over, egress);
       this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
       const published = this.publish(source, captured, meta, warn, over);
       const { capture } = captured;
@@ -154,6 +156,7 @@ export class BranchManager implements BranchService {
     source: Lease,
     req: BranchRequestT,
     over: SnapshotManifest | null,
+    egress: Egress | undefined,
   ): Promise<SnapshotMeta> {
     return {
       tag,
@@ -169,7 +172,7 @@ export class BranchManager implements BranchService {
       labels: req.labels ?? {},
       ...(over ? { memory_diff: { parent: over.tag, parent_memory_id: memoryId(over) } } : {}),
       network: source.vm.spec.net ? 'nat' : 'none',
-      ...(source.info.network ? { egress: source.info.network.egress } : {}),
+      ...(egress ? { egress } : {}),
       ...inheritedLimits(source.info),
       ...(await inheritedOnFork(this.opts.paths, source.info.snapshot)),
     };
@@ -210,4 +213,21 @@ function inheritedLimits(info: Lease['info']): { limits?: Limits } {
   if (!info.limits) return {};
   const { memory_bytes, cpu, pids } = info.limits;
   return { limits: { memory_bytes, cpu, pids } };
+}
+
+/**
+ * The policy a branch records (its children inherit it): the source's, with the request's
+ * override merged over it as a fork request's is (`none` replaces it all).
+ */
+function branchEgress(source: Lease, override: BranchRequestT['egress']): Egress | undefined {
+  const inherited = source.info.network?.egress;
+  if (override === undefined) return inherited;
+  if (!source.vm.spec.net) {
+    throw new ForkdError(
+      'bad_request',
+      `sandbox ${source.id} has no network (network none): a branch of it takes no egress policy`,
+      { field: 'egress', sandbox: source.id },
+    );
+  }
+  return mergeEgress(inherited ?? OPEN_EGRESS, override);
 }

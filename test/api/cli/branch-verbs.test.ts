@@ -98,6 +98,22 @@ test('branch --mode live reaches the daemon and the line names the mode', async 
   assert.deepEqual(calls('branch')[0]!.args[1], { tag: 'l1', mode: 'live' });
 });
 
+test('branch --egress none / --no-internet --allow-out reach the daemon as the policy of its children', async () => {
+  fake.reset();
+  let r = await forkd('branch', SEED.sandbox, '--tag', 'e1', '--egress', 'none');
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(calls('branch')[0]!.args[1], { tag: 'e1', egress: 'none' });
+  r = await forkd('branch', SEED.sandbox, '--tag', 'e2', '--no-internet', '--allow-out', 'a.test');
+  assert.equal(r.code, 0, r.stderr);
+  assert.deepEqual(calls('branch')[1]!.args[1], {
+    tag: 'e2',
+    egress: { allow_internet: false, allow_out: ['a.test'] },
+  });
+  r = await forkd('branch', SEED.sandbox, '--egress', 'none', '--allow-out', 'a.test');
+  assert.equal(r.code, 2, 'a contradiction is a usage error before the daemon');
+  assert.equal(calls('branch').length, 2);
+});
+
 // ---- tree -----------------------------------------------------------------------------
 
 test('tree: a branch hangs under the sandbox it came from, its forks under it', async () => {

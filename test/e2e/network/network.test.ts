@@ -81,6 +81,10 @@ test('a nat sandbox resolves the test name and GETs from the test server', async
   assert.match(await sh(s, nat, 'nslookup a.test'), /198\.51\.100\.2/);
   assert.equal(await sh(s, nat, GET('http://a.test/hello')), 'hello from a.test\n');
   assert.match(await sh(s, nat, 'ip -4 addr show eth0'), /10\.0\.2\.15\/24/);
+  // IPv6 is off: no routable address on the NIC (only the kernel's link-local), and a v6
+  // connection fails at once.
+  assert.doesNotMatch(await sh(s, nat, 'ip -6 addr show dev eth0; true'), /inet6 \S+ scope global/);
+  await refused(nat, GET('http://[2001:db8::2]/'));
   const info = await s.sandboxes.get(nat);
   assert.equal(info.network?.mode, 'nat');
 });
@@ -108,7 +112,14 @@ test('two forks with the same guest IP reach the server at once; a branch child 
   assert.ok(child, JSON.stringify(br.children?.failed));
   assert.equal(await sh(s, child, GET('http://a.test/hello')), 'hello from a.test\n');
   assert.equal(await sh(s, nat, GET('http://a.test/hello')), 'hello from a.test\n');
-  for (const id of [a, b, child]) await s.sandboxes.kill(id as string);
+  // A branch request's egress is its children's; the source keeps its own.
+  const off = await s.branch.branch(nat, { tag: 'nat-off', fork: 1, egress: 'none' }, caller);
+  const offChild = off.children?.sandboxes[0]?.id as string;
+  assert.ok(offChild, JSON.stringify(off.children?.failed));
+  await refused(offChild, GET(`http://${WORLD.a}/hello`));
+  assert.equal((await s.network!.state(nat)).egress.none, false);
+  for (const id of [a, b, child, offChild]) await s.sandboxes.kill(id as string);
+  await s.snapshots.remove('nat-off', {});
   await s.snapshots.remove('nat-br', {});
 });
 

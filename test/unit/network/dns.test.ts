@@ -1,7 +1,18 @@
-/** The DNS proxy's wire format: the question of a query, the A records of an answer, REFUSED. */
+/**
+ * The DNS proxy's wire format (the question of a query, the A records of an answer,
+ * REFUSED, TCP framing) and a listener answering over UDP and TCP on loopback.
+ */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { answerAddresses, parseQuestion, refusedReply } from '../../../src/drivers/net/dns.js';
+import { connect } from 'node:net';
+import {
+  answerAddresses,
+  DnsListener,
+  frame,
+  parseQuestion,
+  refusedReply,
+  takeFrames,
+} from '../../../src/drivers/net/dns.js';
 
 function query(name: string, id = 0x1234): Buffer {
   const labels = name
@@ -54,4 +65,41 @@ test('REFUSED keeps the id and the question, and has no records', () => {
   assert.equal(r[2]! & 0x80, 0x80);
   assert.equal(r.readUInt16BE(6), 0);
   assert.equal(parseQuestion(r)?.name, 'bad.test');
+});
+
+test('TCP framing: messages split and joined across chunks come out whole', () => {
+  const a = query('a.test', 1);
+  const b = query('b.test', 2);
+  const stream = Buffer.concat([frame(a), frame(b)]);
+  const got: Buffer[] = [];
+  const rest = takeFrames(stream.subarray(0, frame(a).length + 3), (m) => got.push(m));
+  assert.equal(got.length, 1);
+  takeFrames(Buffer.concat([rest, stream.subarray(frame(a).length + 3)]), (m) => got.push(m));
+  assert.deepEqual(
+    got.map((m) => parseQuestion(m)?.name),
+    ['a.test', 'b.test'],
+  );
+});
+
+test('the listener answers DNS over TCP on loopback, two queries on one connection', async (t) => {
+  const dns = await DnsListener.listen({ host: '127.0.0.1', port: 0 }, async (q, { name }) =>
+    name === 'a.test' ? answer(q, ['198.51.100.2']) : refusedReply(q),
+  );
+  t.after(() => dns.close());
+  const c = connect(dns.port, '127.0.0.1');
+  t.after(() => c.destroy());
+  c.write(Buffer.concat([frame(query('a.test', 7)), frame(query('b.test', 8))]));
+  const replies: Buffer[] = [];
+  let pending: Buffer = Buffer.alloc(0);
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('no answer in 5 s')), 5000);
+    c.on('error', reject);
+    c.on('data', (chunk) => {
+      pending = takeFrames(Buffer.concat([pending, chunk]), (m) => replies.push(Buffer.from(m)));
+      if (replies.length === 2) resolve(clearTimeout(timer));
+    });
+  });
+  const byId = new Map(replies.map((r) => [r.readUInt16BE(0), r]));
+  assert.deepEqual(answerAddresses(byId.get(7) as Buffer).ips, ['198.51.100.2']);
+  assert.equal((byId.get(8) as Buffer)[3]! & 0x0f, 5, 'REFUSED');
 });
