@@ -147,6 +147,11 @@ const VERBS: Verb[] = [
     summary: "make the daemon forget a registry's credentials",
     load: () => import('./logout.js'),
   },
+  {
+    name: 'ui',
+    summary: 'print (or open) the URL of the web UI; serves it locally for a unix-socket daemon',
+    load: () => import('./ui.js'),
+  },
 ];
 
 /** The verb a command line runs (`forkd help VERB` shows VERB's help, so it needs VERB). */

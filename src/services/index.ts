@@ -21,6 +21,10 @@ import { SandboxManager } from './sandboxes/service.js';
 import { SnapshotManager } from './snapshots/service.js';
 import { NetworkService } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
+import { EventFeed } from './events.js';
+import { benchResults, doctorReport } from './reports.js';
+import { join } from 'node:path';
+import { repoRoot } from '../config.js';
 
 export interface ServiceOptions {
   paths: Paths;
@@ -89,6 +93,10 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
   const host = new Host(
     () => sandboxes.counts(),
     () => sandboxes.usage(),
+    {
+      doctor: () => doctorReport(paths),
+      bench: () => benchResults(join(repoRoot(), 'bench', 'results')),
+    },
   );
   const qemuVersion = opts.qemuVersion ?? (() => host.qemuVersion());
   const snapshots = new SnapshotManager({
@@ -125,6 +133,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     audit: store.audit,
     host,
     ...(network ? { network: new SandboxNetworks(network, sandboxes) } : {}),
+    events: new EventFeed(store.changes),
   };
   return {
     sandboxes,

@@ -302,7 +302,7 @@ after(async () => {
 });
 
 test('every route of the contract is in the table', () => {
-  assert.equal(validRequests().length, 55);
+  assert.equal(validRequests().length, 58);
 });
 
 for (const r of validRequests()) {
