@@ -32,6 +32,7 @@ function lines(s: SandboxInfo): string[] {
   const rows: [string, string][] = [
     ['id', s.id],
     ['state', s.reason ? `${s.state} (${s.reason})` : s.state],
+    ['tier', s.tier ?? '-'],
     ['image', s.image ?? '-'],
     ['snapshot', s.snapshot ?? '-'],
     ['parent', s.parent ?? '-'],

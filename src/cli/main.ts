@@ -148,6 +148,12 @@ const VERBS: Verb[] = [
     load: () => import('./logout.js'),
   },
   {
+    name: 'pause',
+    summary: 'park a sandbox: stop its VM (no CPU), or --hibernate it to disk; requests wake it',
+    load: () => import('./pause.js'),
+  },
+  { name: 'resume', summary: 'wake a parked sandbox', load: () => import('./resume.js') },
+  {
     name: 'ui',
     summary: 'print (or open) the URL of the web UI; serves it locally for a unix-socket daemon',
     load: () => import('./ui.js'),

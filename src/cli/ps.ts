@@ -1,6 +1,7 @@
 /**
  * `forkd ps`: the daemon's sandboxes (live ones, or all with --all) as a table — id, state,
- * image, the snapshot it was forked from, memory, cpus, times, labels — or `--json`.
+ * tier (running, paused, hibernated), image, the snapshot it was forked from, memory, cpus,
+ * times, labels — or `--json`.
  */
 import type { Command } from 'commander';
 import { Sandbox, type SandboxInfo } from '@forkd/sdk';
@@ -48,6 +49,7 @@ async function ps(flags: PsFlags): Promise<void> {
     [
       'ID',
       'STATE',
+      'TIER',
       'IMAGE',
       'SNAPSHOT',
       'MEMORY',
@@ -60,6 +62,7 @@ async function ps(flags: PsFlags): Promise<void> {
     shown.map((s) => [
       s.id,
       s.reason ? `${s.state} (${s.reason})` : s.state,
+      s.state === 'running' ? (s.tier ?? 'running') : '-',
       s.image ?? '-',
       s.snapshot ?? '-',
       `${s.memoryMib}M`,

@@ -85,6 +85,15 @@ export const SandboxState = Type.Union(
   { description: 'starting → running → stopped (killed by request or timeout) | dead (QEMU died)' },
 );
 
+/** How awake a running sandbox is (docs/idle.md); `state` stays `running` while it is parked. */
+export const SandboxTier = Type.Union(
+  [Type.Literal('running'), Type.Literal('paused'), Type.Literal('hibernated')],
+  {
+    description:
+      'running | paused (QEMU stopped: no CPU) | hibernated (captured to disk, no QEMU); any request wakes it',
+  },
+);
+
 export const NetworkMode = Type.Union([Type.Literal('none'), Type.Literal('nat')], {
   description: "`nat` (default): a NIC with NAT in the sandbox's own namespace; `none`: no NIC",
 });
@@ -213,6 +222,7 @@ export const Sandbox = Type.Object(
         { description: 'what a running sandbox uses (GET of one sandbox only)' },
       ),
     ),
+    tier: Type.Optional(SandboxTier),
   },
   { $id: 'Sandbox' },
 );
@@ -312,6 +322,18 @@ export const ListSandboxesQuery = Type.Object(
 export const SandboxList = Type.Object({ sandboxes: Type.Array(Sandbox) });
 
 export const SandboxParams = Type.Object({ id: SandboxId }, strict);
+
+/** POST /v1/sandboxes/:id/pause: park a sandbox in a tier (default paused). */
+export const PauseSandbox = Type.Object(
+  {
+    tier: Type.Optional(
+      Type.Union([Type.Literal('paused'), Type.Literal('hibernated')], {
+        description: 'paused (default): QEMU stopped; hibernated: captured to disk, QEMU ended',
+      }),
+    ),
+  },
+  strict,
+);
 
 // ---- exec ----------------------------------------------------------------------------
 
@@ -786,6 +808,8 @@ export const Version = Type.Object({
 });
 
 export type SandboxT = Static<typeof Sandbox>;
+export type SandboxTierT = Static<typeof SandboxTier>;
+export type PauseSandboxT = Static<typeof PauseSandbox>;
 export type LimitsRequestT = Static<typeof LimitsRequest>;
 export type CreateSandboxT = Static<typeof CreateSandbox>;
 export type ExecRequestT = Static<typeof ExecRequest>;

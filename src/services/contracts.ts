@@ -131,6 +131,13 @@ export interface SandboxService {
     req: PtyQueryT,
     onData: (chunk: Buffer, offset: number) => void,
   ): Promise<PtyAttachment>;
+  /**
+   * Park a running sandbox (docs/idle.md): `paused` stops its QEMU (no CPU), `hibernated`
+   * also captures it to disk and ends QEMU. Parking a parked sandbox answers it as it is.
+   */
+  pause(id: string, opts?: { tier?: 'paused' | 'hibernated' }): Promise<SandboxT>;
+  /** Wake a parked sandbox (its guest clock is pushed forward); a running one is a no-op. */
+  resume(id: string): Promise<SandboxT>;
 }
 
 /** A fork request: n children of one snapshot (POST /v1/sandboxes with snapshot). */

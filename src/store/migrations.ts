@@ -91,6 +91,10 @@ export const MIGRATIONS: readonly string[] = [
   `ALTER TABLE snapshots ADD COLUMN reason TEXT;`,
   // 7: a sandbox's resource limits (JSON: memory_bytes, cpu, pids, cgroup; docs/limits.md).
   `ALTER TABLE sandboxes ADD COLUMN limits TEXT;`,
+  // 8: how awake a running sandbox is (running, paused, hibernated; docs/idle.md) and its
+  // idle policy (JSON: pause_after_s, hibernate_after_s), so a parked one stays parked.
+  `ALTER TABLE sandboxes ADD COLUMN tier TEXT NOT NULL DEFAULT 'running';
+   ALTER TABLE sandboxes ADD COLUMN idle TEXT;`,
 ];
 
 /** Run the migrations `db` has not seen yet, each in its own transaction. */

@@ -33,6 +33,19 @@ export interface SandboxRow {
   disk_problem: string | null;
   /** Its resource limits and the cgroup version enforcing them (null: a row from before limits). */
   limits?: StoredLimits | null;
+  /** How awake it is while `running` (docs/idle.md); `running` for every other state. */
+  tier: SandboxTier;
+  /** Its idle policy (null: the daemon's defaults). */
+  idle?: StoredIdle | null;
+}
+
+/** How awake a running sandbox is: QEMU running, stopped, or ended with the VM on disk. */
+export type SandboxTier = 'running' | 'paused' | 'hibernated';
+
+/** When an idle sandbox parks itself, in seconds since its last request (null: never). */
+export interface StoredIdle {
+  pause_after_s: number | null;
+  hibernate_after_s: number | null;
 }
 
 /** A sandbox's limits as stored (null fields: no limit of that kind). */
@@ -43,10 +56,11 @@ export interface StoredLimits {
   cgroup: 'v1' | 'v2' | null;
 }
 
-type Encoded = Omit<SandboxRow, 'labels' | 'env' | 'limits'> & {
+type Encoded = Omit<SandboxRow, 'labels' | 'env' | 'limits' | 'idle'> & {
   labels: string;
   env: string;
   limits: string | null;
+  idle: string | null;
 };
 
 /** The states of a sandbox whose QEMU should be running. */
@@ -58,6 +72,7 @@ function decode(r: Encoded): SandboxRow {
     labels: JSON.parse(r.labels) as Record<string, string>,
     env: JSON.parse(r.env) as Record<string, string>,
     limits: r.limits === null ? null : (JSON.parse(r.limits) as StoredLimits),
+    idle: r.idle === null ? null : (JSON.parse(r.idle) as StoredIdle),
   };
 }
 
@@ -78,10 +93,12 @@ export class SandboxRows {
     this.byState = db.prepare('SELECT * FROM sandboxes WHERE state = ? ORDER BY created_at, id');
   }
 
-  insert(row: Omit<SandboxRow, 'updated_at' | 'disk_base' | 'disk_problem'>): SandboxRow {
+  insert(row: Omit<SandboxRow, 'updated_at' | 'disk_base' | 'disk_problem' | 'tier'>): SandboxRow {
     const full = {
       ...row,
       limits: row.limits ?? null,
+      idle: row.idle ?? null,
+      tier: 'running' as const,
       disk_base: row.snapshot,
       disk_problem: null,
       updated_at: now(),
@@ -89,15 +106,18 @@ export class SandboxRows {
     this.db
       .prepare(
         `INSERT INTO sandboxes (id, state, image, snapshot, parent, memory_mib, cpus, labels,
-           env, created_at, expires_at, pid, dir, reason, updated_at, disk_base, limits)
+           env, created_at, expires_at, pid, dir, reason, updated_at, disk_base, limits, idle,
+           tier)
          VALUES (@id, @state, @image, @snapshot, @parent, @memory_mib, @cpus, @labels, @env,
-           @created_at, @expires_at, @pid, @dir, @reason, @updated_at, @disk_base, @limits)`,
+           @created_at, @expires_at, @pid, @dir, @reason, @updated_at, @disk_base, @limits,
+           @idle, @tier)`,
       )
       .run({
         ...full,
         labels: JSON.stringify(row.labels),
         env: JSON.stringify(row.env),
         limits: full.limits === null ? null : JSON.stringify(full.limits),
+        idle: full.idle === null ? null : JSON.stringify(full.idle),
       });
     this.changes.emit({ table: 'sandboxes', key: row.id, op: 'insert', state: row.state });
     return full;
@@ -122,7 +142,10 @@ export class SandboxRows {
   update(
     id: string,
     fields: Partial<
-      Pick<SandboxRow, 'state' | 'pid' | 'expires_at' | 'reason' | 'disk_base' | 'disk_problem'>
+      Pick<
+        SandboxRow,
+        'state' | 'pid' | 'expires_at' | 'reason' | 'disk_base' | 'disk_problem' | 'tier'
+      >
     >,
   ): SandboxRow | undefined {
     const keys = Object.keys(fields) as (keyof typeof fields)[];

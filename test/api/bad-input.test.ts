@@ -243,6 +243,7 @@ const RANGES: Record<string, Record<string, unknown>[]> = {
     { to: SEED.snapshot },
   ],
   'PATCH /v1/sandboxes/:id': [{ timeout_s: 0 }, { timeout_s: 1e9 }, { timeout_s: undefined }],
+  'POST /v1/sandboxes/:id/pause': [{ tier: 'running' }, { tier: 'frozen' }, { tier: 1 }],
   'POST /v1/sandboxes/:id/exec': [
     { argv: [] },
     { argv: [1] },
@@ -302,7 +303,7 @@ after(async () => {
 });
 
 test('every route of the contract is in the table', () => {
-  assert.equal(validRequests().length, 58);
+  assert.equal(validRequests().length, 60);
 });
 
 for (const r of validRequests()) {

@@ -93,6 +93,7 @@ function sandboxRecord(id: string, image: string, over: Partial<SandboxT> = {}):
     created_at: new Date(0).toISOString(),
     expires_at: null,
     pid: 4242,
+    tier: 'running',
     ...over,
   };
 }
@@ -357,9 +358,10 @@ export class FakeServices {
     return s;
   }
 
-  /** A sandbox that runs (a killed one keeps its row, as `stopped`). */
+  /** A sandbox that runs, woken if parked (a killed one keeps its row, as `stopped`). */
   private running(id: string): SandboxT {
     const s = this.sandbox(id);
+    if (s.state === 'running') s.tier = 'running';
     if (s.state !== 'running') {
       throw new ForkdError(
         'sandbox_not_running',
@@ -561,6 +563,13 @@ export class FakeServices {
         this.running(id);
         return this.ptys.open(id, req, onData);
       },
+      pause: async (id, opts) => {
+        const s = this.sandbox(id);
+        if (s.state !== 'running') this.running(id); // sandbox_not_running, as the real one
+        s.tier = opts?.tier ?? 'paused';
+        return s;
+      },
+      resume: async (id) => this.running(id),
     };
   }
 
@@ -959,6 +968,14 @@ export function validRequests(): RouteRequest[] {
       status: 204,
     },
     { method: 'GET', route: '/v1/sandboxes/:id/logs', url: `${S}/logs`, status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/sandboxes/:id/pause',
+      url: `${S}/pause`,
+      body: { tier: 'paused' },
+      status: 200,
+    },
+    { method: 'POST', route: '/v1/sandboxes/:id/resume', url: `${S}/resume`, status: 200 },
     { method: 'GET', route: '/v1/sandboxes/:id/network', url: `${S}/network`, status: 200 },
     {
       method: 'PATCH',

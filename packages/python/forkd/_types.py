@@ -58,6 +58,8 @@ class SandboxInfo:
     limits: Optional[Dict[str, Any]] = None
     #: What a running sandbox uses (``get`` of one sandbox only).
     usage: Optional[Dict[str, Any]] = None
+    #: How awake it is: ``running``, ``paused`` or ``hibernated`` (docs/idle.md).
+    tier: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ export type {
   SandboxLimits,
   SandboxUsage,
   SandboxState,
+  SandboxTier,
   SnapshotFileInfo,
   SnapshotInfo,
   SnapshotMemoryInfo,

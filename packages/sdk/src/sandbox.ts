@@ -341,6 +341,37 @@ export class Sandbox {
   }
 
   /**
+   * Park it (docs/idle.md): `paused` (default) stops its VM, so it uses no CPU; `hibernated`
+   * also writes it to disk and ends its VM, so it holds no memory. Any later request (a
+   * command, a file, code) wakes it transparently; so does {@link Sandbox.resume}.
+   *
+   * @example
+   * await sbx.pause(); // no CPU until the next request
+   * await sbx.pause({ tier: 'hibernated' }); // no memory either
+   */
+  async pause(opts: CallOptions & { tier?: 'paused' | 'hibernated' } = {}): Promise<SandboxInfo> {
+    this.current = await tierMove(
+      this.client,
+      this.id,
+      'pause',
+      opts,
+      compact({ tier: opts.tier }),
+    );
+    return this.current;
+  }
+
+  /**
+   * Wake it if it is parked (its guest clock is set to now); a running sandbox is left as it is.
+   *
+   * @example
+   * await sbx.resume();
+   */
+  async resume(opts: CallOptions = {}): Promise<SandboxInfo> {
+    this.current = await tierMove(this.client, this.id, 'resume', opts);
+    return this.current;
+  }
+
+  /**
    * Kill it: its VM ends and its files are gone.
    *
    * @example
@@ -475,6 +506,23 @@ async function patchTimeout(
     method: 'PATCH',
     path: sandboxPath(id),
     json: { timeout_s: toSeconds(timeoutMs) },
+    signal: opts.signal,
+  });
+  return sandboxFromWire(wire);
+}
+
+/** POST /pause or /resume: the sandbox as it is afterwards. */
+async function tierMove(
+  client: Forkd,
+  id: string,
+  verb: 'pause' | 'resume',
+  opts: CallOptions,
+  json?: Record<string, unknown>,
+): Promise<SandboxInfo> {
+  const wire = await client.transport.json({
+    method: 'POST',
+    path: `${sandboxPath(id)}/${verb}`,
+    json,
     signal: opts.signal,
   });
   return sandboxFromWire(wire);

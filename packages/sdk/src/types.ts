@@ -14,6 +14,15 @@
 export type SandboxState = 'starting' | 'running' | 'stopped' | 'dead';
 
 /**
+ * How awake a running sandbox is (docs/idle.md): `paused` (its VM stopped: no CPU) or
+ * `hibernated` (on disk: no memory); its `state` stays `running`, and any request wakes it.
+ *
+ * @example
+ * if (sbx.info.tier !== 'running') await sbx.resume();
+ */
+export type SandboxTier = 'running' | 'paused' | 'hibernated';
+
+/**
  * What the daemon knows about a sandbox (wire object `Sandbox`).
  *
  * @example
@@ -47,6 +56,8 @@ export interface SandboxInfo {
   limits?: SandboxLimits;
   /** What it uses now: only on a running sandbox, only from `Sandbox.getInfo`/`connect`. */
   usage?: SandboxUsage;
+  /** How awake it is (absent from a daemon older than idle tiers). */
+  tier?: SandboxTier;
 }
 
 /**

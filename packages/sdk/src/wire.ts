@@ -53,6 +53,7 @@ export const SANDBOX: WireNames<SandboxInfo> = {
   network: 'network',
   limits: 'limits',
   usage: 'usage',
+  tier: 'tier',
 };
 
 /** `Sandbox.limits` in schemas.ts. */

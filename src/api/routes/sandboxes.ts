@@ -1,6 +1,6 @@
 /**
  * Sandbox routes: create (boot from an image, or fork from a snapshot), list, get, extend
- * (PATCH), kill, and the console log. Each parses the request and calls the sandbox service
+ * (PATCH), kill, pause and resume (idle tiers), and the console log. Each parses the request and calls the sandbox service
  * (or, for a fork, the snapshot service); the services decide everything else.
  */
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
@@ -12,6 +12,7 @@ import {
   CreateSandbox,
   ListSandboxesQuery,
   PatchSandbox,
+  PauseSandbox,
   Sandbox,
   SandboxList,
   SandboxParams,
@@ -205,5 +206,36 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
     },
     async (request, reply) =>
       reply.type('text/plain; charset=utf-8').send(await sandboxes.consoleLog(request.params.id)),
+  );
+  app.post(
+    '/v1/sandboxes/:id/pause',
+    {
+      schema: {
+        summary:
+          'Park a sandbox: paused (QEMU stopped, default) or hibernated (on disk, no QEMU); any request wakes it',
+        tags,
+        params: SandboxParams,
+        body: PauseSandbox,
+        response: { 200: Sandbox, ...ERROR_RESPONSES },
+      },
+      // The body is optional: a bare POST pauses (tier paused).
+      preValidation: async (request) => {
+        request.body ??= {};
+      },
+    },
+    async (request) => sandboxes.pause(request.params.id, { tier: request.body.tier }),
+  );
+
+  app.post(
+    '/v1/sandboxes/:id/resume',
+    {
+      schema: {
+        summary: 'Wake a parked sandbox (its guest clock is pushed forward); running: no-op',
+        tags,
+        params: SandboxParams,
+        response: { 200: Sandbox, ...ERROR_RESPONSES },
+      },
+    },
+    async (request) => sandboxes.resume(request.params.id),
   );
 }

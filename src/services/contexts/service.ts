@@ -32,7 +32,7 @@ import { ExecutionBuilder, toEvalEvent } from './execution.js';
 
 export interface ContextManagerOptions {
   /** The agent session of a running sandbox (sandbox_not_found / _not_running otherwise). */
-  agentOf(id: string): AgentClient;
+  agentOf(id: string): Promise<AgentClient>;
   sandboxes: Pick<SandboxService, 'kill'>;
   branch: BranchService;
 }
@@ -45,7 +45,7 @@ export class ContextManager implements ContextService {
   constructor(private readonly opts: ContextManagerOptions) {}
 
   async create(id: string, req: CreateContextT): Promise<ContextT> {
-    const agent = this.opts.agentOf(id);
+    const agent = await this.opts.agentOf(id);
     const name = req.name ?? DEFAULT_CONTEXT;
     const existing = (await listContexts(agent)).find((c) => c.name === name);
     if (existing?.alive) {
@@ -57,12 +57,12 @@ export class ContextManager implements ContextService {
     return getContext(agent, name);
   }
 
-  list(id: string): Promise<ContextT[]> {
-    return listContexts(this.opts.agentOf(id));
+  async list(id: string): Promise<ContextT[]> {
+    return listContexts(await this.opts.agentOf(id));
   }
 
   async restart(id: string, name: string): Promise<ContextT> {
-    const agent = this.opts.agentOf(id);
+    const agent = await this.opts.agentOf(id);
     const old = await getContext(agent, name);
     await removeContext(agent, name);
     await startContext(agent, { name, cwd: old.cwd, env: old.env });
@@ -70,15 +70,15 @@ export class ContextManager implements ContextService {
   }
 
   async remove(id: string, name: string): Promise<void> {
-    await removeContext(this.opts.agentOf(id), name);
+    await removeContext(await this.opts.agentOf(id), name);
   }
 
   async interrupt(id: string, name: string): Promise<void> {
-    await interruptContext(this.opts.agentOf(id), name);
+    await interruptContext(await this.opts.agentOf(id), name);
   }
 
   async evalStream(id: string, req: EvalRequestT): Promise<AsyncIterable<EvalEventT>> {
-    const agent = this.opts.agentOf(id);
+    const agent = await this.opts.agentOf(id);
     const context = req.context ?? DEFAULT_CONTEXT;
     try {
       return await startEval(agent, context, req);

@@ -105,6 +105,8 @@ async function adopt(
             AgentClient.connect(vm.files.agent, { timeoutMs: READOPT_AGENT_TIMEOUT_MS }),
             'reconnecting to the guest agent',
           );
+    // A parked sandbox ran only for the agent's handshake: it stays in its tier.
+    if (row.tier === 'paused') await vm.pause();
     return { vm, agent };
   } catch (e) {
     vm.detach(); // the caller kills the verified pid
@@ -125,11 +127,14 @@ async function refuseUnrestored(vm: Vm): Promise<void> {
 
 /**
  * A daemon killed in the middle of a branch leaves its source stopped (between `stop` and
- * `cont`): resume it, the half-made snapshot is discarded by the snapshot service.
+ * `cont`): resume it, the half-made snapshot is discarded by the snapshot service. A
+ * sandbox parked in tier `paused` is resumed too, only until its agent session is back.
  */
 async function resumeIfPaused(ctx: ReconcileContext, row: SandboxRow, vm: Vm): Promise<void> {
   if ((await vm.status()) !== 'paused') return;
-  ctx.log.warn({ sandbox: row.id }, 'resuming a sandbox left paused by an interrupted branch');
+  if (row.tier !== 'paused') {
+    ctx.log.warn({ sandbox: row.id }, 'resuming a sandbox left paused by an interrupted branch');
+  }
   await vm.resume();
 }
 

@@ -48,6 +48,7 @@ import { runBuffered, startStreaming } from './exec.js';
 import { openOrAttach } from './pty.js';
 import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
+import { moveTo, needsWake, parkable, type LiveTier, type Parkable } from './tiers.js';
 import { openDownload, readTail, toWireStat } from './files.js';
 import { Gate } from './gate.js';
 import {
@@ -82,12 +83,9 @@ export interface SandboxServiceOptions {
   limiter?: Limiter;
 }
 
-/** A running sandbox as this process holds it. */
-interface Live {
-  id: string;
+/** A running sandbox as this process holds it (awake or parked: tiers.ts). */
+interface Live extends Parkable {
   dir: string;
-  vm: Vm;
-  agent: AgentClient;
   /** Streaming execs by exec id, until they exit. */
   execs: Map<string, ExecHandle>;
 }
@@ -235,7 +233,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   async lease(id: string): Promise<Lease> {
-    const { vm } = this.running(id);
+    const { vm } = await this.awake(id);
     const row = this.row(id);
     return {
       id,
@@ -348,7 +346,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   /** Hold a running sandbox: arm its timeout, watch its QEMU. */
   private register(row: SandboxRow, vm: Vm, agent: AgentClient): void {
-    const live: Live = { id: row.id, dir: row.dir, vm, agent, execs: new Map() };
+    const tier = row.tier === 'paused' ? 'paused' : 'running';
+    const live: Live = { id: row.id, dir: row.dir, vm, agent, execs: new Map(), ...parkable(tier) };
     this.live.set(row.id, live);
     this.timers.arm(row.id, row.expires_at);
     void vm.waitExit().then((exit) => this.onVmExit(live, exit));
@@ -411,18 +410,50 @@ export class SandboxManager implements SandboxService, SandboxHost {
     await this.end(id, 'stopped', 'killed');
   }
 
-  /** The agent session of a running sandbox, for the services that talk to its guest. */
-  agentOf(id: string): AgentClient {
-    return this.running(id).agent;
+  /** The agent session of a running sandbox (woken if parked), for services that talk to its guest. */
+  async agentOf(id: string): Promise<AgentClient> {
+    return (await this.awake(id)).agent;
+  }
+
+  async pause(id: string, opts: { tier?: 'paused' | 'hibernated' } = {}): Promise<SandboxT> {
+    if (opts.tier === 'hibernated') {
+      throw new ForkdError(
+        'unsupported',
+        'hibernation is not available in this forkd yet: pause the sandbox (tier paused) instead',
+        { tier: opts.tier },
+      );
+    }
+    await this.moveLive(this.running(id), 'paused');
+    return this.get(id);
+  }
+
+  async resume(id: string): Promise<SandboxT> {
+    await this.awake(id);
+    return this.get(id);
+  }
+
+  /** A running sandbox for a request: woken first when parked (transparently), marked used. */
+  private async awake(id: string): Promise<Live> {
+    const live = this.running(id);
+    live.lastUsed = Date.now();
+    if (needsWake(live)) {
+      await this.moveLive(live, 'running');
+      this.log.info({ sandbox: id }, 'sandbox woken');
+    }
+    return live;
+  }
+
+  private moveLive(live: Live, to: LiveTier): Promise<void> {
+    return moveTo(live, to, (tier) => void this.rows.update(live.id, { tier }));
   }
 
   async exec(id: string, req: ExecRequestT): Promise<ExecResultT> {
-    const live = this.running(id);
+    const live = await this.awake(id);
     return this.execGate.around(() => runBuffered(live.agent, req));
   }
 
   async execStream(id: string, req: ExecRequestT): Promise<ExecStream> {
-    const live = this.running(id);
+    const live = await this.awake(id);
     const release = this.execGate.enter();
     try {
       const { stream, handle } = await startStreaming(live.agent, req);
@@ -440,17 +471,17 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   async writeStdin(id: string, execId: string, data: Buffer, eof: boolean): Promise<void> {
-    const handle = this.execOf(id, execId);
+    const handle = await this.execOf(id, execId);
     if (data.length > 0) await handle.writeStdin(data);
     if (eof) await handle.endStdin();
   }
 
   async killExec(id: string, execId: string, signal: string): Promise<void> {
-    await this.execOf(id, execId).kill(signal);
+    await (await this.execOf(id, execId)).kill(signal);
   }
 
   async readFile(id: string, path: string): Promise<Readable> {
-    return openDownload(this.running(id).agent, path);
+    return openDownload((await this.awake(id)).agent, path);
   }
 
   async writeFile(
@@ -459,15 +490,15 @@ export class SandboxManager implements SandboxService, SandboxHost {
     body: Readable,
     opts: { mode?: number; parents?: boolean },
   ): Promise<number> {
-    return this.running(id).agent.writeFile(path, body as AsyncIterable<Buffer>, opts);
+    return (await this.awake(id)).agent.writeFile(path, body as AsyncIterable<Buffer>, opts);
   }
 
   async statFile(id: string, path: string): Promise<FileStatT> {
-    return toWireStat(await this.running(id).agent.stat(path));
+    return toWireStat(await (await this.awake(id)).agent.stat(path));
   }
 
   async listFiles(id: string, path: string): Promise<FileStatT[]> {
-    return (await this.running(id).agent.list(path)).map(toWireStat);
+    return (await (await this.awake(id)).agent.list(path)).map(toWireStat);
   }
 
   async makeDir(
@@ -475,11 +506,11 @@ export class SandboxManager implements SandboxService, SandboxHost {
     path: string,
     opts: { parents?: boolean; mode?: number },
   ): Promise<void> {
-    await this.running(id).agent.mkdir(path, opts);
+    await (await this.awake(id)).agent.mkdir(path, opts);
   }
 
   async removeFile(id: string, path: string, opts: { recursive?: boolean }): Promise<void> {
-    await this.running(id).agent.remove(path, opts);
+    await (await this.awake(id)).agent.remove(path, opts);
   }
 
   /** A terminal session: opened, or reattached by its session id (the agent holds it). */
@@ -488,7 +519,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     req: PtyQueryT,
     onData: (chunk: Buffer, offset: number) => void,
   ): Promise<PtyAttachment> {
-    return openOrAttach(this.running(id).agent, req, onData);
+    return openOrAttach((await this.awake(id)).agent, req, onData);
   }
 
   /** The last 1 MiB of the guest console; an ended sandbox's is kept until its row goes. */
@@ -549,7 +580,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       await live.vm.kill();
       await this.opts.network?.release(id);
       await this.limiter.remove(id);
-      this.rows.update(id, { state, reason, pid: null });
+      this.rows.update(id, { state, reason, pid: null, tier: 'running' });
       this.live.delete(id);
       await keepConsoleLog(this.opts.paths.home, id, live.dir).catch(() => undefined);
       await rm(live.dir, { recursive: true, force: true });
@@ -568,7 +599,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const oom = await this.oomReason(live.id);
     await this.limiter.remove(live.id);
     const reason = oom ?? (await deathReason(live.dir, exit));
-    this.rows.update(live.id, { state: 'dead', reason, pid: null });
+    this.rows.update(live.id, { state: 'dead', reason, pid: null, tier: 'running' });
     this.log.warn({ sandbox: live.id, reason }, 'sandbox died');
     await keepConsoleLog(this.opts.paths.home, live.id, live.dir).catch(() => undefined);
     await removeLeftovers(live.dir).catch((e: unknown) =>
@@ -619,8 +650,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
     throw notRunning(this.row(id));
   }
 
-  private execOf(id: string, execId: string): ExecHandle {
-    const handle = this.running(id).execs.get(execId);
+  private async execOf(id: string, execId: string): Promise<ExecHandle> {
+    const handle = (await this.awake(id)).execs.get(execId);
     if (handle) return handle;
     throw new ForkdError(
       'exec_not_found',
@@ -681,6 +712,7 @@ export function toWire(row: SandboxRow): SandboxT {
   // A running sandbox with a reason is one whose disk chain a repair could not mend.
   if (row.disk_problem !== null && row.state === 'running') wire.reason = row.disk_problem;
   if (row.limits) wire.limits = { ...row.limits };
+  wire.tier = row.tier;
   return wire;
 }
 

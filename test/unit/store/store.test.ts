@@ -23,7 +23,7 @@ after(async () => {
 function row(
   id: string,
   over: Partial<SandboxRow> = {},
-): Omit<SandboxRow, 'updated_at' | 'disk_base' | 'disk_problem'> {
+): Omit<SandboxRow, 'updated_at' | 'disk_base' | 'disk_problem' | 'tier'> {
   return {
     ...{ id, state: 'running', image: 'busybox', snapshot: null, parent: null },
     ...{ memory_mib: 256, cpus: 1, labels: {}, env: {}, created_at: new Date().toISOString() },

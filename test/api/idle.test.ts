@@ -1,0 +1,126 @@
+/**
+ * Idle tiers over the fake services (docs/idle.md): the pause and resume routes hand the
+ * tier to the service and answer the Sandbox, reject what the contract does not take, and
+ * any request to a parked sandbox wakes it; the SDK's `pause`/`resume` and the CLI's
+ * `forkd pause`/`resume` and `ps` column say the same. The real QEMU side is
+ * test/e2e/idle.test.ts.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Sandbox, SandboxNotFoundError, SandboxNotRunningError } from '@forkd/sdk';
+import { buildApp } from '../../src/api/app.js';
+import { ForkdError } from '../../src/errors.js';
+import { cliOverFakes, out } from '../helpers/fake-cli.js';
+import { SEED } from '../helpers/fake-services.js';
+
+const { fake, env, forkd, json } = cliOverFakes('forkd-idle-');
+const S = `/v1/sandboxes/${SEED.sandbox}`;
+const config = () => ({ url: env.FORKD_URL });
+
+const app = () => buildApp(fake.services, { requireAuth: false });
+
+const tierOf = async (a: Awaited<ReturnType<typeof app>>) =>
+  (JSON.parse((await a.inject(S)).body) as { tier: string }).tier;
+
+test('pause and resume: the tier reaches the service; the answer is the Sandbox in its tier', async (t) => {
+  fake.reset();
+  const a = await app();
+  t.after(() => a.close());
+  const paused = await a.inject({ method: 'POST', url: `${S}/pause` });
+  assert.equal(paused.statusCode, 200, paused.body);
+  assert.equal(paused.json().tier, 'paused');
+  assert.equal(paused.json().state, 'running');
+  const again = await a.inject({ method: 'POST', url: `${S}/pause`, payload: { tier: 'paused' } });
+  assert.equal(again.statusCode, 200, 'pausing a paused sandbox is not an error');
+  const hib = await a.inject({
+    method: 'POST',
+    url: `${S}/pause`,
+    payload: { tier: 'hibernated' },
+  });
+  assert.equal(hib.json().tier, 'hibernated');
+  const pauses = fake.serviceCalls().filter((c) => c.method === 'pause');
+  assert.deepEqual(
+    pauses.map((c) => c.args),
+    [
+      [SEED.sandbox, { tier: undefined }],
+      [SEED.sandbox, { tier: 'paused' }],
+      [SEED.sandbox, { tier: 'hibernated' }],
+    ],
+  );
+  const resumed = await a.inject({ method: 'POST', url: `${S}/resume` });
+  assert.equal(resumed.statusCode, 200);
+  assert.equal(resumed.json().tier, 'running');
+  const twice = await a.inject({ method: 'POST', url: `${S}/resume` });
+  assert.equal(twice.json().tier, 'running', 'resuming a running sandbox is a no-op');
+});
+
+test('pause rejects a tier it does not know, a body on resume, and unknown sandboxes', async (t) => {
+  fake.reset();
+  const a = await app();
+  t.after(() => a.close());
+  for (const payload of [{ tier: 'running' }, { tier: 'frozen' }, { tier: 'paused', x: 1 }]) {
+    const r = await a.inject({ method: 'POST', url: `${S}/pause`, payload });
+    assert.equal(r.statusCode, 400, JSON.stringify(payload));
+    assert.equal(r.json().error.code, 'bad_request');
+  }
+  const body = await a.inject({ method: 'POST', url: `${S}/resume`, payload: { tier: 'x' } });
+  assert.equal(body.json().error.code, 'bad_request');
+  const missing = await a.inject({ method: 'POST', url: '/v1/sandboxes/sbx-000000000000/pause' });
+  assert.equal(missing.statusCode, 404);
+  assert.equal(missing.json().error.code, 'sandbox_not_found');
+  await a.inject({ method: 'DELETE', url: S });
+  const stopped = await a.inject({ method: 'POST', url: `${S}/pause` });
+  assert.equal(stopped.json().error.code, 'sandbox_not_running');
+});
+
+test('any request to a parked sandbox wakes it: exec, files', async (t) => {
+  fake.reset();
+  const a = await app();
+  t.after(() => a.close());
+  await a.inject({ method: 'POST', url: `${S}/pause` });
+  const ran = await a.inject({
+    method: 'POST',
+    url: `${S}/exec`,
+    payload: { argv: ['echo', 'hi'] },
+  });
+  assert.equal(ran.statusCode, 200);
+  assert.equal(await tierOf(a), 'running');
+  await a.inject({ method: 'POST', url: `${S}/pause`, payload: { tier: 'hibernated' } });
+  const read = await a.inject(`${S}/files?path=${encodeURIComponent(SEED.file)}`);
+  assert.equal(read.statusCode, 200);
+  assert.equal(await tierOf(a), 'running');
+});
+
+test('SDK: sandbox.pause() and resume() update info.tier; errors are typed', async () => {
+  fake.reset();
+  const sbx = await Sandbox.connect(SEED.sandbox, config());
+  assert.equal(sbx.info.tier, 'running');
+  assert.equal((await sbx.pause()).tier, 'paused');
+  assert.equal(sbx.info.tier, 'paused');
+  assert.equal((await sbx.pause({ tier: 'hibernated' })).tier, 'hibernated');
+  assert.equal((await sbx.resume()).tier, 'running');
+  assert.equal(sbx.info.tier, 'running');
+  await sbx.kill();
+  await assert.rejects(sbx.pause(), SandboxNotRunningError);
+  fake.reset();
+  const gone = await Sandbox.connect(SEED.sandbox, config());
+  fake.failWith('sandboxes', 'resume', new ForkdError('sandbox_not_found', 'no sandbox'));
+  await assert.rejects(gone.resume(), SandboxNotFoundError);
+});
+
+test('CLI: forkd pause [--hibernate] / resume print ID TIER; ps shows the tier; --json', async () => {
+  fake.reset();
+  const p = await forkd('pause', SEED.sandbox);
+  assert.equal(p.code, 0, p.stderr.toString());
+  assert.equal(out(p), `${SEED.sandbox} paused\n`);
+  const ps = out(await forkd('ps'));
+  assert.match(ps, /TIER/);
+  assert.match(ps, new RegExp(`${SEED.sandbox}\\s+running\\s+paused`));
+  const h = await json<{ tier: string; id: string }>('pause', SEED.sandbox, '--hibernate');
+  assert.deepEqual([h.id, h.tier], [SEED.sandbox, 'hibernated']);
+  assert.equal(out(await forkd('resume', SEED.sandbox)), `${SEED.sandbox} running\n`);
+  const missing = await forkd('pause', 'sbx-000000000000');
+  assert.equal(missing.code, 3, 'an unknown id exits 3');
+  const bad = await forkd('resume', 'nope');
+  assert.equal(bad.code, 2, 'a malformed id is a usage error');
+});
