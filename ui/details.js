@@ -228,7 +228,9 @@ export class DetailsPanel {
       return;
     await this.act(
       (r) => `${id} is ${r.tier}`,
-      () => this.api.post(`/v1/sandboxes/${encodeURIComponent(id)}/${verb}`, {}),
+      () =>
+        // resume takes no body; pause takes an optional one
+        this.api.request('POST', `/v1/sandboxes/${encodeURIComponent(id)}/${verb}`),
     );
   }
 

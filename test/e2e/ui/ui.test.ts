@@ -88,15 +88,25 @@ after(async () => {
 });
 
 test('a wrong token shows an error and no data', async () => {
+  let t = Date.now();
+  const lap = (what: string) => {
+    process.stdout.write(`# ${what} ${Date.now() - t} ms\n`);
+    t = Date.now();
+  };
   await page.goto(`${base}/ui`);
+  lap('goto');
   await page.fill('#token', 'not-the-token');
+  lap('fill');
   await page.click('#login-form button[type=submit]');
   await page.locator('#login-error').waitFor();
+  lap('error');
   assert.match((await page.textContent('#login-error')) ?? '', /wrong/i);
   assert.equal(await page.isVisible('#app'), false);
   assert.equal(await page.locator('#nodes tbody tr').count(), 0);
   assert.equal(await page.evaluate('sessionStorage.getItem("forkd.token")'), null);
+  lap('checks');
   await shot('login');
+  lap('shot');
 });
 
 test('the tree follows the CLI, branches from the UI, a terminal, a kill', async () => {
@@ -135,6 +145,21 @@ test('the tree follows the CLI, branches from the UI, a terminal, a kill', async
     .waitFor({ timeout: 20_000 });
   await shot('terminal');
   await page.click('#terminal-close');
+
+  // Pause the first fork and resume it: its tier shows in the list.
+  await row('sandbox', first).click();
+  await page.locator('#details [data-action=pause]').click();
+  await page.click('#confirm-ok');
+  await row('sandbox', first).filter({ hasText: 'paused' }).waitFor({ timeout: 20_000 });
+  await page.locator('#details [data-action=resume]').click();
+  await page.click('#confirm-ok');
+  await page
+    .locator('#toast', { hasText: 'is running' })
+    .waitFor({ timeout: 20_000 })
+    .catch(async (e: unknown) => {
+      throw new Error(`resume: the page says ${await page.textContent('#toast')}`, { cause: e });
+    });
+  await row('sandbox', first).filter({ hasNotText: 'paused' }).waitFor({ timeout: 5_000 });
 
   // Kill the second fork: it leaves the tree.
   await row('sandbox', second).click();
