@@ -87,7 +87,7 @@ export class LineageGraph {
       const from = n.kind === 'snapshot' ? sources.get(n.id) : undefined;
       return from && running.has(from)
         ? { ...n, parent: { kind: 'sandbox', id: from }, branch: true }
-        : { ...n, branch: Boolean(from) };
+        : { ...n, branch: false };
     });
     const keys = new Set(shown.map((n) => nodeKey(n.kind, n.id)));
     let changed = false;
