@@ -73,4 +73,6 @@ export default tseslint.config(
   { files: ['src/drivers/**/*.ts'], ...restrict([...FORBIDDEN.drivers, QMP_OUTSIDE_QEMU]) },
   { files: ['src/drivers/qemu/**/*.ts'], ...restrict(FORBIDDEN.drivers) },
   { files: ['src/mcp/**/*.ts'], ...restrict([...FORBIDDEN.mcp, QMP_OUTSIDE_QEMU]) },
+  // The web UI: browser ES modules served as they are (no build step).
+  { files: ['ui/**/*.js'], languageOptions: { globals: { ...globals.browser } } },
 );

@@ -14,7 +14,9 @@ PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-t
   # the terminal-session e2e test drives `forkd shell` through a real terminal
   tmux
   # image pull tests: a real registry on loopback, htpasswd, xattrs on test layers, token certs
-  docker-registry apache2-utils attr openssl)
+  docker-registry apache2-utils attr openssl
+  # the web UI's e2e test drives a real headless browser (playwright-core, executablePath)
+  chromium)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

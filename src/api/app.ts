@@ -29,6 +29,9 @@ import { snapshotRoutes } from './routes/snapshots.js';
 import { packRoutes } from './routes/packs.js';
 import { networkRoutes } from './routes/network.js';
 import { installWebSocket, ptyRoutes } from './routes/pty.js';
+import { eventRoutes } from './routes/events.js';
+import { reportRoutes } from './routes/host.js';
+import { uiRoutes } from './routes/ui.js';
 import { SHARED_SCHEMAS } from '../contract/schemas.js';
 import type { Api } from './types.js';
 
@@ -64,6 +67,8 @@ function recordRoutes(app: Api): void {
   const routes: RouteEntry[] = [];
   ROUTES.set(app, routes);
   app.addHook('onRoute', (r) => {
+    // Hidden routes (the web UI's static pages) are outside the REST contract.
+    if ((r.schema as { hide?: boolean } | undefined)?.hide) return;
     for (const method of [r.method].flat()) routes.push({ method, url: r.url });
   });
 }
@@ -135,6 +140,9 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
     evalRoutes,
     ptyRoutes,
     packRoutes,
+    eventRoutes,
+    reportRoutes,
+    uiRoutes,
   ]) {
     await app.register(routes, { services });
   }

@@ -45,9 +45,29 @@ function matchToken(known: [Buffer, string][], presented: string): string | unde
   return found;
 }
 
+/**
+ * A browser cannot set headers on a WebSocket, so a terminal opened by the web UI offers
+ * its token as the subprotocol `forkd.bearer.<base64url token>` (as Kubernetes does) beside
+ * `forkd`, the one the daemon answers with (the token is never echoed back).
+ */
+export const WS_PROTOCOL = 'forkd';
+export const WS_BEARER_PREFIX = 'forkd.bearer.';
+
+/** The token a WebSocket upgrade carries in Sec-WebSocket-Protocol, if any. */
+export function wsBearer(header: string | undefined): string | undefined {
+  for (const offered of (header ?? '').split(',')) {
+    const p = offered.trim();
+    if (p.startsWith(WS_BEARER_PREFIX)) {
+      return Buffer.from(p.slice(WS_BEARER_PREFIX.length), 'base64url').toString('utf8');
+    }
+  }
+  return undefined;
+}
+
 function bearer(request: FastifyRequest): string | undefined {
   const m = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '');
-  return m?.[1];
+  if (m || request.headers.upgrade?.toLowerCase() !== 'websocket') return m?.[1];
+  return wsBearer(request.headers['sec-websocket-protocol']);
 }
 
 /** Adds the auth check to every route of `app` (routes marked `config.public` excepted). */

@@ -169,6 +169,11 @@ const VERBS: Verb[] = [
     load: () => import('./pause.js'),
   },
   { name: 'resume', summary: 'wake a parked sandbox', load: () => import('./resume.js') },
+  {
+    name: 'ui',
+    summary: 'print (or open) the URL of the web UI; serves it locally for a unix-socket daemon',
+    load: () => import('./ui.js'),
+  },
 ];
 
 /** The verb a command line runs (`forkd help VERB` shows VERB's help, so it needs VERB). */

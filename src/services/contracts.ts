@@ -8,6 +8,9 @@ import type { Readable } from 'node:stream';
 import type {
   BranchRequestT,
   BranchResultT,
+  BenchResultT,
+  ChangeEventT,
+  DoctorReportT,
   CreateSandboxT,
   EgressPolicyT,
   PublishedPortT,
@@ -269,6 +272,10 @@ export interface HostInfo {
   sandboxCounts(): Record<string, number>;
   /** Gauges for /metrics: each running sandbox's limits and use (its cgroup's numbers). */
   sandboxUsage(): Promise<SandboxUsageT[]>;
+  /** `forkd doctor` on the daemon's host (GET /v1/doctor). */
+  doctor?(): Promise<DoctorReportT>;
+  /** The benchmark outputs saved beside the daemon (bench/results; GET /v1/bench). */
+  benchResults?(): Promise<BenchResultT[]>;
 }
 
 /** One running sandbox's limits and use, as /metrics reports them. */
@@ -309,6 +316,14 @@ export interface Services {
   network?: NetworkApi;
   /** Portable snapshots: pack, unpack, push, pull (absent: not offered). */
   packs?: PackService;
+  /** Sandbox and snapshot changes as they happen (GET /v1/events); absent: the stream stays quiet. */
+  events?: EventService;
+}
+
+/** Sandbox and snapshot changes as the services write them (the web UI's live tree). */
+export interface EventService {
+  /** Calls `fn` on every change until the returned function is called. */
+  subscribe(fn: (event: ChangeEventT) => void): () => void;
 }
 
 /** A running sandbox's network: its policy, its published ports, the daemon's way in. */

@@ -3,6 +3,7 @@
  * under a running daemon without a restart mattering anyway), the accelerator, and the
  * sandbox count per state straight from the store.
  */
+import type { BenchResultT, DoctorReportT } from '../contract/schemas.js';
 import type { HostInfo, SandboxUsageT } from './contracts.js';
 import { detectAccel } from '../drivers/qemu/accel.js';
 import { QEMU_BINARY } from '../drivers/qemu/vm.js';
@@ -21,7 +22,19 @@ export class Host implements HostInfo {
   constructor(
     private readonly counts: () => Record<string, number>,
     private readonly usage: () => Promise<SandboxUsageT[]> = async () => [],
+    private readonly reports: {
+      doctor?: () => Promise<DoctorReportT>;
+      bench?: () => Promise<BenchResultT[]>;
+    } = {},
   ) {}
+
+  doctor(): Promise<DoctorReportT> {
+    return this.reports.doctor?.() ?? Promise.resolve({ ok: true, checks: [] });
+  }
+
+  benchResults(): Promise<BenchResultT[]> {
+    return this.reports.bench?.() ?? Promise.resolve([]);
+  }
 
   qemuVersion(): Promise<string> {
     this.version ??= run(QEMU_BINARY, ['--version']).then(

@@ -23,6 +23,10 @@ import { PackManager } from './packs/service.js';
 import { NetworkService } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
 import { configureConfinement, protectHome } from '../drivers/qemu/confine.js';
+import { EventFeed } from './events.js';
+import { benchResults, doctorReport } from './reports.js';
+import { join } from 'node:path';
+import { repoRoot } from '../config.js';
 
 export interface ServiceOptions {
   paths: Paths;
@@ -100,6 +104,10 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
   const host = new Host(
     () => sandboxes.counts(),
     () => sandboxes.usage(),
+    {
+      doctor: () => doctorReport(paths),
+      bench: () => benchResults(join(repoRoot(), 'bench', 'results')),
+    },
   );
   const qemuVersion = opts.qemuVersion ?? (() => host.qemuVersion());
   const snapshots = new SnapshotManager({
@@ -138,6 +146,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     host,
     ...(network ? { network: new SandboxNetworks(network, sandboxes) } : {}),
     packs: new PackManager({ paths, snapshots, qemuVersion }),
+    events: new EventFeed(store.changes),
   };
   return {
     sandboxes,

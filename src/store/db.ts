@@ -7,6 +7,7 @@ import { closeSync, mkdirSync, openSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
 import { AuditRows } from './audit.js';
+import { RowChanges } from './changes.js';
 import { BranchIntentRows } from './intents.js';
 import { migrate } from './migrations.js';
 import { SandboxRows } from './sandboxes.js';
@@ -23,13 +24,15 @@ export class Store {
   readonly snapshots: SnapshotRows;
   readonly audit: AuditRows;
   readonly intents: BranchIntentRows;
+  /** Every sandbox and snapshot row written, as it is written (the event stream's source). */
+  readonly changes = new RowChanges();
 
   private constructor(
     readonly db: Database.Database,
     opts: StoreOptions,
   ) {
-    this.sandboxes = new SandboxRows(db);
-    this.snapshots = new SnapshotRows(db);
+    this.sandboxes = new SandboxRows(db, this.changes);
+    this.snapshots = new SnapshotRows(db, this.changes);
     this.audit = new AuditRows(db, opts.auditFile);
     this.intents = new BranchIntentRows(db);
   }

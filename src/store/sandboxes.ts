@@ -3,6 +3,7 @@
  * before a boot starts, so a daemon that crashes mid-boot finds the sandbox on restart.
  */
 import type Database from 'better-sqlite3';
+import { RowChanges } from './changes.js';
 
 export type SandboxState = 'starting' | 'running' | 'stopped' | 'dead';
 
@@ -83,7 +84,10 @@ export class SandboxRows {
   private readonly all: Database.Statement<[], Encoded>;
   private readonly byState: Database.Statement<[string], Encoded>;
 
-  constructor(private readonly db: Database.Database) {
+  constructor(
+    private readonly db: Database.Database,
+    private readonly changes = new RowChanges(),
+  ) {
     this.byId = db.prepare('SELECT * FROM sandboxes WHERE id = ?');
     this.all = db.prepare('SELECT * FROM sandboxes ORDER BY created_at, id');
     this.byState = db.prepare('SELECT * FROM sandboxes WHERE state = ? ORDER BY created_at, id');
@@ -115,6 +119,7 @@ export class SandboxRows {
         limits: full.limits === null ? null : JSON.stringify(full.limits),
         idle: full.idle === null ? null : JSON.stringify(full.idle),
       });
+    this.changes.emit({ table: 'sandboxes', key: row.id, op: 'insert', state: row.state });
     return full;
   }
 
@@ -148,18 +153,25 @@ export class SandboxRows {
     this.db
       .prepare(`UPDATE sandboxes SET ${sets} WHERE id = @id`)
       .run({ ...fields, id, updated_at: now() });
-    return this.get(id);
+    const updated = this.get(id);
+    if (updated) {
+      this.changes.emit({ table: 'sandboxes', key: id, op: 'update', state: updated.state });
+    }
+    return updated;
   }
 
   delete(id: string): void {
     this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
+    this.changes.emit({ table: 'sandboxes', key: id, op: 'delete' });
   }
 
   /** Forget stopped and dead sandboxes that ended before `before` (ISO time). */
   pruneEnded(before: string): number {
-    return this.db
+    const n = this.db
       .prepare(`DELETE FROM sandboxes WHERE state IN ('stopped', 'dead') AND updated_at < ?`)
       .run(before).changes;
+    if (n) this.changes.emit({ table: 'sandboxes', key: '*', op: 'delete' });
+    return n;
   }
 
   /** Number of sandboxes per state, every state present (0 when none). */

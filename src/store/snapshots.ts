@@ -4,6 +4,7 @@
  * as `writing`, so a daemon killed mid-create finds and removes the half-made snapshot.
  */
 import type Database from 'better-sqlite3';
+import { RowChanges } from './changes.js';
 
 export type SnapshotState = 'writing' | 'ready' | 'failed';
 
@@ -29,7 +30,10 @@ const now = () => new Date().toISOString();
 
 /** Prepared statements over the `snapshots` table. */
 export class SnapshotRows {
-  constructor(private readonly db: Database.Database) {}
+  constructor(
+    private readonly db: Database.Database,
+    private readonly changes = new RowChanges(),
+  ) {}
 
   insert(row: Pick<SnapshotRow, 'tag' | 'state' | 'parent' | 'source' | 'dir'>): SnapshotRow {
     const at = now();
@@ -39,6 +43,7 @@ export class SnapshotRows {
          VALUES (@tag, @state, @parent, @source, @dir, @at, @at)`,
       )
       .run({ ...row, at });
+    this.changes.emit({ table: 'snapshots', key: row.tag, op: 'insert', state: row.state });
     return this.get(row.tag) as SnapshotRow;
   }
 
@@ -67,9 +72,12 @@ export class SnapshotRows {
     this.db
       .prepare(`UPDATE snapshots SET ${[...sets, 'updated_at = @at'].join(', ')} WHERE tag = @tag`)
       .run({ ...fields, tag, at: now() });
+    const state = fields.state ?? this.get(tag)?.state;
+    this.changes.emit({ table: 'snapshots', key: tag, op: 'update', state });
   }
 
   delete(tag: string): void {
     this.db.prepare('DELETE FROM snapshots WHERE tag = ?').run(tag);
+    this.changes.emit({ table: 'snapshots', key: tag, op: 'delete' });
   }
 }

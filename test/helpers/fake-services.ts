@@ -15,6 +15,8 @@ import { ForkdError } from '../../src/errors.js';
 import { AUTO_DEFAULTS, resolveLimits } from '../../src/services/limits.js';
 import { FakeContexts, SEED_CONTEXT } from './fake-contexts.js';
 import { FakePtys } from './fake-pty.js';
+import { RowChanges } from '../../src/store/changes.js';
+import { EventFeed } from '../../src/services/events.js';
 import type {
   AuditEntry,
   BranchOutcome,
@@ -222,6 +224,8 @@ export class FakeServices {
   private readonly diskBases = new Map<string, string>();
   /** Terminal sessions (GET /pty), echoing their input. */
   readonly ptys = new FakePtys();
+  /** What GET /v1/events streams: tests emit row changes here. */
+  readonly changes = new RowChanges();
 
   constructor() {
     this.reset();
@@ -242,7 +246,19 @@ export class FakeServices {
       },
       network: this.recorded('network', this.networkService()),
       packs: this.recorded('packs', this.packService()),
+      events: new EventFeed(this.changes),
     };
+    this.services.host.doctor = async () => ({
+      ok: true,
+      checks: [{ id: 'qemu', status: 'pass', summary: 'QEMU 8.2.2' }],
+    });
+    this.services.host.benchResults = async () => [
+      {
+        name: 'fork-2026-12-02.txt',
+        modified_at: '2026-12-02T00:00:00.000Z',
+        text: 'fork: 90 ms\n',
+      },
+    ];
   }
 
   /** Packs over the fake snapshots: an unpack or pull installs a copy of the seed snapshot. */
@@ -1031,6 +1047,9 @@ export function validRequests(): RouteRequest[] {
       status: 400,
     },
     { method: 'GET', route: '/v1/images', url: '/v1/images', status: 200 },
+    { method: 'GET', route: '/v1/events', url: '/v1/events?timeout_s=0', status: 200 },
+    { method: 'GET', route: '/v1/doctor', url: '/v1/doctor', status: 200 },
+    { method: 'GET', route: '/v1/bench', url: '/v1/bench', status: 200 },
     {
       method: 'POST',
       route: '/v1/images',

@@ -159,6 +159,13 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
             "not handle."
         ),
     ),
+    "disk_full": CatalogEntry(
+        507,
+        (
+            "The disk holding FORKD_HOME ran out of space (or inodes); the operation was "
+            "undone and nothing half-written was kept."
+        ),
+    ),
     "pack_invalid": CatalogEntry(
         422,
         (
@@ -565,6 +572,17 @@ class ImageFormatUnsupportedError(ForkdError):
     status = 422
 
 
+class DiskFullError(ForkdError):
+    """The disk holding FORKD_HOME ran out of space (or inodes); the operation was undone and
+    nothing half-written was kept.
+
+    Code ``disk_full``, HTTP 507.
+    """
+
+    code = "disk_full"
+    status = 507
+
+
 class PackInvalidError(ForkdError):
     """The snapshot pack or pushed artifact is not one forkd can read: another format version,
     a missing parent, files that do not match the manifest.
@@ -627,6 +645,7 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "registry_unreachable": RegistryUnreachableError,
     "blob_invalid": BlobInvalidError,
     "image_format_unsupported": ImageFormatUnsupportedError,
+    "disk_full": DiskFullError,
     "pack_invalid": PackInvalidError,
     "pack_incompatible": PackIncompatibleError,
 }
@@ -672,6 +691,7 @@ __all__ = [
     "RegistryUnreachableError",
     "BlobInvalidError",
     "ImageFormatUnsupportedError",
+    "DiskFullError",
     "PackInvalidError",
     "PackIncompatibleError",
 ]

@@ -18,6 +18,7 @@ import { PtyQuery, PtySessionList, SandboxParams, type PtyQueryT } from '../../c
 import { ForkdError } from '../../errors.js';
 import type { PtyAttachment, Services } from '../../services/contracts.js';
 import { errorBody, toForkdError } from '../errors.js';
+import { WS_PROTOCOL } from '../auth.js';
 import type { Api } from '../types.js';
 import { ERROR_RESPONSES } from './common.js';
 
@@ -151,7 +152,13 @@ function wire(ws: WebSocket, opened: Opened): void {
  * first, so that one refused by any hook (a missing token) still has its socket closed.
  */
 export async function installWebSocket(app: Api): Promise<void> {
-  await app.register(websocket, { options: { maxPayload: 2 * MAX_CONTROL_FRAME } });
+  await app.register(websocket, {
+    options: {
+      maxPayload: 2 * MAX_CONTROL_FRAME,
+      // A browser offering its token as a subprotocol (auth.ts) is answered `forkd`.
+      handleProtocols: (offered: Set<string>) => (offered.has(WS_PROTOCOL) ? WS_PROTOCOL : false),
+    },
+  });
 }
 
 export async function ptyRoutes(app: Api, { services }: { services: Services }) {
