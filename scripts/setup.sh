@@ -33,6 +33,8 @@ fi
 
 echo "==> npm ci"
 npm ci --no-audit --no-fund --loglevel=error
+# The E2B listener's tests drive the real e2b SDK, kept in its own test project.
+(cd test/e2b && npm ci --no-audit --no-fund --loglevel=error)
 echo "==> build"
 npm run -s build
 echo "==> forkd setup (guest kernel, initramfs, default image)"

@@ -34,6 +34,8 @@ function expectedTarget(r: RouteRequest, answer: () => unknown): string | null {
   if (r.route.startsWith('/v1/logins')) return '127.0.0.1:5000';
   if (r.route.startsWith('/v1/images/')) return SEED.image;
   if (r.route === '/v1/snapshots') return 'fresh';
+  if (r.route === '/v1/snapshots/unpack') return 'unpacked-1';
+  if (r.route === '/v1/snapshots/pull') return 'pulled-1';
   if (r.route.startsWith('/v1/snapshots/')) return SEED.snapshot;
   if (r.route === '/v1/sandboxes') return (answer() as { id: string }).id;
   return SEED.sandbox;

@@ -303,7 +303,7 @@ after(async () => {
 });
 
 test('every route of the contract is in the table', () => {
-  assert.equal(validRequests().length, 60);
+  assert.equal(validRequests().length, 64);
 });
 
 for (const r of validRequests()) {
