@@ -55,6 +55,11 @@ const VERBS: Verb[] = [
   { name: 'logs', summary: "print a sandbox's console log", load: () => import('./logs.js') },
   { name: 'kill', summary: 'kill sandboxes', load: () => import('./kill.js') },
   {
+    name: 'update',
+    summary: "change a running sandbox's limits or timeout",
+    load: () => import('./update.js'),
+  },
+  {
     name: 'info',
     summary: 'one sandbox in full: its limits and, while it runs, what it uses',
     load: () => import('./info.js'),

@@ -317,12 +317,15 @@ export const ForkResult = Type.Object(
 
 export const PatchSandbox = Type.Object(
   {
-    timeout_s: Type.Integer({
-      ...between(LIMITS.timeoutS),
-      description: 'the sandbox now expires this many seconds from now',
-    }),
+    timeout_s: Type.Optional(
+      Type.Integer({
+        ...between(LIMITS.timeoutS),
+        description: 'the sandbox now expires this many seconds from now',
+      }),
+    ),
+    limits: Type.Optional(LimitsRequest),
   },
-  strict,
+  { ...strict, minProperties: 1, description: 'timeout_s, limits, or both' },
 );
 
 export const ListSandboxesQuery = Type.Object(

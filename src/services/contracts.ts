@@ -115,6 +115,8 @@ export interface SandboxService {
   get(id: string): Promise<SandboxT>;
   /** Sets expires_at = now + timeoutS. */
   extend(id: string, timeoutS: number): Promise<SandboxT>;
+  /** New limits for a running sandbox (PATCH); fields left out keep their value. */
+  setLimits(id: string, req: LimitsRequestT): Promise<SandboxT>;
   kill(id: string): Promise<void>;
   exec(id: string, req: ExecRequestT): Promise<ExecResultT>;
   execStream(id: string, req: ExecRequestT): Promise<ExecStream>;

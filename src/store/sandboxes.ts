@@ -144,15 +144,16 @@ export class SandboxRows {
     fields: Partial<
       Pick<
         SandboxRow,
-        'state' | 'pid' | 'expires_at' | 'reason' | 'disk_base' | 'disk_problem' | 'tier'
+        'state' | 'pid' | 'expires_at' | 'reason' | 'disk_base' | 'disk_problem' | 'tier' | 'limits'
       >
     >,
   ): SandboxRow | undefined {
     const keys = Object.keys(fields) as (keyof typeof fields)[];
     const sets = [...keys.map((k) => `${k} = @${k}`), 'updated_at = @updated_at'].join(', ');
+    const limits = 'limits' in fields ? { limits: JSON.stringify(fields.limits ?? null) } : {};
     this.db
       .prepare(`UPDATE sandboxes SET ${sets} WHERE id = @id`)
-      .run({ ...fields, id, updated_at: now() });
+      .run({ ...fields, ...limits, id, updated_at: now() });
     const updated = this.get(id);
     if (updated) {
       this.changes.emit({ table: 'sandboxes', key: id, op: 'update', state: updated.state });

@@ -103,3 +103,42 @@ test('the CLI sends its limit flags and shows the limits in ps and info', async 
   );
   assert.equal(forked.sandboxes[0]?.limits.cpu, 0.25);
 });
+
+test('PATCH changes the limits it names and keeps the rest; bad values are named', async () => {
+  const { id } = (await post({ limits: { memory: '1G', cpu: 0.5 } })).json() as { id: string };
+  const patch = (payload: object) =>
+    app.inject({ method: 'PATCH', url: `/v1/sandboxes/${id}`, payload });
+  const res = await patch({ limits: { cpu: 0.25, pids: 100 } });
+  assert.equal(res.statusCode, 200, res.body);
+  const { limits } = res.json() as { limits: unknown };
+  assert.deepEqual(limits, { memory_bytes: 1024 * MiB, cpu: 0.25, pids: 100, cgroup: 'v1' });
+  const bad = await patch({ limits: { memory: '128M' } });
+  assert.equal(bad.statusCode, 400);
+  assert.match(bad.body, /limits\.memory 128M is less than the guest's 256 MiB/);
+  const empty = await patch({});
+  assert.equal(empty.statusCode, 400);
+  assert.equal((empty.json() as { error: { code: string } }).error.code, 'bad_request');
+  const both = await patch({ limits: { cpu: 1 }, timeout_s: 600 });
+  const after = both.json() as { limits: { cpu: number }; expires_at: string | null };
+  assert.equal(after.limits.cpu, 1);
+  assert.ok(after.expires_at && Date.parse(after.expires_at) > Date.now() + 590_000);
+});
+
+test('forkd update (the SDK setLimits) changes limits; with nothing to change it is a usage error', async () => {
+  const created = await cli.json<{ id: string }>('create', '--cpu-limit', '0.5');
+  const updated = await cli.json<{ limits: { cpu: number; pids: number } }>(
+    'update',
+    created.id,
+    '--cpu-limit',
+    '0.25',
+    '--pids-limit',
+    '64',
+  );
+  assert.deepEqual([updated.limits.cpu, updated.limits.pids], [0.25, 64]);
+  const text = await cli.forkd('update', created.id, '--memory-limit', '900M');
+  assert.equal(text.code, 0, text.stderr);
+  assert.match(out(text), new RegExp(`^${created.id} limits mem 900 MiB, cpu 0\\.25, pids 64`));
+  const nothing = await cli.forkd('update', created.id);
+  assert.equal(nothing.code, 2);
+  assert.match(nothing.stderr, /nothing to change/);
+});

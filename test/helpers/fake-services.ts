@@ -102,10 +102,10 @@ function sandboxRecord(id: string, image: string, over: Partial<SandboxT> = {}):
 /** Limits as the real service resolves them (the same checks), enforced by a pretend v1. */
 function fakeLimits(
   req: LimitsRequestT | undefined,
-  res: { memory_mib: number; cpus: number },
+  res: { memory_mib: number; cpus: number; limits?: SandboxT['limits'] },
 ): SandboxT['limits'] {
   const ctx = { memoryMiB: res.memory_mib, cpus: res.cpus, defaults: AUTO_DEFAULTS };
-  return { ...resolveLimits(req, ctx), cgroup: 'v1' };
+  return { ...resolveLimits(req, { ...ctx, inherited: res.limits }), cgroup: 'v1' };
 }
 
 function imageRecord(name: string, from: string): ImageT {
@@ -526,6 +526,11 @@ export class FakeServices {
       extend: async (id, timeoutS) => {
         const s = this.running(id);
         s.expires_at = new Date(Date.now() + timeoutS * 1000).toISOString();
+        return s;
+      },
+      setLimits: async (id, req) => {
+        const s = this.running(id);
+        s.limits = fakeLimits(req, s);
         return s;
       },
       kill: async (id) => this.stop(id),

@@ -184,13 +184,20 @@ class Sandbox(Remote[SandboxInfo]):
     ) -> SandboxInfo:
         """Make it expire ``timeout`` seconds from now (rounded up to whole seconds).
         ``Sandbox.set_timeout(id, 600)`` works by id."""
-        client, sandbox_id = _target(self, url, token, request_timeout)
-        body = {"timeout_s": whole_seconds(timeout)}
-        wire = client.transport.json(Request("PATCH", sandbox_path(sandbox_id), json=body))
-        info = from_wire(SandboxInfo, wire)
-        if isinstance(self, Sandbox):
-            self._info = info
-        return info
+        return _patch(self, {"timeout_s": whole_seconds(timeout)}, url, token, request_timeout)
+
+    def set_limits(
+        self: Union[Sandbox, str],
+        limits: Limits,
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> SandboxInfo:
+        """Change its resource limits while it runs (``{"cpu": 0.25}``); limits left out
+        keep their value. ``Sandbox.set_limits(id, {...})`` works by id."""
+        body = {"limits": limits_body(limits)}
+        return _patch(self, body, url, token, request_timeout)
 
     def logs(
         self: Union[Sandbox, str],
@@ -305,3 +312,19 @@ def _target(
 def _get_info(client: Forkd, sandbox_id: str) -> SandboxInfo:
     wire = client.transport.json(Request("GET", sandbox_path(sandbox_id)))
     return from_wire(SandboxInfo, wire)
+
+
+def _patch(
+    self: Union[Sandbox, str],
+    body: Dict[str, Any],
+    url: Optional[str],
+    token: Optional[str],
+    request_timeout: Optional[float],
+) -> SandboxInfo:
+    """PATCH the sandbox; a Sandbox object keeps the answer as its info."""
+    client, sandbox_id = _target(self, url, token, request_timeout)
+    wire = client.transport.json(Request("PATCH", sandbox_path(sandbox_id), json=body))
+    info = from_wire(SandboxInfo, wire)
+    if isinstance(self, Sandbox):
+        self._info = info
+    return info

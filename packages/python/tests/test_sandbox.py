@@ -1,7 +1,7 @@
 """The sync SDK end to end, against a real ``forkd daemon`` and real microVMs (TCG here):
 create, output that streams while the command runs, a 10 MB binary round trip
 byte-identical, files and commands (stdin, background handles, kill, timeouts), connect /
-list / set_timeout / logs, an error of each main kind mapped to its class, and ``with``
+list / set_timeout / set_limits / logs, an error of each main kind mapped to its class, and ``with``
 killing the sandbox even when the block fails."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class SandboxTest(unittest.TestCase):
             sbx.commands.run(r"printf '\342'; sleep 0.3; printf '\234\223'", on_stdout=texts.append)
             self.assertEqual(texts, ["✓"])
 
-    def test_connect_list_set_timeout_logs(self) -> None:
+    def test_connect_list_set_timeout_set_limits_logs(self) -> None:
         sbx = create(labels={"find": "me"})
         try:
             same = Sandbox.connect(sbx.id, url=DAEMON.url)
@@ -144,6 +144,9 @@ class SandboxTest(unittest.TestCase):
             self.assertIsNotNone(sbx.set_timeout(600).expires_at)
             self.assertEqual(sbx.info.expires_at, sbx.refresh().expires_at)
             self.assertIsNotNone(Sandbox.set_timeout(sbx.id, 700, url=DAEMON.url).expires_at)
+            limits = sbx.set_limits({"cpu": 0.25, "pids": 96}).limits or {}
+            self.assertEqual((limits.get("cpu"), limits.get("pids")), (0.25, 96))
+            self.assertEqual(sbx.info.limits, sbx.refresh().limits)
             self.assertIn("forkd-agent", Sandbox.logs(sbx.id, url=DAEMON.url))
             self.assertIn("forkd-agent", sbx.logs())
         finally:

@@ -327,6 +327,18 @@ export class Sandbox {
   }
 
   /**
+   * Change its resource limits while it runs; limits left out keep their value. A memory
+   * limit below what its QEMU uses now is refused (`capacity`), and nothing changes.
+   *
+   * @example
+   * const { limits } = await sbx.setLimits({ cpu: 0.25 });
+   */
+  async setLimits(limits: LimitsOptions, opts: CallOptions = {}): Promise<SandboxInfo> {
+    this.current = await patchSandbox(this.client, this.id, { limits: limitsBody(limits) }, opts);
+    return this.current;
+  }
+
+  /**
    * Capture it — memory, devices and disk from one instant — into a new snapshot while it
    * keeps running (it is paused for `pauseMs`, tens of milliseconds). With `fork`, children
    * of the new snapshot start in the same call. Its disk is a layer over the snapshot it
@@ -502,10 +514,20 @@ async function patchTimeout(
   timeoutMs: number,
   opts: CallOptions,
 ): Promise<SandboxInfo> {
+  return patchSandbox(client, id, { timeout_s: toSeconds(timeoutMs) }, opts);
+}
+
+/** PATCH /v1/sandboxes/:id: the sandbox as it is afterwards. */
+async function patchSandbox(
+  client: Forkd,
+  id: string,
+  json: Record<string, unknown>,
+  opts: CallOptions,
+): Promise<SandboxInfo> {
   const wire = await client.transport.json({
     method: 'PATCH',
     path: sandboxPath(id),
-    json: { timeout_s: toSeconds(timeoutMs) },
+    json,
     signal: opts.signal,
   });
   return sandboxFromWire(wire);

@@ -162,14 +162,19 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
     '/v1/sandboxes/:id',
     {
       schema: {
-        summary: 'Extend a sandbox: it now expires timeout_s from now',
+        summary: 'Change a sandbox: extend it (timeout_s from now) and/or change its limits',
         tags,
         params: SandboxParams,
         body: PatchSandbox,
         response: { 200: Sandbox, ...ERROR_RESPONSES },
       },
     },
-    async (request) => sandboxes.extend(request.params.id, request.body.timeout_s),
+    async (request) => {
+      const { id } = request.params;
+      const { timeout_s: timeoutS, limits } = request.body;
+      const changed = limits ? await sandboxes.setLimits(id, limits) : undefined;
+      return timeoutS === undefined ? (changed as SandboxT) : sandboxes.extend(id, timeoutS);
+    },
   );
 
   app.delete(

@@ -14,6 +14,7 @@ import type {
   ExecRequestT,
   ExecResultT,
   FileStatT,
+  LimitsRequestT,
   PtyQueryT,
   PtySessionT,
   SandboxT,
@@ -417,6 +418,22 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const updated = this.rows.update(id, { expires_at: expiry(timeoutS) }) as SandboxRow;
     if (this.live.has(id)) this.timers.arm(id, updated.expires_at);
     return this.wire(updated);
+  }
+
+  /**
+   * New limits for a running sandbox: each given field replaces its value, the others stay;
+   * checked like a create's (guest RAM, host cores). The cgroup changes first, so a limit
+   * the kernel refuses (memory below what it uses now) leaves the row as it was.
+   */
+  async setLimits(id: string, req: LimitsRequestT): Promise<SandboxT> {
+    const live = this.running(id);
+    const row = this.row(id);
+    const ctx = { memoryMiB: row.memory_mib, cpus: row.cpus, inherited: row.limits ?? undefined };
+    const limits = await this.limiter.resolve(req, ctx);
+    if (row.limits) await this.limiter.apply(id, limits);
+    else await this.limiter.place(id, limits, live.vm.pid);
+    this.log.info({ sandbox: id, limits }, 'sandbox limits changed');
+    return this.wire(this.rows.update(id, { limits }) as SandboxRow);
   }
 
   /**

@@ -87,7 +87,7 @@ async function until(what: string, check: () => Promise<boolean>, timeoutMs = 60
 }
 
 test(
-  'a CPU hog is held to its 0.5-core quota; the limits show in info and ps',
+  'a CPU hog is held to its 0.5-core quota; the limits show in info and ps and change while it runs',
   logged(async () => {
     const sbx = await create({ limits: { cpu: 0.5, memory: '512M', pids: 128 } });
     try {
@@ -138,6 +138,17 @@ test(
       assert.ok(wire.usage, 'info shows usage');
       const ps = await forkd(['ps'], { env: { ...home.env, FORKD_URL: url } });
       assert.match(ps.stdout.toString(), /mem 512 MiB, cpu 0\.5, pids 128/);
+
+      // Changed while it runs (PATCH): the kernel's values follow at once, the rest stay.
+      const changed = await sbx.setLimits({ cpu: 0.25, pids: 96 });
+      assert.deepEqual([changed.limits?.cpu, changed.limits?.pids], [0.25, 96]);
+      assert.equal(await quotaCores(sbx.id), 0.25);
+      assert.equal(await cgroupFile(sbx.id, 'pids', 'pids.max', 'pids.max'), '96');
+      assert.equal(
+        Number(await cgroupFile(sbx.id, 'memory', 'memory.limit_in_bytes', 'memory.max')),
+        512 * MiB,
+      );
+      assert.equal((await sbx.commands.run('echo alive')).stdout, 'alive\n');
     } finally {
       await sbx.kill();
     }
