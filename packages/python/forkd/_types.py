@@ -184,6 +184,9 @@ class SnapshotInfo:
     memory: Optional[SnapshotMemoryInfo] = field(
         default=None, metadata=nested(SnapshotMemoryInfo)
     )
+    #: Where it came from when it was unpacked or pulled: ``{"kind": "pack" | "registry" |
+    #: "url", "from", "digest", "at"}`` (docs/packs.md); absent for one made here.
+    origin: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)

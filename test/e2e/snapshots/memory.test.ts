@@ -37,9 +37,10 @@ const steps = [
 before(async () => {
   process.env.FORKD_MEMORY_CHAIN_MAX = '2'; // m3 is a third diff: compacted in the background
   home = await makeTestHome();
-  s = await startServices(home, { branchMode: 'copy' });
+  // The daemon's default mode: a `--branch-mode copy` daemon denies QEMU spawn (live branch).
+  s = await startServices(home);
   const base = (await s.sandboxes.create({ image: 'busybox', memory_mib: 256 }, caller)).id;
-  await s.branch.branch(base, { tag: 'base' }, caller);
+  await s.branch.branch(base, { tag: 'base', mode: 'copy' }, caller);
   await s.sandboxes.kill(base);
   src = (await s.snapshots.fork({ snapshot: 'base', n: 1 }, caller)).sandboxes[0]?.id as string;
   for (const [i, step] of steps.entries()) {
