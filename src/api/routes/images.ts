@@ -20,8 +20,8 @@ import {
   PullImage,
   type ImageT,
 } from '../../contract/schemas.js';
-import { errorBody, toForkdError } from '../errors.js';
-import { NdjsonStream } from '../ndjson.js';
+import type { NdjsonStream } from '../ndjson.js';
+import { progressStream } from './progress-stream.js';
 import type { Api } from '../types.js';
 import { ERROR_RESPONSES, NO_CONTENT } from './common.js';
 import { NDJSON } from './exec.js';
@@ -35,28 +35,12 @@ type Run = (onProgress: (e: ImageProgress) => void) => Promise<ImageT>;
  * Start a pull or import whose progress streams as NDJSON; resolves with the stream once
  * the first event (or the outcome) is there, so an early failure is a plain error answer.
  */
-async function streamImage(run: Run, request: FastifyRequest): Promise<NdjsonStream> {
-  const out = new NdjsonStream();
-  let begun!: () => void;
-  const first = new Promise<void>((resolve) => (begun = resolve));
-  const done = run((e) => {
-    out.send({ type: 'progress', ...e });
-    begun();
+function streamImage(run: Run, request: FastifyRequest): Promise<NdjsonStream> {
+  return progressStream(run, request, {
+    progress: (e) => e,
+    done: (image) => ({ image }),
+    failed: 'streaming image pull ended with an error',
   });
-  await Promise.race([first, done]);
-  void (async () => {
-    try {
-      out.send({ type: 'done', image: await done });
-    } catch (err) {
-      const e = toForkdError(err);
-      request.errorCode = e.code;
-      request.log.info({ err }, 'streaming image pull ended with an error');
-      out.send({ type: 'error', ...errorBody(e) });
-    } finally {
-      out.close();
-    }
-  })();
-  return out;
 }
 
 /** 201 with the image, or (stream) 200 with its NDJSON events. */

@@ -18,8 +18,7 @@ import {
 } from '../../contract/schemas.js';
 import { ForkdError } from '../../errors.js';
 import type { PackService, Services } from '../../services/contracts.js';
-import { errorBody, toForkdError } from '../errors.js';
-import { NdjsonStream } from '../ndjson.js';
+import { progressStream } from './progress-stream.js';
 import type { Api } from '../types.js';
 import { ERROR_RESPONSES } from './common.js';
 import { NDJSON } from './exec.js';
@@ -38,26 +37,11 @@ async function answer(
   reply: FastifyReply,
 ) {
   if (!stream) return reply.code(code).send(await run(() => undefined));
-  const out = new NdjsonStream();
-  let begun!: () => void;
-  const first = new Promise<void>((resolve) => (begun = resolve));
-  const done = run((message) => {
-    out.send({ type: 'progress', message });
-    begun();
+  const out = await progressStream(run, request, {
+    progress: (message: string) => ({ message }),
+    done: (result) => ({ result }),
+    failed: 'a streamed pack operation ended with an error',
   });
-  await Promise.race([first, done]);
-  void (async () => {
-    try {
-      out.send({ type: 'done', result: await done });
-    } catch (err) {
-      const e = toForkdError(err);
-      request.errorCode = e.code;
-      request.log.info({ err }, 'a streamed pack operation ended with an error');
-      out.send({ type: 'error', ...errorBody(e) });
-    } finally {
-      out.close();
-    }
-  })();
   return reply.code(200).type(NDJSON).send(out);
 }
 
