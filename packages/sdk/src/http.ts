@@ -109,8 +109,16 @@ export class Transport {
   async send(spec: RequestSpec): Promise<http.IncomingMessage> {
     spec.signal?.throwIfAborted();
     const { headers, payload } = encodeBody(spec);
-    const req = this.request(spec, headers);
-    const res = await this.exchange(req, spec.signal, payload);
+    let req = this.request(spec, headers);
+    let res: http.IncomingMessage;
+    try {
+      res = await this.exchange(req, spec.signal, payload);
+    } catch (e) {
+      if (!(payload instanceof Readable) && closedWhileIdle(req, e)) {
+        req = this.request(spec, headers);
+        res = await this.exchange(req, spec.signal, payload);
+      } else throw e;
+    }
     const status = res.statusCode ?? 0;
     if (status >= 200 && status < 300) return res;
     const error = await this.errorOf(res, spec.signal);
@@ -318,6 +326,16 @@ export class Transport {
     const retryAfterMs = Number.isFinite(retryAfter) ? retryAfter * 1000 : undefined;
     return errorFromResponse(status, body, { retryAfterMs });
   }
+}
+
+/**
+ * A kept-alive connection the daemon closed as idle just as this request went out on it
+ * (its FIN crossed our write): the daemon read none of it, so sending it again on a new
+ * connection is safe, and node's documentation advises exactly that.
+ */
+function closedWhileIdle(req: http.ClientRequest, e: unknown): boolean {
+  const code = ((e as { cause?: NodeJS.ErrnoException }).cause ?? {}).code;
+  return req.reusedSocket && (code === 'ECONNRESET' || code === 'EPIPE');
 }
 
 /** What to do about a connection error, by errno. */

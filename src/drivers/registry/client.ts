@@ -6,7 +6,7 @@
  * snapshot pushes (a snapshot is an OCI artifact): it knows nothing of images.
  */
 import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import { open, rename, rm, stat } from 'node:fs/promises';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -20,6 +20,7 @@ import {
   type Credentials,
 } from './auth.js';
 import { MANIFEST_TYPES } from './media.js';
+import { fileSink } from '../../util/file-sink.js';
 
 export interface RegistryOptions {
   credentials?: CredentialSource;
@@ -130,7 +131,7 @@ export class RegistryClient {
       await pipeline(
         Readable.fromWeb(res.body as never),
         verifier(digest, opts.size, opts.onBytes),
-        createWriteStream(dest, { flags: 'wx', mode: 0o644 }),
+        await fileSink(dest, 'wx'),
       );
     } catch (e) {
       await rm(dest, { force: true });
@@ -276,7 +277,7 @@ export class RegistryClient {
       await pipeline(
         Readable.fromWeb(res.body as never),
         count,
-        createWriteStream(partial, { flags: resumed > 0 ? 'a' : 'w', mode: 0o644 }),
+        await fileSink(partial, resumed > 0 ? 'a' : 'w'),
       );
     } catch (e) {
       this.opts.signal?.throwIfAborted();

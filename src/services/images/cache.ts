@@ -5,7 +5,7 @@
  * image sharing layers takes them from here. `forkd image prune` drops blobs no image names.
  */
 import { randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -13,6 +13,7 @@ import type { Paths } from '../../config.js';
 import { DIGEST, verifier } from '../../drivers/registry/index.js';
 import { ForkdError } from '../../errors.js';
 import { listImages, pidAlive } from './store.js';
+import { fileSink } from '../../util/file-sink.js';
 
 export function blobDir(p: Paths): string {
   return join(p.home, 'cache', 'blobs', 'sha256');
@@ -67,12 +68,8 @@ export async function addBlobFromFile(
   size?: number,
 ): Promise<string> {
   if (await hasBlob(p, digest)) return blobPath(p, digest);
-  return addBlob(p, digest, (tmp) =>
-    pipeline(
-      createReadStream(file),
-      verifier(digest, size),
-      createWriteStream(tmp, { flags: 'wx' }),
-    ),
+  return addBlob(p, digest, async (tmp) =>
+    pipeline(createReadStream(file), verifier(digest, size), await fileSink(tmp, 'wx')),
   );
 }
 

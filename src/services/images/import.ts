@@ -4,7 +4,6 @@
  * every blob is then checked against its digest on its way into the layer cache, so an
  * import and a pull of the same image share layers and build the same tree.
  */
-import { createWriteStream } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { createReadStream } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -28,6 +27,7 @@ import {
 } from './oci.js';
 import { readTar } from './tar.js';
 import type { Image } from './store.js';
+import { fileSink } from '../../util/file-sink.js';
 
 const DOCKER_LAYER = 'application/vnd.docker.image.rootfs.diff.tar';
 
@@ -130,7 +130,7 @@ async function importLayout(
     await pipeline(
       createReadStream(blob(d.digest)),
       verifier(d.digest, d.size),
-      createWriteStream(tmp, { flags: 'wx' }),
+      await fileSink(tmp, 'wx'),
     );
   });
   const name = opts.name ?? nameFrom(refName(top), file);
@@ -221,7 +221,7 @@ async function unpackArchive(file: string, dir: string): Promise<void> {
     if (h.type !== 'file') return;
     const dest = join(dir, clean(h.path));
     await mkdir(dirname(dest), { recursive: true });
-    await pipeline(body, createWriteStream(dest, { flags: 'wx' }));
+    await pipeline(body, await fileSink(dest, 'wx'));
   });
 }
 

@@ -5,7 +5,6 @@
  * loopback: a pack holds a whole VM's memory.
  */
 import { createHash } from 'node:crypto';
-import { createWriteStream } from 'node:fs';
 import { mkdir, rename, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable, Transform } from 'node:stream';
@@ -14,6 +13,7 @@ import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import { sha256File } from '../snapshots/files.js';
 import { packCache } from './oci.js';
+import { fileSink } from '../../util/file-sink.js';
 
 const LOOPBACK = /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])$/;
 
@@ -82,7 +82,7 @@ export async function downloadUrl(
     await pipeline(
       Readable.fromWeb(res.body as never),
       counter,
-      createWriteStream(partial, { flags: resumed ? 'a' : 'w' }),
+      await fileSink(partial, resumed ? 'a' : 'w'),
     );
   } catch (e) {
     signal?.throwIfAborted();
