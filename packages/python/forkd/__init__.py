@@ -20,10 +20,12 @@ from ._async import (
     AsyncFileStream,
     AsyncForkd,
     AsyncImages,
+    AsyncPacks,
     AsyncSandbox,
     AsyncSnapshot,
 )
 from ._client import Forkd, Images
+from ._packs import Packs
 from ._commands import CommandHandle, Commands
 from ._config import ConnectionConfig, default_socket_path, parse_url, resolve_config
 from ._eval import (
@@ -44,9 +46,12 @@ from ._types import (
     CommandResult,
     EntryInfo,
     ImageInfo,
+    InstallInfo,
     LineageEdge,
     LineageNode,
+    PackInfo,
     PoolInfo,
+    PushInfo,
     SandboxInfo,
     SnapshotFileInfo,
     SnapshotInfo,
@@ -71,6 +76,7 @@ __all__ = [
     "AsyncFileStream",
     "AsyncForkd",
     "AsyncImages",
+    "AsyncPacks",
     "AsyncSandbox",
     "AsyncSnapshot",
     "BranchResult",
@@ -86,9 +92,13 @@ __all__ = [
     "Forkd",
     "ImageInfo",
     "Images",
+    "InstallInfo",
     "LineageEdge",
     "LineageNode",
+    "PackInfo",
+    "Packs",
     "PoolInfo",
+    "PushInfo",
     "Sandbox",
     "SandboxInfo",
     "Snapshot",

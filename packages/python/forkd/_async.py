@@ -36,6 +36,7 @@ from typing import (
 
 from ._catalog import SandboxNotFoundError
 from ._client import Forkd, I, Images, Remote
+from ._packs import Packs
 from ._commands import (
     Cmd,
     CommandHandle,
@@ -547,6 +548,19 @@ class AsyncImages:
     remove = method(Images.remove)
 
 
+class AsyncPacks:
+    """Snapshot packs, for asyncio."""
+
+    def __init__(self, sync: Packs) -> None:
+        #: The sync packs it drives.
+        self.sync = sync
+
+    pack = method(Packs.pack)
+    unpack = method(Packs.unpack)
+    push = method(Packs.push)
+    pull = method(Packs.pull)
+
+
 class AsyncForkd:
     """A client of one forkd daemon, for asyncio (see ``Forkd``)."""
 
@@ -560,6 +574,8 @@ class AsyncForkd:
         self.sync = Forkd(url, token, request_timeout)
         #: The daemon's images.
         self.images = AsyncImages(self.sync.images)
+        #: Snapshot packs.
+        self.packs = AsyncPacks(self.sync.packs)
 
     @property
     def url(self) -> str:

@@ -1,5 +1,5 @@
 """``Forkd``: one daemon's address and token, the transport to it, and the daemon-wide
-calls (health, version, images, lineage). Sandbox and Snapshot entry points build one from
+calls (health, version, images, packs, lineage). Sandbox and Snapshot entry points build one from
 their ``url``/``token``/``request_timeout`` arguments, so most code never names it."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Generic, List, Optional, Protocol, Tuple, Type, TypeVar, Union
 
 from ._config import resolve_config
+from ._packs import Packs
 from ._transport import Request, Transport, compact, quote_segment
 from ._types import ImageInfo, LineageNode, VersionInfo, from_wire
 
@@ -64,6 +65,8 @@ class Forkd:
         self.transport = Transport(resolve_config(url, token, request_timeout))
         #: The daemon's images.
         self.images = Images(self.transport)
+        #: Snapshot packs: pack, unpack, push, pull.
+        self.packs = Packs(self.transport, self.long_timeout)
 
     @property
     def url(self) -> str:

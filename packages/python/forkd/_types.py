@@ -115,6 +115,53 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class PackInfo:
+    """What ``packs.pack`` wrote (wire object ``PackResult``)."""
+
+    tag: str
+    file: str
+    #: Size of the pack file.
+    bytes: int
+    #: Snapshots in the pack, root first.
+    chain: List[str]
+    image: Optional[str]
+    files: int
+    #: The files packed, holes included.
+    logical_bytes: int
+
+
+@dataclass(frozen=True)
+class InstallInfo:
+    """What ``packs.unpack`` or ``packs.pull`` installed (wire object ``UnpackResult``)."""
+
+    tag: str
+    #: Snapshots written, root first.
+    installed: List[str]
+    #: Snapshots of the chain this host had already.
+    reused: List[str]
+    image: Optional[str]
+    bytes_downloaded: int
+    #: Bytes an interrupted pull had fetched already (resumed, not fetched again).
+    bytes_resumed: int
+
+
+@dataclass(frozen=True)
+class PushInfo:
+    """What ``packs.push`` sent (wire object ``PushResult``)."""
+
+    #: ``REGISTRY/REPO:TAG@DIGEST``.
+    reference: str
+    digest: str
+    blobs: int
+    uploaded: int
+    #: Blobs the repository had already.
+    skipped: int
+    #: Blobs cross-mounted from another repository of the registry.
+    mounted: int
+    bytes_uploaded: int
+
+
+@dataclass(frozen=True)
 class SnapshotFileInfo:
     """One file of a snapshot: logical ``size``, bytes ``allocated`` on disk, checksum."""
 

@@ -25,7 +25,7 @@ if PACKAGE not in sys.path:
 import forkd  # noqa: E402 (needs the path above)
 
 CLI = os.path.join(REPO, "dist", "src", "cli", "main.js")
-READY_S = 30.0
+READY_S = 60.0
 STOP_S = 15.0
 T = TypeVar("T")
 

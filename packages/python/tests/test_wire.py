@@ -61,6 +61,9 @@ class WireTest(unittest.TestCase):
             forkd.ForkFailure: SCHEMAS["ForkResult"]["properties"]["failed"]["items"],
             forkd.ContextInfo: answer("/v1/sandboxes/{id}/contexts", "post"),
             forkd.PtySessionInfo: SCHEMAS["PtySession"],
+            forkd.PackInfo: SCHEMAS["PackResult"],
+            forkd.InstallInfo: SCHEMAS["UnpackResult"],
+            forkd.PushInfo: SCHEMAS["PushResult"],
         }
         for cls, schema in pairs.items():
             self.assertEqual(fields(cls), props(schema), cls.__name__)

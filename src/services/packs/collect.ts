@@ -69,6 +69,8 @@ export async function collectPack(p: Paths, top: SnapshotManifest): Promise<Pack
     image: image ? { name: image, included: true } : null,
     files,
     host: await hostRequirements(top),
-    created_at: new Date().toISOString(),
+    // The snapshot's own time, not the pack's: the same snapshot packs (and pushes) the same
+    // bytes, so a second push of it finds every blob, its config too, in the registry.
+    created_at: top.created_at,
   };
 }

@@ -52,6 +52,7 @@ export interface PackManifest {
   image: { name: string; included: boolean } | null;
   files: PackFile[];
   host: HostRequirements;
+  /** When the top snapshot was made (not the pack: packing the same snapshot twice matches). */
   created_at: string;
 }
 

@@ -85,7 +85,11 @@ export async function layerFor(
 }
 
 /** The artifact manifest over a config blob and the file layers. */
-export function artifactManifest(config: { digest: string; size: number }, layers: Layer[]) {
+export function artifactManifest(
+  config: { digest: string; size: number },
+  layers: Layer[],
+  created: string,
+) {
   return Buffer.from(
     JSON.stringify({
       schemaVersion: 2,
@@ -93,7 +97,7 @@ export function artifactManifest(config: { digest: string; size: number }, layer
       artifactType: PACK_MEDIA.artifact,
       config: { mediaType: PACK_MEDIA.config, ...config },
       layers,
-      annotations: { 'org.opencontainers.image.created': new Date().toISOString() },
+      annotations: { 'org.opencontainers.image.created': created },
     }),
   );
 }

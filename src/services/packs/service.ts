@@ -182,7 +182,11 @@ export class PackManager implements PackService {
       await writeFile(configFile, config);
       const configDigest = sha256(config);
       count(out, await client.pushBlob(repo, configDigest, configFile, config.length));
-      const manifest = artifactManifest({ digest: configDigest, size: config.length }, layers);
+      const manifest = artifactManifest(
+        { digest: configDigest, size: config.length },
+        layers,
+        pack.created_at,
+      );
       out.digest = await client.putManifest(
         repo,
         ref.tag ?? 'latest',
