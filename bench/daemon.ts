@@ -19,6 +19,9 @@ export interface BenchDaemon {
   output: () => string;
 }
 
+/** A shared host under heavy load (load average 200 seen) can take over 30 s to start Node. */
+const READY_TIMEOUT_MS = 120_000;
+
 const exited = (child: ChildProcess) => child.exitCode !== null || child.signalCode !== null;
 
 /** `forkd daemon` on the bench home, ready once /healthz answers. */
@@ -37,7 +40,7 @@ export async function startDaemon(home: BenchHome): Promise<BenchDaemon> {
     output: () => output,
   };
   const forkd = new Forkd({ url: daemon.url });
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + READY_TIMEOUT_MS;
   for (;;) {
     if (exited(child)) throw new Error(`forkd daemon exited: ${output}`);
     try {
@@ -46,7 +49,7 @@ export async function startDaemon(home: BenchHome): Promise<BenchDaemon> {
     } catch {
       if (Date.now() > deadline) {
         await stopDaemon(daemon);
-        throw new Error(`forkd daemon not ready in 30 s: ${output}`);
+        throw new Error(`forkd daemon not ready in ${READY_TIMEOUT_MS / 1000} s: ${output}`);
       }
       await sleep(100);
     }

@@ -120,7 +120,8 @@ async function main(): Promise<void> {
       `requests held: ${all.length} in ${wall.toFixed(1)} s (${(all.length / wall).toFixed(1)}/s), errors: ${failures}`,
     );
     for (const [what, n] of errors) console.log(`  error ${what}: ${n}`);
-    const left = await Sandbox.list({ url });
+    // Killed fork children stay listed as `dead`; only running ones would be leaks.
+    const left = await Sandbox.list({ url, state: 'running' });
     console.log(`sandboxes after the run: ${left.length} (the ${TARGETS} targets)`);
     for (const t of targets) await t.kill();
     await snapshot.remove({ force: true });

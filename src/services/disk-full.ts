@@ -9,7 +9,8 @@
 import { statfs } from 'node:fs/promises';
 import { ForkdError, isForkdError } from '../errors.js';
 
-const NO_SPACE = /\bENOSPC\b|No space left on device|\bEDQUOT\b|Disk quota exceeded/i;
+const NO_SPACE =
+  /\bENOSPC\b|No space left on device|\bEDQUOT\b|Disk quota exceeded|\bSQLITE_FULL\b|database or disk is full/i;
 /** Below this much free space (or free inodes) a failed write is taken to be disk full. */
 const NEARLY_FULL_BYTES = 4 * 1024 * 1024;
 const NEARLY_FULL_INODES = 16;
@@ -35,7 +36,7 @@ export async function hostIsFull(path: string): Promise<boolean> {
 function saysNoSpace(e: unknown): boolean {
   if (!e || typeof e !== 'object') return false;
   const err = e as { code?: unknown; message?: unknown; details?: unknown; cause?: unknown };
-  if (err.code === 'ENOSPC' || err.code === 'EDQUOT') return true;
+  if (['ENOSPC', 'EDQUOT', 'SQLITE_FULL'].includes(String(err.code))) return true;
   if (typeof err.message === 'string' && NO_SPACE.test(err.message)) return true;
   if (err.details && NO_SPACE.test(JSON.stringify(err.details))) return true;
   return err.cause !== undefined && err.cause !== e && saysNoSpace(err.cause);

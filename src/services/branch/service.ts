@@ -26,6 +26,7 @@ import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
 import type { BranchIntentRows } from '../../store/intents.js';
+import { asDiskFull } from '../disk-full.js';
 import { abandonBranch, captureBranch, type BranchCapture } from './capture.js';
 import { BranchModes } from './mode.js';
 import { recoverIntents, sweepStrayLayers } from './recover.js';
@@ -84,9 +85,10 @@ export class BranchManager implements BranchService {
     const over = await this.memoryParent(source);
     this.registry.reserve(tag, id);
     let captured: BranchCapture | undefined;
+    let published: Promise<SnapshotManifest> | undefined;
+    const warn = (err: unknown) =>
+      this.log.warn({ sandbox: id, snapshot: tag, err }, 'could not repair the disk chain');
     try {
-      const warn = (err: unknown) =>
-        this.log.warn({ sandbox: id, snapshot: tag, err }, 'could not repair the disk chain');
       captured = await captureBranch(this.opts.paths, source, tag, {
         mode,
         start: over ? 'empty' : 'base',
@@ -96,7 +98,7 @@ export class BranchManager implements BranchService {
       });
       const meta = await this.meta(tag, source, req, over, egress);
       this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
-      const published = this.publish(source, captured, meta, warn, over);
+      published = this.publish(source, captured, meta, warn, over);
       const { capture } = captured;
       const answer = async (wait: boolean) => {
         const pages = wait ? await capture.pages : undefined;
@@ -127,8 +129,14 @@ export class BranchManager implements BranchService {
       );
       return { snapshot, ...result, children };
     } catch (e) {
-      if (!captured) this.registry.release(tag);
-      throw e;
+      if (!published) {
+        // Captured but not handed to publish (its row could not be written: a full disk
+        // fails SQLite too): the live copy ends, then the branch is undone as publish would.
+        if (captured) await this.undoCapture(source, captured, warn);
+        this.registry.release(tag);
+      }
+      // Undone by now (staging removed, disk switch folded back): what is free is what is left.
+      throw await asDiskFull(e, this.opts.paths.snapshots, `branch of ${id}`);
     }
   }
 
@@ -178,6 +186,12 @@ export class BranchManager implements BranchService {
     };
   }
 
+  /** Undo a capture that was never published: staging removed, disk switch undone. */
+  private async undoCapture(source: Lease, c: BranchCapture, warn: (err: unknown) => void) {
+    await c.capture.pages.catch(() => undefined);
+    await abandonBranch(source, c.staging, c.intent, { intents: this.opts.intents, warn });
+  }
+
   /** Once published, the source's disk layers on the new snapshot (it depends on it). */
   private publish(
     source: Lease,
@@ -202,7 +216,7 @@ export class BranchManager implements BranchService {
       },
       async (e: unknown) => {
         await abandonBranch(source, staging, intent, { intents: this.opts.intents, warn });
-        throw e;
+        throw await asDiskFull(e, this.opts.paths.snapshots, `branch of ${source.id}`);
       },
     );
   }

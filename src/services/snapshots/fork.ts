@@ -35,6 +35,7 @@ import {
   sandboxVmSpec,
   type Sandbox,
 } from '../sandboxes/sandbox.js';
+import { asDiskFull } from '../disk-full.js';
 import { runForkHooks } from './hooks.js';
 import { snapshotDir, SNAPSHOT_FILES, type SnapshotManifest } from './files.js';
 import type { Pool } from './pool.js';
@@ -100,7 +101,7 @@ export async function prepareChild(
   } catch (e) {
     await placement?.limiter.remove(id);
     await rm(dir, { recursive: true, force: true });
-    throw e;
+    throw await asDiskFull(e, p.sandboxes, `fork of ${m.tag}`);
   }
 }
 

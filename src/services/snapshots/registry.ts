@@ -141,9 +141,11 @@ export class SnapshotRegistry {
       this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
       return manifest;
     } catch (e) {
+      // Files first: on a full disk the row update itself can fail (SQLITE_FULL) until
+      // the staging dir's space is given back.
+      await rm(staging, { recursive: true, force: true });
       const reason = e instanceof Error ? e.message : String(e);
       this.rows.update(tag, { state: 'failed', reason });
-      await rm(staging, { recursive: true, force: true });
       throw e;
     } finally {
       this.creating.delete(tag);

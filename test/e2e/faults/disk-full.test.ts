@@ -4,6 +4,10 @@
  * does not fit and an image build whose filesystem does not fit. Each fails with
  * `disk_full` naming the home, leaves no snapshot or image under its name, no staging dir,
  * no QEMU and no sandbox dir, and gives the space back; afterwards a sandbox still boots.
+ * Then the tmpfs is grown, a snapshot made and a sandbox forked from it, and the disk filled
+ * up to the last MiB: a copy branch, a live branch and a fork each fail with `disk_full`,
+ * leave no snapshot, staging dir or child behind, and the source runs on with its files;
+ * once space is freed the same source branches again.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -24,6 +28,10 @@ import { makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
 
 /** Room for a booted sandbox (overlay, sockets, logs), not for its ~120 MiB of written memory. */
 const TMPFS_MIB = 24;
+/** Grown to this for the branch and fork cases: a snapshot and a running fork of it fit. */
+const ROOMY_MIB = 768;
+/** What the filler leaves free for those cases: less than any branch or fork writes. */
+const LEFT_FREE = 1024 * 1024;
 
 let mount: string;
 let home: TestHome;
@@ -117,3 +125,72 @@ test('after both failures the same home still boots a sandbox', { timeout: 120_0
   assert.equal(await sh(s!, sbx.id, 'echo ok'), 'ok\n');
   await s!.sandboxes.kill(sbx.id);
 });
+
+/** Fill the home's filesystem until `LEFT_FREE` is left; returns the filler's path. */
+async function fillDisk(): Promise<string> {
+  const filler = join(mount, 'filler');
+  await run('fallocate', ['-l', String((await freeBytes()) - LEFT_FREE), filler]);
+  return filler;
+}
+
+/** The error an operation failed with; fails the test if it succeeded. */
+const failure = (p: Promise<unknown>, what: string) =>
+  p.then(
+    () => assert.fail(`${what} fitted on the full disk`),
+    (e: unknown) => e,
+  );
+
+test(
+  'branch (copy and live) and fork on a full disk: disk_full, nothing half-written, the source runs on',
+  { timeout: 600_000 },
+  async () => {
+    await run('mount', ['-o', `remount,size=${ROOMY_MIB}m`, mount]);
+    await s!.snapshots.create({ tag: 'roomy', image: 'busybox', memory_mib: 128 }, caller);
+    const [src] = (await s!.snapshots.fork({ snapshot: 'roomy', n: 1 }, caller)).sandboxes;
+    assert.ok(src);
+    await sh(s!, src.id, 'echo kept > /root/kept');
+    const filler = await fillDisk();
+    try {
+      for (const mode of ['copy', 'live'] as const) {
+        const err = await failure(
+          s!.branch.branch(src.id, { tag: `full-${mode}`, mode }, caller),
+          `a ${mode} branch`,
+        );
+        assert.ok(
+          isForkdError(err, 'disk_full'),
+          `${mode}: expected disk_full, got ${String(err)}`,
+        );
+        await assert.rejects(s!.snapshots.get(`full-${mode}`), (e) =>
+          isForkdError(e, 'snapshot_not_found'),
+        );
+        const left = await readdir(home.paths.snapshots);
+        assert.deepEqual(
+          left.filter((e) => e !== 'roomy'),
+          [],
+          `${mode}: left in snapshots/`,
+        );
+        assert.equal((await s!.sandboxes.get(src.id)).state, 'running');
+        assert.equal(await sh(s!, src.id, 'cat /root/kept'), 'kept\n');
+      }
+      const forked = await s!.snapshots.fork({ snapshot: 'roomy', n: 1 }, caller);
+      assert.deepEqual(forked.sandboxes, []);
+      const err = forked.failed[0]?.error;
+      assert.ok(isForkdError(err, 'disk_full'), `fork: expected disk_full, got ${String(err)}`);
+      assert.deepEqual(await readdir(home.paths.sandboxes), [src.id], 'a child dir was left');
+      assert.equal((await qemusUnder(home.dir)).length, 1, 'a child QEMU was left');
+      assert.deepEqual(
+        (await s!.sandboxes.list({ state: 'running' })).map((x) => x.id),
+        [src.id],
+      );
+    } finally {
+      await rm(filler, { force: true });
+    }
+    // The disk switch was undone: the same source branches again once there is room.
+    const again = await s!.branch.branch(src.id, { tag: 'after-full', mode: 'live' }, caller);
+    assert.equal(again.snapshot.tag, 'after-full');
+    assert.equal(await sh(s!, src.id, 'cat /root/kept'), 'kept\n');
+    await s!.sandboxes.kill(src.id);
+    await s!.snapshots.remove('after-full', { force: true });
+    await s!.snapshots.remove('roomy', { force: true });
+  },
+);
