@@ -20,6 +20,7 @@ type DaemonFlags = Pick<
   defaultCpu?: string;
   defaultPids?: string;
   pauseIdleAfter?: string;
+  hibernateIdleAfter?: string;
   branchMode: string;
   logLevel: string;
   confine?: boolean;
@@ -61,6 +62,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     limitDefaults: { memory: flags.defaultMemory, cpu: flags.defaultCpu, pids: flags.defaultPids },
     ...(flags.confine === false ? { confine: false } : {}),
     pauseIdleAfterS: positiveInt('--pause-idle-after', flags.pauseIdleAfter),
+    hibernateIdleAfterS: positiveInt('--hibernate-idle-after', flags.hibernateIdleAfter),
   };
 }
 
@@ -104,6 +106,10 @@ export function register(cmd: Command): void {
     .option(
       '--pause-idle-after <s>',
       'pause a sandbox after s seconds without a request (default: never); the next request wakes it',
+    )
+    .option(
+      '--hibernate-idle-after <s>',
+      'hibernate a sandbox (to disk, QEMU ended) after s seconds without a request (default: never); the next request restores it',
     )
     .action(
       action(async (flags: DaemonFlags) => {

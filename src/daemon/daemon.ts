@@ -51,6 +51,8 @@ export interface DaemonOptions {
   drainMs?: number;
   /** Pause sandboxes idle this many seconds (default: never; docs/idle.md). */
   pauseIdleAfterS?: number;
+  /** Hibernate sandboxes idle this many seconds (default: never; docs/idle.md). */
+  hibernateIdleAfterS?: number;
   logLevel?: LogLevel;
   logger?: Logger;
 }
@@ -141,6 +143,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       limitDefaults,
       confine: opts.confine,
       pauseIdleAfterS: opts.pauseIdleAfterS,
+      hibernateIdleAfterS: opts.hibernateIdleAfterS,
     });
     const services = built;
     const recovered = await services.start();

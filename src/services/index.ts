@@ -51,6 +51,8 @@ export interface ServiceOptions {
   confine?: boolean;
   /** Pause sandboxes idle this many seconds (`forkd daemon --pause-idle-after`; docs/idle.md). */
   pauseIdleAfterS?: number;
+  /** Hibernate sandboxes idle this many seconds (`--hibernate-idle-after`; docs/idle.md). */
+  hibernateIdleAfterS?: number;
 }
 
 export interface ServiceSet {

@@ -69,6 +69,15 @@ export function kernelAppend(spec: NonNullable<VmSpec['boot']>, accel: 'kvm' | '
   return parts.join(' ');
 }
 
+/**
+ * The block node of the disk layer a VM starts on, named after its file (overlay.qcow2 →
+ * disk0, overlay-N.qcow2 → diskN, as disk.ts names layers): a sandbox restored from its
+ * hibernation onto a later layer must keep the node its file is found by.
+ */
+export function diskNodeOf(file: string): string {
+  return `disk${/overlay-(\d+)\.qcow2$/.exec(file)?.[1] ?? 0}`;
+}
+
 /** Build argv (without the binary) for qemu-system-x86_64. */
 export function buildQemuArgs(spec: VmSpec): string[] {
   const f = vmFiles(spec.dir);
@@ -108,9 +117,9 @@ export function buildQemuArgs(spec: VmSpec): string[] {
     '-blockdev',
     `driver=file,filename=${spec.disk},node-name=file0,cache.direct=off`,
     '-blockdev',
-    'driver=qcow2,file=file0,node-name=disk0',
+    `driver=qcow2,file=file0,node-name=${diskNodeOf(spec.disk)}`,
     '-device',
-    'virtio-blk-device,drive=disk0,id=vblk0',
+    `virtio-blk-device,drive=${diskNodeOf(spec.disk)},id=vblk0`,
     '-device',
     'virtio-rng-device,id=rng0',
     '-global',

@@ -15,6 +15,7 @@ import { checkRange } from '../checks.js';
 import type { BranchOutcome, BranchService, Caller } from '../contracts.js';
 import { locateGuest } from '../guest.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
+import { memPathOf } from '../sandboxes/sandbox.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import { validateTag, type SnapshotManifest } from '../snapshots/files.js';
 import { inheritedOnFork } from '../snapshots/hooks.js';
@@ -145,10 +146,13 @@ export class BranchManager implements BranchService {
    * on (its newest branch) if the source made it, else the one it was forked from (the file
    * its RAM maps). Pages the source never wrote are that snapshot's in both: a diff needs only
    * the written pages that differ. Null for a sandbox booted from an image and never branched
-   * (its RAM base is zero: the written pages are the whole memory) or a broken chain.
+   * (its RAM base is zero: the written pages are the whole memory), one whose RAM maps its
+   * own hibernation's memory since a wake (the pages it did not write since are not the
+   * snapshot's), or a broken chain.
    */
   private async memoryParent(source: Lease): Promise<SnapshotManifest | null> {
     const ramBase = source.info.snapshot ?? null;
+    if (source.vm.spec.memPath !== memPathOf(this.opts.paths, ramBase)) return null;
     for (const tag of [source.diskBase, ramBase]) {
       if (!tag || !this.registry.isPublished(tag)) continue;
       const m = await this.registry.manifest(tag).catch(() => undefined);

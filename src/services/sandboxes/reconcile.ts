@@ -6,7 +6,8 @@
  * starting/running row becomes `dead` and its files go. Directories with no row are swept
  * unless the process that made them (a `forkd run`) still runs. A re-adopted QEMU is put
  * back in its cgroup with its limits (every other cgroup of this daemon's is removed) and
- * gets its DNS proxy and published ports back.
+ * gets its DNS proxy and published ports back. A hibernated sandbox has no QEMU to find: it
+ * is held again as it is, on its capture (hibernate.ts), until a request wakes it.
  */
 import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
@@ -15,10 +16,11 @@ import type { Paths } from '../../config.js';
 import { AgentClient } from '../../drivers/agent/client.js';
 import { detectAccel } from '../../drivers/qemu/accel.js';
 import { reapLiveForks } from '../../drivers/qemu/live.js';
-import { isQemuOf, readQemuPid, Vm } from '../../drivers/qemu/vm.js';
+import { isQemuOf, killVerifiedQemu, readQemuPid, Vm } from '../../drivers/qemu/vm.js';
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
 import type { Limiter } from '../limits.js';
-import { connectGuest, memPathOf, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
+import { connectGuest, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
+import { hibernationFiles, ramBaseOf } from './hibernate.js';
 import { keepConsoleLog, removeLeftovers } from './leftovers.js';
 import type { ServiceLog } from './log.js';
 
@@ -31,6 +33,8 @@ export interface ReconcileContext {
   limiter: Limiter;
   /** Hand a re-adopted sandbox (now `running`) to the service. */
   adopt(row: SandboxRow, vm: Vm, agent: AgentClient): void;
+  /** Hand a hibernated sandbox (no QEMU, its capture on disk) to the service. */
+  adoptHibernated(row: SandboxRow): void;
   /** Take its network over again (DNS proxy, published ports); a failure is only logged. */
   adoptNetwork?(row: SandboxRow, vm: Vm): Promise<void>;
 }
@@ -64,6 +68,7 @@ export async function reconcile(ctx: ReconcileContext): Promise<ReconcileReport>
 
 /** Re-adopt one starting/running row, or bury it. True when it runs again. */
 async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean> {
+  if (row.state === 'running' && row.tier === 'hibernated') return holdHibernated(ctx, row);
   const pid = row.pid ?? (await readQemuPid(row.dir));
   if (pid === undefined || !(await isQemuOf(pid, row.dir))) {
     const when = row.state === 'starting' ? 'during its boot, ' : '';
@@ -92,6 +97,22 @@ async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean>
   }
 }
 
+/**
+ * A hibernated sandbox is held again while its capture is complete (its image is written
+ * last). No QEMU should run for it; one found anyway is a leftover, ended.
+ */
+async function holdHibernated(ctx: ReconcileContext, row: SandboxRow): Promise<boolean> {
+  const pid = row.pid ?? (await readQemuPid(row.dir));
+  if (pid !== undefined) await killVerifiedQemu(pid, row.dir);
+  if (!existsSync(hibernationFiles(row.dir).image)) {
+    await bury(ctx, row, 'hibernated, but its capture is missing from its directory');
+    return false;
+  }
+  ctx.adoptHibernated(row);
+  ctx.log.info({ sandbox: row.id }, 'hibernated sandbox held again');
+  return true;
+}
+
 /** Reconnect monitor and agent; a row still `starting` gets the rest of its boot. */
 async function adopt(
   ctx: ReconcileContext,
@@ -102,7 +123,7 @@ async function adopt(
   const spec = sandboxVmSpec(
     row.dir,
     { memoryMiB: row.memory_mib, cpus: row.cpus, accel },
-    memPathOf(ctx.paths, row.snapshot),
+    ramBaseOf(ctx.paths, row),
   );
   const vm = await Vm.adopt(spec, pid, { pollMs: ctx.pollMs });
   try {
@@ -178,7 +199,7 @@ async function bury(ctx: ReconcileContext, row: SandboxRow, reason: string, pid?
   await keepConsoleLog(ctx.paths.home, row.id, row.dir).catch(() => undefined);
   await removeLeftovers(row.dir, pid ?? row.pid);
   await ctx.limiter.remove(row.id);
-  ctx.rows.update(row.id, { state: 'dead', reason, pid: null });
+  ctx.rows.update(row.id, { state: 'dead', reason, pid: null, tier: 'running' });
 }
 
 /** Ended rows whose directory survived (a crash between ending the VM and removing it). */

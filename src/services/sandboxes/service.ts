@@ -53,13 +53,16 @@ import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
 import {
   busyWhile,
-  idleEnough,
+  idleMove,
+  liveVm,
   moveTo,
   needsWake,
   parkable,
-  type LiveTier,
+  type DiskMoves,
   type Parkable,
+  type SandboxTier,
 } from './tiers.js';
+import { captureToDisk, readImage, restoreFromDisk, type NetImage } from './hibernate.js';
 import { openDownload, readTail, toWireStat } from './files.js';
 import { Gate } from './gate.js';
 import {
@@ -94,10 +97,13 @@ export interface SandboxServiceOptions {
   limiter?: Limiter;
   /** Pause a sandbox after this many seconds without a request (default: never; docs/idle.md). */
   pauseIdleAfterS?: number;
+  /** Hibernate a sandbox after this many seconds without a request (default: never). */
+  hibernateIdleAfterS?: number;
 }
 
 /** A running sandbox as this process holds it (awake or parked: tiers.ts). */
 interface Live extends Parkable {
+  readonly row: Pick<SandboxRow, 'memory_mib' | 'cpus'>;
   dir: string;
   /** Streaming execs by exec id, until they exit. */
   execs: Map<string, ExecHandle>;
@@ -117,6 +123,9 @@ const EXEC_RETRY_S = 1;
 const PRUNE_EVERY_MS = 60 * 60 * 1000;
 /** How often the idle policy looks for sandboxes to park. */
 const IDLE_SWEEP_MS = 1000;
+
+/** A sandbox that is not hibernated: its QEMU and agent session are there. */
+type AwakeLive = Live & { vm: Vm; agent: AgentClient };
 
 /** What a sandbox's `starting` row is made from, for a boot or a fork. */
 type StartingInit = Omit<ForkInit, 'snapshot'> & { snapshot: string | null };
@@ -154,7 +163,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     this.prune();
     this.pruneTimer = setInterval(() => this.prune(), PRUNE_EVERY_MS);
     this.pruneTimer.unref();
-    if (this.opts.pauseIdleAfterS !== undefined) {
+    if (this.opts.pauseIdleAfterS !== undefined || this.opts.hibernateIdleAfterS !== undefined) {
       this.idleTimer = setInterval(() => this.parkIdle(), IDLE_SWEEP_MS);
       this.idleTimer.unref();
     }
@@ -166,6 +175,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       bootTimeoutMs: this.opts.bootTimeoutMs ?? 60_000,
       limiter: this.limiter,
       adopt: (row, vm, agent) => this.register(row, vm, agent),
+      adoptHibernated: (row) => this.hold(row),
       adoptNetwork: async (row, vm) => this.opts.network?.adopt(row.id, vm),
     });
   }
@@ -367,11 +377,31 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   /** Hold a running sandbox: arm its timeout, watch its QEMU. */
   private register(row: SandboxRow, vm: Vm, agent: AgentClient): void {
-    const tier = row.tier === 'paused' ? 'paused' : 'running';
-    const live: Live = { id: row.id, dir: row.dir, vm, agent, execs: new Map(), ...parkable(tier) };
+    const live = this.hold(row);
+    live.vm = vm;
+    live.agent = agent;
+    this.watch(live, vm);
+  }
+
+  /** Hold a sandbox (a hibernated one has no QEMU yet) and arm its timeout. */
+  private hold(row: SandboxRow): Live {
+    const live: Live = {
+      id: row.id,
+      dir: row.dir,
+      row: { memory_mib: row.memory_mib, cpus: row.cpus },
+      vm: undefined,
+      agent: undefined,
+      execs: new Map(),
+      ...parkable(row.tier),
+    };
     this.live.set(row.id, live);
     this.timers.arm(row.id, row.expires_at);
-    void vm.waitExit().then((exit) => this.onVmExit(live, exit));
+    return live;
+  }
+
+  /** Notice when this QEMU of the sandbox exits on its own. */
+  private watch(live: Live, vm: Vm): void {
+    void vm.waitExit().then((exit) => this.onVmExit(live, vm, exit));
   }
 
   async list(filter: {
@@ -388,9 +418,10 @@ export class SandboxManager implements SandboxService, SandboxHost {
   /** One sandbox; a running one with what its QEMU uses now (its cgroup's numbers). */
   async get(id: string): Promise<SandboxT> {
     const wire = this.wire(this.row(id));
-    const usage = this.live.has(id) ? await this.limiter.usage(id) : undefined;
+    const vm = this.live.get(id)?.vm;
+    const usage = vm ? await this.limiter.usage(id) : undefined;
     if (usage) wire.usage = toWireUsage(usage);
-    const pid = this.live.get(id)?.vm.pid;
+    const pid = vm?.pid;
     const confined = pid === undefined ? undefined : await confinementOf(pid);
     if (confined) {
       const { uid, seccomp, sandbox, spawn, capabilities } = confined;
@@ -402,11 +433,13 @@ export class SandboxManager implements SandboxService, SandboxHost {
   /** Every running sandbox's limits and use, for /metrics. */
   async usage(): Promise<SandboxUsageT[]> {
     const all = await Promise.all(
-      [...this.live.keys()].map(async (id) => {
-        const usage = await this.limiter.usage(id).catch(() => undefined);
-        const limits = this.rows.get(id)?.limits ?? null;
-        return usage && { id, limits, ...toWireUsage(usage) };
-      }),
+      [...this.live.values()]
+        .filter((l) => l.vm)
+        .map(async ({ id }) => {
+          const usage = await this.limiter.usage(id).catch(() => undefined);
+          const limits = this.rows.get(id)?.limits ?? null;
+          return usage && { id, limits, ...toWireUsage(usage) };
+        }),
     );
     return all.filter((u): u is SandboxUsageT => u !== undefined);
   }
@@ -430,8 +463,9 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const row = this.row(id);
     const ctx = { memoryMiB: row.memory_mib, cpus: row.cpus, inherited: row.limits ?? undefined };
     const limits = await this.limiter.resolve(req, ctx);
-    if (row.limits) await this.limiter.apply(id, limits);
-    else await this.limiter.place(id, limits, live.vm.pid);
+    // A hibernated one has no cgroup: its wake makes it with the limits in its row.
+    if (live.vm && row.limits) await this.limiter.apply(id, limits);
+    else if (live.vm) await this.limiter.place(id, limits, live.vm.pid);
     this.log.info({ sandbox: id, limits }, 'sandbox limits changed');
     return this.wire(this.rows.update(id, { limits }) as SandboxRow);
   }
@@ -467,14 +501,16 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   async pause(id: string, opts: { tier?: 'paused' | 'hibernated' } = {}): Promise<SandboxT> {
-    if (opts.tier === 'hibernated') {
+    const live = this.running(id);
+    const to = opts.tier ?? 'paused';
+    if (to === 'hibernated' && live.busy > 0) {
       throw new ForkdError(
-        'unsupported',
-        'hibernation is not available in this forkd yet: pause the sandbox (tier paused) instead',
-        { tier: opts.tier },
+        'bad_request',
+        `sandbox ${id} has a command, upload or terminal under way: its stream would end with the QEMU; pause it, or hibernate it once they are done`,
+        { id, tier: to },
       );
     }
-    await this.moveLive(this.running(id), 'paused');
+    await this.moveLive(live, to);
     return this.get(id);
   }
 
@@ -484,32 +520,139 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   /** A running sandbox for a request: woken first when parked (transparently), marked used. */
-  private async awake(id: string): Promise<Live> {
+  private async awake(id: string): Promise<AwakeLive> {
     const live = this.running(id);
     live.lastUsed = Date.now();
     if (needsWake(live)) {
+      const from = live.tier;
       await this.moveLive(live, 'running');
-      this.log.info({ sandbox: id }, 'sandbox woken');
+      this.log.info({ sandbox: id, from }, 'sandbox woken');
     }
-    return live;
+    liveVm(live);
+    return live as AwakeLive;
   }
 
-  /** The idle policy: pause every awake sandbox nobody used for its pause-after time. */
+  /** The idle policy: park every sandbox nobody used for its pause- or hibernate-after time. */
   private parkIdle(): void {
     const now = Date.now();
     for (const live of this.live.values()) {
-      const row = this.rows.get(live.id);
-      const after = row?.idle ? row.idle.pause_after_s : (this.opts.pauseIdleAfterS ?? null);
-      if (this.ending.has(live.id) || !idleEnough(live, after, now)) continue;
-      this.log.info({ sandbox: live.id, idle_s: after }, 'pausing an idle sandbox');
-      this.moveLive(live, 'paused').catch((e: unknown) =>
-        this.log.warn({ sandbox: live.id, err: e }, 'could not pause an idle sandbox'),
+      const idle = this.rows.get(live.id)?.idle;
+      const after = {
+        pauseAfterS: idle ? idle.pause_after_s : (this.opts.pauseIdleAfterS ?? null),
+        hibernateAfterS: idle ? idle.hibernate_after_s : (this.opts.hibernateIdleAfterS ?? null),
+      };
+      const to = this.ending.has(live.id) ? null : idleMove(live, after, now);
+      if (!to) continue;
+      this.log.info({ sandbox: live.id, tier: to, ...after }, 'parking an idle sandbox');
+      this.moveLive(live, to).catch((e: unknown) =>
+        this.log.warn({ sandbox: live.id, tier: to, err: e }, 'could not park an idle sandbox'),
       );
     }
   }
 
-  private moveLive(live: Live, to: LiveTier): Promise<void> {
-    return moveTo(live, to, (tier) => void this.rows.update(live.id, { tier }));
+  private moveLive(live: Live, to: SandboxTier): Promise<void> {
+    return moveTo(live, to, this.diskMoves(live), (tier) => {
+      this.rows.update(live.id, { tier, pid: live.vm?.pid ?? null });
+    });
+  }
+
+  /** How this sandbox goes to disk and comes back (hibernate.ts does the files and QEMU). */
+  private diskMoves(live: Live): DiskMoves {
+    return {
+      hibernate: () => this.hibernate(live),
+      restore: () => this.restore(live),
+    };
+  }
+
+  /**
+   * Capture it to disk, end its QEMU (no process, no memory), and let go of what only a
+   * running QEMU needs: its cgroup and its network namespace (its policy and published
+   * ports are in the capture's image, put back by the wake). A capture that fails leaves it
+   * as it was.
+   */
+  private async hibernate(live: Live): Promise<void> {
+    const vm = liveVm(live);
+    const wasRunning = live.tier === 'running';
+    const staged = await captureToDisk(vm, await this.netImage(live.id)).catch(
+      async (e: unknown) => {
+        if (wasRunning) await vm.resume().catch(() => undefined); // the capture stopped it
+        throw e;
+      },
+    );
+    // From here its QEMU's exit is ours, not a death (onVmExit compares the VM).
+    live.vm = undefined;
+    live.agent?.close();
+    live.agent = undefined;
+    await vm.kill();
+    try {
+      const image = await staged.commit();
+      this.log.info(
+        { sandbox: live.id, memory_bytes: image.memory_bytes, pause_ms: image.pause_ms },
+        'sandbox hibernated',
+      );
+    } catch (e) {
+      const why = e instanceof Error ? e.message : String(e);
+      // Not awaited: the ending waits for this move to settle first.
+      void this.end(live.id, 'dead', `its hibernation could not be written: ${why}`);
+      throw e;
+    }
+    await this.opts.network?.release(live.id);
+    await this.limiter.remove(live.id);
+  }
+
+  /** The policy and published ports a wake puts back. */
+  private async netImage(id: string): Promise<NetImage> {
+    const net = this.opts.network;
+    if (!net?.modeOf(id)) return { ports: [] };
+    const state = await net.state(id);
+    return { egress: state.egress, ports: state.ports };
+  }
+
+  /**
+   * A hibernated sandbox back under its id: a network of its own again (the same NIC,
+   * policy and published host ports), its cgroup, then a QEMU restored from its capture.
+   */
+  private async restore(live: Live): Promise<void> {
+    const image = await readImage(live.dir);
+    const row = this.row(live.id);
+    const network = this.opts.network;
+    const mode = image.nic ? 'nat' : 'none';
+    const leased = network ? await network.lease(live.id, mode, image.egress) : undefined;
+    const net = image.nic ? (leased ?? (image.restrict ? { restrict: true } : {})) : undefined;
+    try {
+      const { vm, agent } = await restoreFromDisk(image, {
+        dir: live.dir,
+        memoryMiB: live.row.memory_mib,
+        cpus: live.row.cpus,
+        net,
+        onSpawn: async (pid) => {
+          if (row.limits) await this.limiter.place(live.id, row.limits, pid);
+        },
+        agentTimeoutMs: this.opts.bootTimeoutMs ?? 60_000,
+      });
+      live.vm = vm;
+      live.agent = agent;
+      this.watch(live, vm);
+      await this.republish(live.id, vm, image);
+    } catch (e) {
+      await network?.release(live.id);
+      await this.limiter.remove(live.id);
+      throw e;
+    }
+  }
+
+  /** Its published ports again, on the host ports they had (one taken meanwhile is logged). */
+  private async republish(id: string, vm: Vm, image: NetImage): Promise<void> {
+    const network = this.opts.network;
+    if (!network) return;
+    if (image.egress) await network.enforce(id, image.egress);
+    for (const p of image.ports) {
+      await network
+        .publish(id, vm, p.port, { hostPort: p.host_port, bind: p.host })
+        .catch((e: unknown) =>
+          this.log.warn({ sandbox: id, port: p.port, err: e }, 'could not publish a port again'),
+        );
+    }
   }
 
   async exec(id: string, req: ExecRequestT): Promise<ExecResultT> {
@@ -627,8 +770,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
     clearInterval(this.idleTimer);
     this.timers.clearAll();
     for (const live of this.live.values()) {
-      live.agent.close();
-      live.vm.detach();
+      live.agent?.close();
+      live.vm?.detach();
     }
     this.live.clear();
   }
@@ -654,8 +797,12 @@ export class SandboxManager implements SandboxService, SandboxHost {
     if (!live) return Promise.resolve();
     const ending = (async () => {
       this.timers.clear(id);
-      live.agent.close();
-      await live.vm.kill();
+      // Waits for a move under way (a capture, a restore): what it leaves is ended too.
+      await live.turn;
+      const vm = live.vm;
+      live.vm = undefined;
+      live.agent?.close();
+      await vm?.kill();
       await this.opts.network?.release(id);
       await this.limiter.remove(id);
       this.rows.update(id, { state, reason, pid: null, tier: 'running' });
@@ -668,11 +815,12 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   /** QEMU exited and nobody asked: the sandbox is dead; say why, clean up. */
-  private async onVmExit(live: Live, exit: VmExit): Promise<void> {
+  private async onVmExit(live: Live, vm: Vm, exit: VmExit): Promise<void> {
     if (this.detached || this.ending.has(live.id) || this.live.get(live.id) !== live) return;
+    if (live.vm !== vm) return; // ended on purpose (hibernated), or an earlier QEMU of it
     this.live.delete(live.id);
     this.timers.clear(live.id);
-    live.agent.close();
+    live.agent?.close();
     await this.opts.network?.release(live.id);
     const oom = await this.oomReason(live.id);
     await this.limiter.remove(live.id);

@@ -1,21 +1,24 @@
 /**
- * Idle tiers of a live sandbox (docs/idle.md): park it (QMP `stop`: its vCPUs use no CPU,
- * memory and devices stay) and wake it (`cont`, then the guest's wall clock is pushed to
- * the host's, since the guest's clock stood still while it was stopped). Moves of one
- * sandbox run one after another, so a wake racing a pause always ends awake.
+ * Idle tiers of a sandbox (docs/idle.md): park it (QMP `stop`: its vCPUs use no CPU,
+ * memory and devices stay), hibernate it (captured to disk, its QEMU ended: hibernate.ts)
+ * and wake it (`cont`, or a restore from disk; then the guest's wall clock is pushed to the
+ * host's, since the guest's clock stood still meanwhile). Moves of one sandbox run one
+ * after another, so a wake racing a pause always ends awake.
  */
 import type { AgentClient } from '../../drivers/agent/client.js';
 import type { Vm } from '../../drivers/qemu/vm.js';
+import { ForkdError } from '../../errors.js';
+import type { SandboxTier } from '../../store/sandboxes.js';
 
-/** The tiers a live QEMU can be in (a hibernated sandbox has no QEMU). */
-export type LiveTier = 'running' | 'paused';
+export type { SandboxTier } from '../../store/sandboxes.js';
 
-/** The part of a live sandbox its tier moves touch. */
+/** The part of a sandbox its tier moves touch. */
 export interface Parkable {
   readonly id: string;
-  readonly vm: Vm;
-  readonly agent: AgentClient;
-  tier: LiveTier;
+  /** Its QEMU and agent session; none while it is hibernated. */
+  vm: Vm | undefined;
+  agent: AgentClient | undefined;
+  tier: SandboxTier;
   /** When a request last reached it (ms since the epoch), for the idle policy. */
   lastUsed: number;
   /** The tail of its queue of moves, and how many are queued. */
@@ -25,20 +28,41 @@ export interface Parkable {
   busy: number;
 }
 
+/** How a sandbox goes to disk and comes back (the service's: it owns files, network, cgroup). */
+export interface DiskMoves {
+  /** Capture it (running or paused) to disk and end its QEMU: `vm` and `agent` go. */
+  hibernate(sb: Parkable): Promise<void>;
+  /** A new QEMU restored from its capture, running, clock pushed: `vm` and `agent` set. */
+  restore(sb: Parkable): Promise<void>;
+}
+
 /** A Parkable's starting fields. */
 export function parkable(
-  tier: LiveTier,
+  tier: SandboxTier,
 ): Pick<Parkable, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy'> {
   return { tier, lastUsed: Date.now(), turn: Promise.resolve(), queued: 0, busy: 0 };
 }
 
+/** When the idle policy parks a sandbox, in seconds without a request (null: never). */
+export interface IdleAfter {
+  pauseAfterS: number | null;
+  hibernateAfterS: number | null;
+}
+
 /**
- * Whether the idle policy parks it now: awake, nothing under way, and no request for
- * `pauseAfterS` seconds (null: never).
+ * Where the idle policy moves it now, if anywhere: nothing under way and no request for
+ * `hibernateAfterS` seconds → hibernated (from running or paused), else for `pauseAfterS`
+ * → paused (from running). Both count from its last request.
  */
-export function idleEnough(sb: Parkable, pauseAfterS: number | null, now: number): boolean {
-  if (pauseAfterS === null || sb.tier !== 'running' || sb.queued > 0 || sb.busy > 0) return false;
-  return now - sb.lastUsed >= pauseAfterS * 1000;
+export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTier | null {
+  if (sb.tier === 'hibernated' || sb.queued > 0 || sb.busy > 0) return null;
+  const idleMs = now - sb.lastUsed;
+  const { pauseAfterS, hibernateAfterS } = after;
+  if (hibernateAfterS !== null && idleMs >= hibernateAfterS * 1000) return 'hibernated';
+  if (pauseAfterS !== null && sb.tier === 'running' && idleMs >= pauseAfterS * 1000) {
+    return 'paused';
+  }
+  return null;
 }
 
 /** Count `p` as a request under way until it settles (then it counts as the last use). */
@@ -51,25 +75,44 @@ export function busyWhile<T>(sb: Parkable, p: Promise<T>): Promise<T> {
 }
 
 /**
- * Move a live sandbox to `to` after the moves queued before; `onMoved` records the tier
- * (the store) once QEMU is there. A move to where it already is does nothing.
+ * Move a sandbox to `to` after the moves queued before; `onMoved` records the tier (the
+ * store) once it is there. A move to where it already is does nothing.
  */
 export function moveTo(
   sb: Parkable,
-  to: LiveTier,
-  onMoved: (tier: LiveTier) => void,
+  to: SandboxTier,
+  disk: DiskMoves,
+  onMoved: (tier: SandboxTier) => void,
 ): Promise<void> {
   sb.queued++;
   const move = sb.turn.then(async () => {
     if (sb.tier === to) return;
-    if (to === 'paused') await sb.vm.pause();
-    else await wakeGuest(sb.vm, sb.agent);
+    await step(sb, to, disk);
     sb.tier = to;
     onMoved(to);
   });
   const settled = move.finally(() => sb.queued--);
   sb.turn = settled.catch(() => undefined);
   return settled;
+}
+
+async function step(sb: Parkable, to: SandboxTier, disk: DiskMoves): Promise<void> {
+  if (to === 'hibernated') return disk.hibernate(sb);
+  if (sb.tier === 'hibernated') {
+    await disk.restore(sb); // comes up running, its clock pushed
+    if (to === 'paused') await liveVm(sb).pause();
+    return;
+  }
+  if (to === 'paused') return liveVm(sb).pause();
+  await wakeGuest(liveVm(sb), sb.agent as AgentClient);
+}
+
+/** Its QEMU; a sandbox that is not hibernated always has one. */
+export function liveVm(sb: Parkable): Vm {
+  if (sb.vm) return sb.vm;
+  throw new ForkdError('internal', `sandbox ${sb.id} has no QEMU (tier ${sb.tier})`, {
+    id: sb.id,
+  });
 }
 
 /** Whether a request must wait for a move (it is parked, or a move is under way). */

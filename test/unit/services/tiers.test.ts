@@ -1,8 +1,9 @@
 /**
  * The idle-tier bookkeeping (src/services/sandboxes/tiers.ts) over a stand-in VM and
  * agent: moves of one sandbox run in order and a wake racing a pause ends awake, a wake
- * pushes the guest clock, and the idle policy parks only an awake sandbox with nothing
- * under way after its time.
+ * pushes the guest clock, a hibernated one is restored (and a move to hibernated captures
+ * it from running or paused), and the idle policy parks only a sandbox with nothing under
+ * way after its time, hibernating it once its hibernate-after time has passed.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,12 +11,30 @@ import type { AgentClient } from '../../../src/drivers/agent/client.js';
 import type { Vm } from '../../../src/drivers/qemu/vm.js';
 import {
   busyWhile,
-  idleEnough,
+  idleMove,
   moveTo,
   needsWake,
   parkable,
+  type DiskMoves,
+  type IdleAfter,
   type Parkable,
+  type SandboxTier,
 } from '../../../src/services/sandboxes/tiers.js';
+
+/** Disk moves that only record what they were asked (the e2e tests do the real ones). */
+function diskLog(log: string[]): DiskMoves {
+  let ended: Parkable['vm'];
+  return {
+    hibernate: async (sb) => {
+      log.push(`capture from ${sb.tier}`);
+      [ended, sb.vm] = [sb.vm, undefined];
+    },
+    restore: async (sb) => {
+      log.push('restore');
+      sb.vm = ended; // stands in for the new QEMU
+    },
+  };
+}
 
 function standIn(): { sb: Parkable; log: string[] } {
   const log: string[] = [];
@@ -32,13 +51,14 @@ function standIn(): { sb: Parkable; log: string[] } {
 test('a pause then a racing wake run in order and end awake, the clock pushed', async () => {
   const { sb, log } = standIn();
   const tiers: string[] = [];
-  const pause = moveTo(sb, 'paused', (t) => tiers.push(t));
+  const disk = diskLog(log);
+  const pause = moveTo(sb, 'paused', disk, (t) => tiers.push(t));
   assert.equal(needsWake(sb), true, 'a move under way: a request waits for it');
-  await Promise.all([pause, moveTo(sb, 'running', (t) => tiers.push(t))]);
+  await Promise.all([pause, moveTo(sb, 'running', disk, (t) => tiers.push(t))]);
   assert.deepEqual(log, ['stop', 'cont', 'clock number']);
   assert.deepEqual(tiers, ['paused', 'running']);
   assert.equal(needsWake(sb), false);
-  await moveTo(sb, 'running', () => assert.fail('a move to where it is does nothing'));
+  await moveTo(sb, 'running', disk, () => assert.fail('a move to where it is does nothing'));
 });
 
 test('a failed move leaves the tier as it was and does not block the next', async () => {
@@ -47,26 +67,60 @@ test('a failed move leaves the tier as it was and does not block the next', asyn
     throw new Error('monitor gone');
   };
   await assert.rejects(
-    moveTo(sb, 'paused', () => undefined),
+    moveTo(sb, 'paused', diskLog([]), () => undefined),
     /monitor gone/,
   );
   assert.equal(sb.tier, 'running');
   assert.equal(sb.queued, 0);
 });
 
-test('the idle policy parks an awake sandbox with nothing under way after its time', async () => {
+test('hibernation captures from running or paused; a wake restores it', async () => {
+  const { sb, log } = standIn();
+  const disk = diskLog(log);
+  const tiers: SandboxTier[] = [];
+  const record = (t: SandboxTier) => void tiers.push(t);
+  await moveTo(sb, 'paused', disk, record);
+  await moveTo(sb, 'hibernated', disk, record);
+  assert.equal(sb.vm, undefined, 'no QEMU while hibernated');
+  assert.equal(needsWake(sb), true);
+  await moveTo(sb, 'running', disk, record);
+  await moveTo(sb, 'hibernated', disk, record);
+  await moveTo(sb, 'paused', disk, record);
+  assert.deepEqual(log, [
+    'stop',
+    'capture from paused',
+    'restore',
+    'capture from running',
+    'restore',
+    'stop',
+  ]);
+  assert.deepEqual(tiers, ['paused', 'hibernated', 'running', 'hibernated', 'paused']);
+});
+
+test('the idle policy parks a sandbox with nothing under way after its time', async () => {
   const { sb } = standIn();
   const t0 = sb.lastUsed;
-  assert.equal(idleEnough(sb, null, t0 + 1e9), false, 'null: never');
-  assert.equal(idleEnough(sb, 10, t0 + 9_999), false);
-  assert.equal(idleEnough(sb, 10, t0 + 10_000), true);
+  const after = (pauseAfterS: number | null, hibernateAfterS: number | null = null): IdleAfter => ({
+    pauseAfterS,
+    hibernateAfterS,
+  });
+  assert.equal(idleMove(sb, after(null), t0 + 1e9), null, 'null: never');
+  assert.equal(idleMove(sb, after(10), t0 + 9_999), null);
+  assert.equal(idleMove(sb, after(10), t0 + 10_000), 'paused');
   let finish!: () => void;
   const running = busyWhile(sb, new Promise<void>((r) => (finish = r)));
-  assert.equal(idleEnough(sb, 10, t0 + 60_000), false, 'a command under way');
+  assert.equal(idleMove(sb, after(10, 20), t0 + 60_000), null, 'a command under way');
   finish();
   await running;
   assert.ok(sb.lastUsed >= t0, 'its end counts as the last use');
-  assert.equal(idleEnough(sb, 10, sb.lastUsed + 10_000), true);
+  const t1 = sb.lastUsed;
+  assert.equal(idleMove(sb, after(10), t1 + 10_000), 'paused');
+  assert.equal(idleMove(sb, after(10, 60), t1 + 59_999), 'paused', 'pause first');
+  assert.equal(idleMove(sb, after(10, 60), t1 + 60_000), 'hibernated', 'skips paused when late');
+  assert.equal(idleMove(sb, after(null, 60), t1 + 60_000), 'hibernated', 'hibernate alone');
   sb.tier = 'paused';
-  assert.equal(idleEnough(sb, 10, sb.lastUsed + 60_000), false, 'already parked');
+  assert.equal(idleMove(sb, after(10), t1 + 60_000), null, 'already paused');
+  assert.equal(idleMove(sb, after(10, 60), t1 + 60_000), 'hibernated', 'paused → hibernated');
+  sb.tier = 'hibernated';
+  assert.equal(idleMove(sb, after(10, 60), t1 + 1e9), null, 'already hibernated');
 });

@@ -1,0 +1,165 @@
+/**
+ * Hibernation (docs/idle.md, tier `hibernated`): a sandbox is captured to disk with the
+ * capture behind `snapshot create` and `branch` (memory and device state; its disk layers
+ * stay where they are, flushed by the stop), then its QEMU ends; a wake restores it under
+ * the same id from those files. The capture is the sandbox's own, in `hibernated/` of its
+ * directory, never a snapshot: it goes with the sandbox. Its memory file stays after the
+ * wake, since the restored QEMU maps it as its RAM base (and a later capture copies it).
+ * What the network needs again (NIC, policy, published ports) is written beside it, so a
+ * wake after a daemon restart finds it too.
+ */
+import { existsSync } from 'node:fs';
+import { mkdir, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Paths } from '../../config.js';
+import { AgentClient } from '../../drivers/agent/client.js';
+import { detectAccel } from '../../drivers/qemu/accel.js';
+import { captureVm } from '../../drivers/qemu/capture.js';
+import type { VmNet } from '../../drivers/qemu/cmdline.js';
+import { topLayer } from '../../drivers/qemu/disk.js';
+import { Vm } from '../../drivers/qemu/vm.js';
+import type { Egress } from '../network/policy.js';
+import type { PublishedPort } from '../network/ports.js';
+import { memPathOf, sandboxVmSpec } from './sandbox.js';
+
+/** What a wake needs besides the memory and device state, as written beside them. */
+export interface HibernationImage {
+  /** The disk layer its QEMU wrote to (the chain under it is in the layers' headers). */
+  disk: string;
+  /** Whether it has a NIC, and slirp's `restrict` (rootless hosts). */
+  nic: boolean;
+  restrict?: boolean;
+  /** Its egress policy and published ports, put back on the wake. */
+  egress?: Egress;
+  ports: PublishedPort[];
+  hibernated_at: string;
+  /** Bytes of guest memory written to disk, how long its QEMU was stopped before it ended. */
+  memory_bytes: number;
+  pause_ms: number;
+}
+
+/** The network part of an image, from the network service. */
+export type NetImage = Pick<HibernationImage, 'egress' | 'ports'>;
+
+/** The files of a sandbox's hibernation, inside its directory. */
+export function hibernationFiles(dir: string) {
+  const d = join(dir, 'hibernated');
+  return {
+    dir: d,
+    memory: join(d, 'memory'),
+    vmstate: join(d, 'vmstate'),
+    image: join(d, 'image.json'),
+  };
+}
+
+/**
+ * A sandbox's RAM base: its hibernation's memory once it has been hibernated (the restored
+ * QEMU maps it), else its snapshot's memory, or /dev/zero.
+ */
+export function ramBaseOf(p: Paths, row: { dir: string; snapshot: string | null }): string {
+  const memory = hibernationFiles(row.dir).memory;
+  return existsSync(memory) ? memory : memPathOf(p, row.snapshot);
+}
+
+/** A capture that is done but not yet in place: its QEMU is stopped and may end. */
+export interface StagedCapture {
+  commit(): Promise<HibernationImage>;
+  discard(): Promise<void>;
+}
+
+/**
+ * Capture a VM (running or paused) into staging files next to its hibernation and leave
+ * it stopped. The caller ends its QEMU, then commits (the files take their names: the old
+ * memory may still be the ended QEMU's RAM base until then), or discards and resumes it.
+ */
+export async function captureToDisk(vm: Vm, net: NetImage): Promise<StagedCapture> {
+  const f = hibernationFiles(vm.spec.dir);
+  await mkdir(f.dir, { recursive: true, mode: 0o700 });
+  const staged = { memory: `${f.memory}.new`, deviceState: `${f.vmstate}.new` };
+  const discard = () =>
+    Promise.all([rm(staged.memory, { force: true }), rm(staged.deviceState, { force: true })]).then(
+      () => undefined,
+    );
+  try {
+    const disk = (await topLayer(vm)).file;
+    const capture = await captureVm(vm, staged, { resume: false });
+    const pages = await capture.pages;
+    const image: HibernationImage = {
+      disk,
+      nic: vm.spec.net !== undefined,
+      ...(vm.spec.net?.restrict ? { restrict: true } : {}),
+      ...net,
+      hibernated_at: new Date().toISOString(),
+      memory_bytes: pages.bytes,
+      pause_ms: capture.pauseMs,
+    };
+    const commit = async () => {
+      await rename(staged.memory, f.memory);
+      await rename(staged.deviceState, f.vmstate);
+      await writeFile(`${f.image}.new`, JSON.stringify(image, null, 2));
+      await rename(`${f.image}.new`, f.image);
+      return image;
+    };
+    return { commit, discard };
+  } catch (e) {
+    await discard();
+    throw e;
+  }
+}
+
+/** The image a hibernated sandbox was written with. */
+export async function readImage(dir: string): Promise<HibernationImage> {
+  return JSON.parse(await readFile(hibernationFiles(dir).image, 'utf8')) as HibernationImage;
+}
+
+/** What a restore needs to know of the sandbox. */
+export interface RestoreTarget {
+  dir: string;
+  memoryMiB: number;
+  cpus: number;
+  net: VmNet | undefined;
+  /** Right after the spawn (its cgroup). */
+  onSpawn?: (pid: number) => Promise<void>;
+  agentTimeoutMs: number;
+}
+
+/**
+ * A new QEMU from a sandbox's hibernation, on the disk layer it wrote to, running, its
+ * agent reconnected (a new session) and the guest's wall clock pushed (it stood still). On
+ * failure the new QEMU ends; the files stay, so the sandbox is still hibernated.
+ */
+export async function restoreFromDisk(
+  image: HibernationImage,
+  t: RestoreTarget,
+): Promise<{ vm: Vm; agent: AgentClient }> {
+  const { accel } = await detectAccel();
+  const f = hibernationFiles(t.dir);
+  const spec = {
+    ...sandboxVmSpec(t.dir, { memoryMiB: t.memoryMiB, cpus: t.cpus, accel }, f.memory),
+    disk: image.disk,
+    net: t.net,
+    incoming: true,
+  };
+  const state = await open(f.vmstate, 'r');
+  let vm: Vm;
+  try {
+    vm = await Vm.start(spec, { incomingFd: state.fd, onSpawn: t.onSpawn });
+  } finally {
+    await state.close(); // QEMU holds its own copy of the fd
+  }
+  try {
+    await vm.restore();
+    const agent = await vm.guard(
+      AgentClient.connect(vm.files.agent, { timeoutMs: t.agentTimeoutMs }),
+      'reconnecting to the guest agent',
+    );
+    await agent.configure({ timeMs: Date.now() }).catch((e: unknown) => {
+      agent.close();
+      throw e;
+    });
+    return { vm, agent };
+  } catch (e) {
+    await vm.kill();
+    throw e;
+  }
+}
