@@ -54,8 +54,9 @@ async function pss(pid: number): Promise<number> {
   return Number(/^Pss:\s+(\d+)/m.exec(text)?.[1] ?? NaN) / 1024;
 }
 
+/** "No pool" means none: the default pre-warmed pool of created snapshots is off here. */
 function setup() {
-  return startBenchServices([image]);
+  return startBenchServices([image], { defaultPool: 0 });
 }
 
 type Env = BenchServices;

@@ -32,6 +32,11 @@ function find(dir, suffix) {
   });
 }
 
+// Created snapshots get a pre-warmed pool by default (docs/snapshots.md): in tests its VMs
+// would restore in the background of every file on 2 cores, so the suite turns it off
+// (the tests that need a pool ask for one).
+process.env.FORKD_DEFAULT_POOL ??= '0';
+
 const filter = process.env.FORKD_TEST_FILTER ?? '';
 const only = process.env.FORKD_TEST_TIER;
 if (only && !TIER_NAMES.includes(only)) {

@@ -6,6 +6,8 @@
 import type { Command } from 'commander';
 import { ForkdError } from '../errors.js';
 import { startDaemon, type DaemonOptions } from '../daemon/daemon.js';
+import { parseMerge, parseTbMiB } from '../drivers/qemu/tuning.js';
+import { POOL_MAX } from '../contract/rules.js';
 import type { LogLevel } from '../daemon/log.js';
 import { action } from './output.js';
 
@@ -21,6 +23,9 @@ type DaemonFlags = Pick<
   defaultPids?: string;
   pauseIdleAfter?: string;
   hibernateIdleAfter?: string;
+  tcgTbMib?: string;
+  mergeMemory?: string;
+  defaultPool?: string;
   branchMode: string;
   logLevel: string;
   confine?: boolean;
@@ -35,6 +40,19 @@ function positiveInt(flag: string, text: string | undefined): number | undefined
   const n = Number(text);
   if (!Number.isInteger(n) || n < 1) {
     throw new ForkdError('bad_request', `${flag} must be a positive integer, not "${text}"`);
+  }
+  return n;
+}
+
+/** A whole number from 0 to `max`. */
+function boundedInt(flag: string, text: string | undefined, max: number): number | undefined {
+  if (text === undefined) return undefined;
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 0 || n > max) {
+    throw new ForkdError(
+      'bad_request',
+      `${flag} must be a whole number from 0 to ${max}, not "${text}"`,
+    );
   }
   return n;
 }
@@ -63,6 +81,11 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     ...(flags.confine === false ? { confine: false } : {}),
     pauseIdleAfterS: positiveInt('--pause-idle-after', flags.pauseIdleAfter),
     hibernateIdleAfterS: positiveInt('--hibernate-idle-after', flags.hibernateIdleAfter),
+    defaultPool: boundedInt('--default-pool', flags.defaultPool, POOL_MAX),
+    tuning: {
+      ...(flags.tcgTbMib === undefined ? {} : { tbMiB: parseTbMiB(flags.tcgTbMib) }),
+      ...(flags.mergeMemory === undefined ? {} : { merge: parseMerge(flags.mergeMemory) }),
+    },
   };
 }
 
@@ -110,6 +133,16 @@ export function register(cmd: Command): void {
     .option(
       '--hibernate-idle-after <s>',
       'hibernate a sandbox (to disk, QEMU ended) after s seconds without a request (default: never); the next request restores it',
+      '--default-pool <n>',
+      'pre-warmed pool each `snapshot create` gets, so its forks start fast (default 2, or FORKD_DEFAULT_POOL; 0: none)',
+    )
+    .option(
+      '--tcg-tb-mib <n>',
+      "cap each QEMU's TCG translation buffer at n MiB (default 64, or FORKD_TCG_TB_MIB; `default`: QEMU's 1 GiB)",
+    )
+    .option(
+      '--merge-memory <mode>',
+      'merge identical pages across sandboxes with KSM: off (default), on, same-layout (also no ASLR in QEMU); only for sandboxes that trust each other (docs/idle.md)',
     )
     .action(
       action(async (flags: DaemonFlags) => {

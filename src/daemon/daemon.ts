@@ -18,6 +18,7 @@ import { buildServices, type ServiceSet } from '../services/index.js';
 import { parseLimitDefaults, type LimitDefaultFlags } from '../services/limits.js';
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
 import type { BranchModeT } from '../contract/schemas.js';
+import type { VmTuning } from '../drivers/qemu/tuning.js';
 import { Store } from '../store/db.js';
 import { installMcp } from '../mcp/http.js';
 import { createLogger, fastifyLoggerOptions, type LogLevel } from './log.js';
@@ -53,6 +54,10 @@ export interface DaemonOptions {
   pauseIdleAfterS?: number;
   /** Hibernate sandboxes idle this many seconds (default: never; docs/idle.md). */
   hibernateIdleAfterS?: number;
+  /** TCG buffer cap and page merging (`--tcg-tb-mib`, `--merge-memory`; docs/idle.md). */
+  tuning?: Partial<VmTuning>;
+  /** Pre-warmed pool of each created snapshot (default 2, FORKD_DEFAULT_POOL; docs/snapshots.md). */
+  defaultPool?: number;
   logLevel?: LogLevel;
   logger?: Logger;
 }
@@ -144,6 +149,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       confine: opts.confine,
       pauseIdleAfterS: opts.pauseIdleAfterS,
       hibernateIdleAfterS: opts.hibernateIdleAfterS,
+      tuning: opts.tuning,
+      defaultPool: opts.defaultPool,
     });
     const services = built;
     const recovered = await services.start();

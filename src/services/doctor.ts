@@ -5,6 +5,7 @@
  */
 import { constants } from 'node:fs';
 import { access, readFile, statfs } from 'node:fs/promises';
+import { release } from 'node:os';
 import { basename, dirname } from 'node:path';
 import type { Paths } from '../config.js';
 import { isForkdError } from '../errors.js';
@@ -17,6 +18,8 @@ import {
   seccompOption,
   VM_UID_BASE,
 } from '../drivers/qemu/confine.js';
+import { readKsm } from '../drivers/host/ksm.js';
+import { vmTuning } from '../drivers/qemu/tuning.js';
 import { run } from '../util/exec.js';
 import { locateGuest } from './guest.js';
 import { NetworkService } from './network/service.js';
@@ -72,6 +75,7 @@ const CHECKS: Check[] = [
   { id: 'userfaultfd', run: checkUserfaultfd },
   { id: 'live-branch', run: checkLiveBranch },
   { id: 'confinement', run: checkConfinement },
+  { id: 'memory-merging', run: checkMerging },
   { id: 'netns', run: checkNetns },
   { id: 'network', run: checkNetwork },
   { id: 'root', run: checkRoot },
@@ -291,6 +295,36 @@ async function checkConfinement(): Promise<Outcome> {
   return pass(
     `QEMU runs under ${filter}, as a uid of its own per sandbox (from ${VM_UID_BASE}), no capabilities, owning only its sandbox directory`,
   );
+}
+
+/** PR_SET_MEMORY_MERGE came with Linux 6.4 (inherited across exec from 6.7). */
+function kernelMerges(rel = release()): boolean {
+  const [major = 0, minor = 0] = rel.split('.').map(Number);
+  return major > 6 || (major === 6 && minor >= 7);
+}
+
+/** The TCG buffer cap, whether sandboxes' pages are merged, and KSM's state (docs/idle.md). */
+async function checkMerging(): Promise<Outcome> {
+  const t = vmTuning();
+  const ksm = await readKsm();
+  const ksmText = ksm
+    ? `KSM ${ksm.running ? `running (${ksm.pagesToScan} pages / ${ksm.sleepMs} ms, ${ksm.pagesSharing} pages sharing)` : 'off'}`
+    : 'no KSM in this kernel';
+  const head = `TCG buffer ${t.tbMiB ? `capped at ${t.tbMiB} MiB` : 'uncapped (1 GiB)'} per QEMU; merging ${t.merge}; ${ksmText}`;
+  if (t.merge === 'off') return pass(head);
+  if (!ksm || !kernelMerges()) {
+    return warn(
+      `${head}: Linux ${release()} cannot merge QEMU's pages`,
+      'run on Linux 6.7 or newer with CONFIG_KSM, or drop --merge-memory',
+    );
+  }
+  if (!ksm.running) {
+    return warn(
+      `${head}: nothing is merged until ksmd runs`,
+      'start the daemon as root (it turns ksmd on) or `echo 1 > /sys/kernel/mm/ksm/run`',
+    );
+  }
+  return pass(head);
 }
 
 async function checkRoot(): Promise<Outcome> {

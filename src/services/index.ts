@@ -23,6 +23,8 @@ import { PackManager } from './packs/service.js';
 import { NetworkService } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
 import { configureConfinement, protectHome } from '../drivers/qemu/confine.js';
+import { configureTuning, vmTuning, type VmTuning } from '../drivers/qemu/tuning.js';
+import { enableKsm } from '../drivers/host/ksm.js';
 import { EventFeed } from './events.js';
 import { benchResults, doctorReport } from './reports.js';
 import { join } from 'node:path';
@@ -53,6 +55,10 @@ export interface ServiceOptions {
   pauseIdleAfterS?: number;
   /** Hibernate sandboxes idle this many seconds (`--hibernate-idle-after`; docs/idle.md). */
   hibernateIdleAfterS?: number;
+  /** TCG buffer cap and page merging of the QEMUs started (docs/idle.md "Leaner children"). */
+  tuning?: Partial<VmTuning>;
+  /** Pre-warmed pool of each created snapshot (`forkd daemon --default-pool`; docs/snapshots.md). */
+  defaultPool?: number;
 }
 
 export interface ServiceSet {
@@ -79,6 +85,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     ...(opts.confine === undefined ? {} : { enabled: opts.confine }),
     spawn: opts.branchMode !== 'copy',
   });
+  if (opts.tuning) configureTuning(opts.tuning);
   const network =
     opts.network === false
       ? undefined
@@ -121,6 +128,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     maxCreating: opts.maxCreating,
     network,
     limiter,
+    defaultPool: opts.defaultPool,
   });
   const branch = new BranchManager({
     paths,
@@ -159,6 +167,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     services,
     start: async () => {
       await protectHome(paths.home, paths.sandboxes);
+      if (vmTuning().merge !== 'off') await startMerging(opts.log);
       await network?.start();
       const recovered = await sandboxes.start();
       await snapshots.start();
@@ -180,4 +189,11 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       await limiter.close();
     },
   };
+}
+
+/** A daemon that merges memory turns ksmd on (at the advised rate) if it is off. */
+async function startMerging(log: ServiceOptions['log']): Promise<void> {
+  const did = await enableKsm().catch((e: unknown) => `not started: ${String(e)}`);
+  const warn = did === 'started' || did === 'already running' ? 'info' : 'warn';
+  log?.[warn]({ ksm: did, merge: vmTuning().merge }, 'merging identical pages of sandboxes (KSM)');
 }

@@ -10,6 +10,8 @@ export interface VmSpec {
   memoryMiB: number;
   cpus: number;
   accel: 'kvm' | 'tcg';
+  /** TCG translation buffer cap in MiB (`tb-size`); absent or null: QEMU's 1 GiB. */
+  tbMiB?: number | null;
   /** The RAM base file mapped MAP_PRIVATE: /dev/zero for a fresh boot, a memory file for a restore. */
   memPath: string;
   /** The VM's own writable qcow2 overlay. */
@@ -78,6 +80,12 @@ export function diskNodeOf(file: string): string {
   return `disk${/overlay-(\d+)\.qcow2$/.exec(file)?.[1] ?? 0}`;
 }
 
+/** `-accel`'s value: KVM, or TCG with its translation buffer capped when asked. */
+export function accelArg(spec: Pick<VmSpec, 'accel' | 'tbMiB'>): string {
+  if (spec.accel === 'kvm') return 'kvm';
+  return spec.tbMiB ? `tcg,tb-size=${spec.tbMiB}` : 'tcg';
+}
+
 /** Build argv (without the binary) for qemu-system-x86_64. */
 export function buildQemuArgs(spec: VmSpec): string[] {
   const f = vmFiles(spec.dir);
@@ -86,7 +94,7 @@ export function buildQemuArgs(spec: VmSpec): string[] {
     '-M',
     'microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem',
     '-accel',
-    spec.accel === 'kvm' ? 'kvm' : 'tcg',
+    accelArg(spec),
     '-cpu',
     spec.accel === 'kvm' ? 'host' : 'max',
     '-m',

@@ -11,6 +11,7 @@ import { ForkdError } from '../../errors.js';
 import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
 import { confineVm } from './confine.js';
 import { QmpClient } from './qmp.js';
+import { launcherPrefix, vmTuning } from './tuning.js';
 
 /** The fd number a restore's device state has inside QEMU (see {@link Vm.start}). */
 export const INCOMING_FD = 3;
@@ -331,11 +332,19 @@ export class Vm {
   }
 }
 
-/** QEMU's argv; inside the sandbox's network namespace when it has one (nsenter execs it). */
+/**
+ * QEMU's argv, tuned as the daemon says (tuning.ts): through the merging launcher when
+ * asked, inside the sandbox's network namespace when it has one (nsenter execs it).
+ */
 function qemuArgv(spec: VmSpec, confinement: string[]): [string, string[]] {
-  const args = [...buildQemuArgs(spec), ...confinement];
+  const tuning = vmTuning();
+  const args = [...buildQemuArgs({ tbMiB: tuning.tbMiB, ...spec }), ...confinement];
+  const [file, ...rest] = [...launcherPrefix(tuning), QEMU_BINARY, ...args] as [
+    string,
+    ...string[],
+  ];
   const ns = spec.net?.netns;
-  return ns ? ['nsenter', [`--net=${ns}`, '--', QEMU_BINARY, ...args]] : [QEMU_BINARY, args];
+  return ns ? ['nsenter', [`--net=${ns}`, '--', file, ...rest]] : [file, rest];
 }
 
 /**

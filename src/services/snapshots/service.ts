@@ -66,7 +66,21 @@ export interface SnapshotServiceOptions {
   network?: NetworkService;
   /** The sandboxes' cgroups (the sandbox service's). */
   limiter: Limiter;
+  /**
+   * Pre-warmed pool size a snapshot made by `snapshot create` gets (`forkd daemon
+   * --default-pool`, FORKD_DEFAULT_POOL; default 2; 0: none). Branches get none: their
+   * children must start at the exact captured instant.
+   */
+  defaultPool?: number;
 }
+
+/** The default pool size: FORKD_DEFAULT_POOL, else 2 (docs/snapshots.md "The VMM pool"). */
+export function defaultPoolFromEnv(env: NodeJS.ProcessEnv = process.env): number {
+  const n = Number(env.FORKD_DEFAULT_POOL ?? DEFAULT_POOL);
+  return Number.isInteger(n) && n >= 0 && n <= POOL_MAX ? n : DEFAULT_POOL;
+}
+
+const DEFAULT_POOL = 2;
 
 export class SnapshotManager implements SnapshotService {
   readonly pool: Pool;
@@ -126,11 +140,23 @@ export class SnapshotManager implements SnapshotService {
       });
       this.registry.markReady(req.tag, manifest);
       this.log.info({ snapshot: req.tag, parent, principal: caller.principal }, 'snapshot created');
+      await this.startDefaultPool(req.tag);
       return this.registry.toWire(manifest);
     } catch (e) {
       this.registry.release(req.tag);
       throw e;
     }
+  }
+
+  /**
+   * A made snapshot's first forks are fast without asking: its pre-warmed pool starts
+   * filling in the background (docs/snapshots.md; `forkd snapshot pool TAG 0` removes it).
+   */
+  private async startDefaultPool(tag: string): Promise<void> {
+    const size = this.opts.defaultPool ?? defaultPoolFromEnv();
+    if (size === 0) return;
+    this.registry.setPool(tag, size, true);
+    await this.pool.setSize(tag, size, true);
   }
 
   list(): Promise<SnapshotT[]> {

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isForkdError } from '../../../src/errors.js';
+import { configureTuning, vmTuning } from '../../../src/drivers/qemu/tuning.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import {
   caller,
@@ -145,6 +146,23 @@ test('a pre-warmed pool hands out paused, already-run VMs that resume as fresh f
   assert.equal(uuids.size, 2);
   await s.snapshots.setPool('warm', 0);
   await Promise.all(ids.map((id) => s.sandboxes.kill(id)));
+});
+
+test('a child forked with merging on is open to KSM, its TCG buffer capped, and works', async () => {
+  const before = vmTuning();
+  configureTuning({ merge: 'same-layout', tbMiB: 48 });
+  try {
+    const [id] = await forkN(1);
+    const pid = (await s.sandboxes.get(id as string)).pid as number;
+    const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0');
+    assert.equal(argv[argv.indexOf('-accel') + 1], 'tcg,tb-size=48');
+    assert.match(await readFile(`/proc/${pid}/ksm_stat`, 'utf8'), /ksm_merge_any: yes/);
+    assert.equal((await readFile(`/proc/${pid}/personality`, 'utf8')).trim(), '00040000');
+    assert.equal(await sh(s, id as string, 'cat /tmp/mem.txt'), 'in-memory\n');
+    await s.sandboxes.kill(id as string);
+  } finally {
+    configureTuning(before);
+  }
 });
 
 test('unknown tags, bad n and snapshots in use are refused with catalog errors', async () => {

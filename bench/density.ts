@@ -1,0 +1,218 @@
+/**
+ * Density benchmark (issue 22, docs/idle.md "Leaner children"): under the daemon's real
+ * services, in-process, busybox children forked from a warm snapshot:
+ *  - PSS per idle child at N = 10 and 100 (smaps_rollup summed / N), per guest size, with
+ *    ksmd's CPU and pages_sharing while they idle (when the run merges memory);
+ *  - `exec true` p50 on one of them while N idle, and fork → first exec p50 (single forks
+ *    as a user makes them, pool as the daemon sets it by default);
+ *  - the climb: fork 10 more at a time, until `exec true` p50 on a running one passes
+ *    100 ms, or --max sandboxes, or --minutes; `--park` pauses each batch first.
+ * Tuning comes from the environment as the daemon's flags would set it (FORKD_TCG_TB_MIB,
+ * FORKD_MERGE_MEMORY). With merging, KSM is turned on at forkd's advised rate if it was off
+ * and put back as it was at the end.
+ * Usage: node dist/bench/density.js [--n 10,100] [--memory 256,1024] [--climb]
+ *        [--park] [--max 200] [--minutes 10] [--skip-pss] [--forks 15]
+ */
+import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { readKsm } from '../src/drivers/host/ksm.js';
+import { vmTuning } from '../src/drivers/qemu/tuning.js';
+import { caller, startBenchServices, type BenchServices } from './services.js';
+import { percentile, summary } from './stats.js';
+
+const args = process.argv.slice(2);
+const opt = (name: string, dflt: string) =>
+  args.includes(name) ? (args[args.indexOf(name) + 1] as string) : dflt;
+const NS = opt('--n', '10,100').split(',').map(Number);
+const MEMORIES = opt('--memory', '256').split(',').map(Number);
+const MAX = Number(opt('--max', '200'));
+const MINUTES = Number(opt('--minutes', '10'));
+const FORKS = Number(opt('--forks', '15'));
+const STEP = 10;
+
+async function pss(pid: number): Promise<number> {
+  const text = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => '');
+  return Number(/^Pss:\s+(\d+)/m.exec(text)?.[1] ?? NaN) / 1024;
+}
+
+/** CPU seconds of a process (utime + stime). */
+async function cpuSeconds(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+/** ksmd's pid (a kernel thread: read only, to account its CPU). */
+async function ksmdPid(): Promise<number | undefined> {
+  for (const d of await readdir('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    const comm = await readFile(`/proc/${d}/comm`, 'utf8').catch(() => '');
+    if (comm.trim() === 'ksmd') return Number(d);
+  }
+  return undefined;
+}
+
+async function pids(env: BenchServices, ids: string[]): Promise<number[]> {
+  return Promise.all(ids.map(async (id) => (await env.sandboxes.get(id)).pid as number));
+}
+
+/**
+ * Fork n children, STEP at a time: 100 restores at once on 2 busy cores outlast the agent's
+ * 30 s handshake. A failure kills the batch's healthy children before it is reported.
+ */
+async function fork(env: BenchServices, tag: string, n: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let done = 0; done < n; done += STEP) {
+    const r = await env.snapshots.fork({ snapshot: tag, n: Math.min(STEP, n - done) }, caller);
+    ids.push(...r.sandboxes.map((s) => s.id));
+    if (r.failed.length) {
+      await killAll(env, ids);
+      throw new Error(`fork failed: ${JSON.stringify(r.failed[0])}`);
+    }
+  }
+  return ids;
+}
+
+async function execTrue(env: BenchServices, id: string): Promise<number> {
+  const t0 = performance.now();
+  const r = await env.sandboxes.exec(id, { argv: ['true'] });
+  if (r.exit_code !== 0) throw new Error(`true exited ${r.exit_code} in ${id}`);
+  return performance.now() - t0;
+}
+
+async function execP50(env: BenchServices, id: string, n = 15): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) out.push(await execTrue(env, id));
+  return out;
+}
+
+async function killAll(env: BenchServices, ids: string[]) {
+  for (let i = 0; i < ids.length; i += 20) {
+    await Promise.all(ids.slice(i, i + 20).map((id) => env.sandboxes.kill(id).catch(() => 0)));
+  }
+}
+
+/**
+ * Let N children idle; with merging, until pages_sharing stops growing (≤ 60 s). Returns
+ * PSS per child and, with merging, ksmd's share of a core over that time.
+ */
+async function idlePss(ids: number[]): Promise<string> {
+  const merging = vmTuning().merge !== 'off';
+  const ksmd = merging ? await ksmdPid() : undefined;
+  const cpu0 = ksmd ? await cpuSeconds(ksmd) : 0;
+  const t0 = performance.now();
+  await sleep(3000);
+  let last = -1;
+  for (let i = 0; merging && i < 20; i++) {
+    const sharing = (await readKsm())?.pagesSharing ?? 0;
+    if (sharing > 0 && sharing <= last * 1.02) break;
+    last = sharing;
+    await sleep(3000);
+  }
+  const secs = (performance.now() - t0) / 1000;
+  const per = (await Promise.all(ids.map(pss))).reduce((a, b) => a + b, 0) / ids.length;
+  let extra = '';
+  if (ksmd) {
+    const share = (((await cpuSeconds(ksmd)) - cpu0) * 100) / secs;
+    const k = await readKsm();
+    extra = `; ksmd ${share.toFixed(1)} % of a core over ${secs.toFixed(0)} s, pages_sharing ${k?.pagesSharing}`;
+    const cpu1 = await cpuSeconds(ksmd);
+    await sleep(10_000);
+    extra += `, then steady ${(((await cpuSeconds(ksmd)) - cpu1) * 10).toFixed(1)} % of a core`;
+  }
+  return `${per.toFixed(1)} MiB per child${extra}`;
+}
+
+/** Single forks as a user makes them: fork, first exec answered, kill. */
+async function forkToExec(env: BenchServices, tag: string, n = 15): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    await sleep(1000); // a user's pace: the pool refills between forks
+    const t0 = performance.now();
+    const [id] = await fork(env, tag, 1);
+    await execTrue(env, id as string);
+    out.push(performance.now() - t0);
+    await env.sandboxes.kill(id as string);
+  }
+  return out;
+}
+
+/** Fork STEP at a time (paused when parking) until exec p50 on a running one passes 100 ms. */
+async function climb(env: BenchServices, tag: string, park: boolean): Promise<void> {
+  const deadline = Date.now() + MINUTES * 60_000;
+  const [probe] = await fork(env, tag, 1);
+  const ids: string[] = [probe as string];
+  try {
+    while (ids.length < MAX && Date.now() < deadline) {
+      const batch = await fork(env, tag, STEP);
+      ids.push(...batch);
+      if (park) await Promise.all(batch.map((id) => env.sandboxes.pause(id)));
+      await sleep(2000);
+      const p50 = percentile(await execP50(env, probe as string, 10), 50);
+      const mem = (await Promise.all((await pids(env, ids)).map(pss))).reduce((a, b) => a + b, 0);
+      console.log(
+        `  ${ids.length} sandboxes${park ? ` (${ids.length - 1} paused)` : ''}: exec true p50 ${p50.toFixed(1)} ms, PSS total ${(mem / 1024).toFixed(2)} GiB`,
+      );
+      if (p50 > 100) break;
+    }
+  } finally {
+    await killAll(env, ids);
+  }
+}
+
+async function main() {
+  const ksmBefore = await readKsm();
+  const env = await startBenchServices(['busybox']);
+  // A run stopped from outside (timeout, Ctrl-C) still ends every VM it started.
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(sig, () => void env.close().finally(() => process.exit(130)));
+  }
+  try {
+    const t = vmTuning();
+    console.log(
+      `density benchmark — busybox, TCG, tb-size ${t.tbMiB ?? 'QEMU default'} MiB, merge ${t.merge}, pool by default: see fork → exec, ${new Date().toISOString()}`,
+    );
+    for (const mib of MEMORIES) {
+      const tag = `d${mib}`;
+      await env.snapshots.create(
+        { tag, image: 'busybox', memory_mib: mib, warm: ['echo warm > /tmp/w'] },
+        caller,
+      );
+      if (args.includes('--skip-pss')) continue;
+      for (const n of NS) {
+        const ids = await fork(env, tag, n);
+        try {
+          console.log(
+            `${mib} MiB guest, N=${n} idle children: ${await idlePss(await pids(env, ids))}`,
+          );
+          console.log(
+            `  exec true on one of them: ${summary(await execP50(env, ids[0] as string))}`,
+          );
+        } finally {
+          await killAll(env, ids);
+        }
+      }
+    }
+    const tag = `d${MEMORIES[0]}`;
+    console.log(
+      `fork → first exec answered (single forks, 1/s): ${summary(await forkToExec(env, tag, FORKS))}`,
+    );
+    if (args.includes('--climb')) {
+      console.log(`climb (step ${STEP}, max ${MAX}, ${MINUTES} min), running:`);
+      await climb(env, tag, false);
+      if (args.includes('--park')) {
+        console.log('climb, parked (all paused but the probe):');
+        await climb(env, tag, true);
+      }
+    }
+  } finally {
+    await env.close();
+    if (ksmBefore && !ksmBefore.running && (await readKsm())?.running) {
+      await writeFile('/sys/kernel/mm/ksm/pages_to_scan', String(ksmBefore.pagesToScan));
+      await writeFile('/sys/kernel/mm/ksm/sleep_millisecs', String(ksmBefore.sleepMs));
+      await writeFile('/sys/kernel/mm/ksm/run', '0');
+    }
+  }
+}
+
+await main();
