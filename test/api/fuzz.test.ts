@@ -5,7 +5,7 @@
  * app over fake services. Whatever arrives, the answer is never a 5xx, every error is a
  * catalog code with its catalog status and no host path, and the app keeps serving /healthz.
  * A second part sends broken HTTP over a real TCP socket. Bounded in time: FORKD_FUZZ_SECONDS
- * (default 20) split over the routes; a failure prints the seed to replay it with
+ * (default 8) split over the routes; a failure prints the seed to replay it with
  * FORKD_FUZZ_SEED.
  */
 import { after, before, test } from 'node:test';
@@ -18,7 +18,7 @@ import { buildApp, routesOf } from '../../src/api/app.js';
 import { ERROR_CATALOG, type ErrorCode } from '../../src/errors.js';
 import { FakeServices, validRequests, type RouteRequest } from '../helpers/fake-services.js';
 
-const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 20);
+const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 8);
 const SEED_VALUE = process.env.FORKD_FUZZ_SEED ? Number(process.env.FORKD_FUZZ_SEED) : undefined;
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'] as const;
 const KiB = 1024;

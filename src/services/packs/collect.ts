@@ -1,15 +1,21 @@
 /**
  * What a pack of a snapshot holds: every snapshot of its chain, root first (manifest.json
  * and the files it lists: `memory` or `memory.diff`, `vmstate`, `disk.qcow2` — never a
- * materialized memory cache), and its image (rootfs.ext4, image.json). Each file is hashed
- * again here and compared with its snapshot's manifest, so a pack is never made of a
- * damaged snapshot. Paths inside the pack are the paths under FORKD_HOME.
+ * materialized memory cache), and its image (rootfs.ext4, image.json). Each snapshot file is
+ * hashed again here and compared with its snapshot's manifest, so a pack is never made of a
+ * damaged snapshot; the image's write-once files keep their digest while unchanged on disk. Paths inside the pack are the paths under FORKD_HOME.
  */
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import { imageFiles } from '../images/store.js';
-import { describeFile, readManifest, type SnapshotManifest } from '../snapshots/files.js';
+import {
+  describeFile,
+  readManifest,
+  sha256File,
+  sha256StableFile,
+  type SnapshotManifest,
+} from '../snapshots/files.js';
 import {
   hostRequirements,
   imagePath,
@@ -29,10 +35,10 @@ export async function chainOf(p: Paths, top: SnapshotManifest): Promise<Snapshot
   return chain;
 }
 
-/** Hash one file under FORKD_HOME as a pack entry. */
-async function entry(p: Paths, path: string): Promise<PackFile> {
+/** Hash one file under FORKD_HOME as a pack entry (`hash`: an image's file is write-once). */
+async function entry(p: Paths, path: string, hash = sha256File): Promise<PackFile> {
   const slash = path.lastIndexOf('/');
-  const f = await describeFile(join(p.home, path.slice(0, slash)), path.slice(slash + 1));
+  const f = await describeFile(join(p.home, path.slice(0, slash)), path.slice(slash + 1), hash);
   return { path, size: f.size, allocated: f.allocated, sha256: f.sha256 };
 }
 
@@ -58,7 +64,8 @@ export async function collectPack(p: Paths, top: SnapshotManifest): Promise<Pack
   if (image) {
     const img = imageFiles(p, image);
     for (const file of [img.manifest, img.rootfs]) {
-      files.push(await entry(p, imagePath(image, file.slice(img.dir.length + 1))));
+      const path = imagePath(image, file.slice(img.dir.length + 1));
+      files.push(await entry(p, path, sha256StableFile));
     }
   }
   return {

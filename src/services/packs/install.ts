@@ -16,7 +16,7 @@ import { imageFiles } from '../images/store.js';
 import {
   describeFile,
   readManifest,
-  sha256File,
+  sha256StableFile,
   snapshotDir,
   SNAPSHOT_FILES,
   validateTag,
@@ -174,7 +174,7 @@ async function planImage(p: Paths, staging: string, pack: PackManifest): Promise
       () => undefined,
     );
     if (have === undefined) return { name, staged };
-    if (have && (await sha256File(rootfs)) === want.sha256) return { name };
+    if (have && (await sha256StableFile(rootfs)) === want.sha256) return { name };
   }
   throw new ForkdError(
     'name_taken',

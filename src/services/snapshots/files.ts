@@ -98,14 +98,34 @@ export async function sha256File(path: string): Promise<string> {
   return hash.digest('hex');
 }
 
-export async function describeFile(dir: string, name: string): Promise<FileEntry> {
+export async function describeFile(
+  dir: string,
+  name: string,
+  hash: (path: string) => Promise<string> = sha256File,
+): Promise<FileEntry> {
   const st = await stat(join(dir, name));
-  return {
-    name,
-    size: st.size,
-    allocated: st.blocks * 512,
-    sha256: await sha256File(join(dir, name)),
-  };
+  return { name, size: st.size, allocated: st.blocks * 512, sha256: await hash(join(dir, name)) };
+}
+
+/** Digests of write-once files, with the identity on disk they were computed for. */
+const stableDigests = new Map<string, { identity: string; sha256: string }>();
+
+/**
+ * sha256File for a file that is written once and only read after (an image's rootfs):
+ * every pack, push and unpack of a chain needs its digest, and hashing a whole rootfs each
+ * time was most of their time. Hashed again whenever its inode, size, mtime or ctime
+ * differ from when it was hashed (any write moves ctime). Snapshot files are not cached:
+ * `verify` and a pack's own check are there to catch a snapshot damaged on disk.
+ */
+export async function sha256StableFile(path: string): Promise<string> {
+  const st = await stat(path, { bigint: true });
+  const identity = `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+  const known = stableDigests.get(path);
+  if (known?.identity === identity) return known.sha256;
+  // The identity read before hashing: a write during the hash moves ctime past it.
+  const sha256 = await sha256File(path);
+  stableDigests.set(path, { identity, sha256 });
+  return sha256;
 }
 
 /** Checksum the files of a staged snapshot, write its manifest, rename it into place. */

@@ -4,7 +4,7 @@
  * base64, wrong ids and types, stray resync bytes, oversized lines, a dropped socket). Every
  * call must settle in bounded time, either with a value of the right shape or with a catalog
  * error, and nothing may throw out of the driver. The real agent's side is fuzzed in
- * test/e2e/guest/fuzz.test.ts. FORKD_FUZZ_SECONDS (default 20) bounds it, split evenly.
+ * test/e2e/guest/fuzz.test.ts. FORKD_FUZZ_SECONDS (default 8) bounds it, split evenly.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,7 +17,7 @@ import { ERROR_CATALOG, isForkdError } from '../../../src/errors.js';
 import { AgentClient } from '../../../src/drivers/agent/client.js';
 import { LineReader, SYNC_BYTE, parseLine } from '../../../src/drivers/agent/wire.js';
 
-const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 20) / 2;
+const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 8) / 2;
 const SEED_VALUE = process.env.FORKD_FUZZ_SEED ? Number(process.env.FORKD_FUZZ_SEED) : undefined;
 const CALL_TIMEOUT_MS = 400;
 

@@ -5,7 +5,7 @@
  * every case a ping must come back, every line the agent sends must be a JSON message, and
  * a resync must be answered with its nonce. Then the host driver, reconnected, gets random
  * paths and commands and must answer each with a value or a catalog error. Bounded:
- * FORKD_FUZZ_SECONDS (default 20) for the raw frames; FORKD_FUZZ_SEED replays a failure.
+ * FORKD_FUZZ_SECONDS (default 8) for the raw frames; FORKD_FUZZ_SEED replays a failure.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -21,7 +21,7 @@ import {
 import { RawAgentSocket } from '../../helpers/agent-process.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 
-const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 20);
+const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 8);
 const SEED_VALUE = process.env.FORKD_FUZZ_SEED ? Number(process.env.FORKD_FUZZ_SEED) : undefined;
 
 let home: TestHome;

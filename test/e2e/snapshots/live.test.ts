@@ -2,7 +2,7 @@
  * Live branch end to end with real VMs (TCG): the source is stopped only to make its QEMU
  * fork (a copy-on-write view of guest RAM) and the written pages are copied from that
  * frozen fork after it resumed. Checked here: the memory (a diff, materialized) equals the RAM read while
- * the source was stopped, page for page, over 8 branches each of a booted and of a forked
+ * the source was stopped, page for page, over 4 branches each of a booted and of a forked
  * sandbox writing memory as fast as they can, and of a 2-vCPU one; children start from the branch instant;
  * memory use returns after each copy; no fork, zombie or copier is left, even when the
  * copier is killed mid-copy. (The daemon killed mid-copy: daemon.test.ts.)
@@ -45,7 +45,7 @@ let s: TestServices;
 /** The source's RAM as read while it was stopped, for each branch; and its mapping. */
 const refs: { ref: RamReference; region: RamRegion }[] = [];
 
-const BRANCHES = 8;
+const BRANCHES = 4;
 const MiB = 1024;
 
 before(async () => {
