@@ -133,6 +133,8 @@ export function register(cmd: Command): void {
     .option(
       '--hibernate-idle-after <s>',
       'hibernate a sandbox (to disk, QEMU ended) after s seconds without a request (default: never); the next request restores it',
+    )
+    .option(
       '--default-pool <n>',
       'pre-warmed pool each `snapshot create` gets, so its forks start fast (default 2, or FORKD_DEFAULT_POOL; 0: none)',
     )
