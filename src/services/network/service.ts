@@ -121,7 +121,8 @@ export class NetworkService {
     if (process.getuid?.() !== 0) {
       return {
         isolation: 'user',
-        reason: 'not root: user networking, host loopback blocked (restrict)',
+        reason:
+          "not root: QEMU user networking in the daemon's namespace (the guest reaches what the host reaches; its gateway 10.0.2.2 is the host's loopback)",
       };
     }
     if (!(await nftAvailable())) {
