@@ -205,6 +205,7 @@ export function hostScript(): string {
     '    type filter hook input priority filter - 10; policy accept;',
     `    iifname ${veth} ct state established,related accept`,
     `    iifname ${veth} meta l4proto { tcp, udp } th dport ${DNS_PORT} accept`,
+    `    iifname ${veth} tcp dport ${NAME_PROXY_PORT} accept`,
     `    iifname ${veth} meta l4proto tcp reject with tcp reset`,
     `    iifname ${veth} reject with icmpx admin-prohibited`,
     '  }',
