@@ -12,6 +12,7 @@ interface Flags extends DaemonFlags {
   json?: boolean;
   cwd?: string;
   env?: string[];
+  language?: string;
 }
 
 const connect = (id: string, flags: Flags) =>
@@ -26,7 +27,8 @@ export function register(cmd: Command): void {
   daemonOptions(
     cmd
       .command('create <id> [name]')
-      .description('start a Python context (default name python)')
+      .description('start a context (default: Python, named after its language)')
+      .option('--language <lang>', 'python (default) or node')
       .option('--cwd <dir>', 'its working directory (absolute; default /root)')
       .option('-e, --env <K=V>', 'environment variable (repeatable)', collect, [])
       .option('--json', 'machine-readable output'),
@@ -35,11 +37,16 @@ export function register(cmd: Command): void {
       if (flags.cwd !== undefined && !flags.cwd.startsWith('/')) {
         throw usage(`--cwd "${flags.cwd}" must be an absolute path in the sandbox`);
       }
+      const language = flags.language;
+      if (language !== undefined && language !== 'python' && language !== 'node') {
+        throw usage(`--language "${language}" is not python or node`);
+      }
       const sbx = await connect(id, flags);
       const envs = flags.env?.length ? parseEnv(flags.env) : undefined;
       show(
         await sbx.contexts.create({
           name: optionalName(name, 'the context name'),
+          language,
           cwd: flags.cwd,
           envs,
         }),
@@ -64,7 +71,7 @@ export function register(cmd: Command): void {
   );
   for (const [verb, what] of [
     ['restart', 'replace the interpreter: fresh state, same cwd and env'],
-    ['interrupt', 'interrupt the running code (KeyboardInterrupt); the context lives on'],
+    ['interrupt', 'interrupt the running code (Python: KeyboardInterrupt); the context lives on'],
     ['rm', 'end the context and forget its state'],
   ] as const) {
     daemonOptions(

@@ -27,7 +27,10 @@ export function register(cmd: Command): void {
       .argument('<id>', 'sandbox id')
       .argument('[code]', 'code to run ("-" reads it from stdin)')
       .option('-f, --file <path>', 'read the code from this file')
-      .option('--context <name>', 'the context to run in (default python, made on first use)')
+      .option(
+        '--context <name>',
+        'the context to run in (default python; python and node are made on first use)',
+      )
       .option('--timeout <seconds>', 'interrupt the code after this long (the context lives on)')
       .option('--fan-out <file>', 'variants to run, one child each: a JSON array or one per line')
       .option('--keep', 'with --fan-out: keep the children running')

@@ -4,7 +4,8 @@
  * every key — Ctrl-C, Ctrl-D, Ctrl-Z — reaches the guest's terminal, which decides what it
  * means; window changes (SIGWINCH) are passed on; forkd exits with the shell's exit code.
  * The terminal is restored on every way out. A lost connection leaves the session running:
- * `forkd shell ID --attach pty-N` picks it up again.
+ * `forkd shell ID --attach pty-N` picks it up again; `forkd shell ID --list` shows the
+ * sessions the sandbox holds.
  */
 import { constants } from 'node:os';
 import type { Command } from 'commander';
@@ -12,7 +13,7 @@ import { Forkd, Pty, PtyDetachedError, type ClientConfig, type PtyHandle } from 
 import { PTY_LOGIN_SHELL } from '../contract/rules.js';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { commandExit, EXIT } from './exit.js';
-import { action, drained } from './output.js';
+import { action, drained, printJson, printTable } from './output.js';
 import { collect, parseEnv, parseSandboxId, parseUser, usage } from './parse.js';
 
 interface ShellFlags extends DaemonFlags {
@@ -20,6 +21,8 @@ interface ShellFlags extends DaemonFlags {
   cwd?: string;
   user?: string;
   attach?: string;
+  list?: boolean;
+  json?: boolean;
 }
 
 /** What a terminal session runs, and where. */
@@ -45,9 +48,13 @@ export function register(cmd: Command): void {
       .option('-e, --env <K=V>', 'environment variable (repeatable)', collect, [])
       .option('--cwd <dir>', 'working directory in the sandbox (absolute)')
       .option('--user <user>', 'user name or uid to run as')
-      .option('--attach <session>', 'reattach a terminal session (pty-N) that is still running'),
+      .option('--attach <session>', 'reattach a terminal session (pty-N) that is still running')
+      .option('--list', "list the sandbox's terminal sessions instead of opening one")
+      .option('--json', 'with --list: machine-readable output'),
   ).action(
     action(async (id: string, argv: string[], flags: ShellFlags) => {
+      if (flags.list) return listSessions(id, argv, flags);
+      if (flags.json) throw usage('--json goes with --list', { flag: '--json' });
       if (flags.attach !== undefined && !SESSION.test(flags.attach)) {
         throw usage(`--attach ${flags.attach} is not a session id like pty-1`, {
           flag: '--attach',
@@ -70,6 +77,26 @@ export function register(cmd: Command): void {
         session: flags.attach,
       });
     }),
+  );
+}
+
+/** `--list`: the sessions the sandbox holds, running or ended but not yet reaped. */
+async function listSessions(id: string, argv: string[], flags: ShellFlags): Promise<void> {
+  if (argv.length > 0 || flags.attach || flags.cwd || flags.user || flags.env.length) {
+    throw usage('--list takes no command, --attach, --cwd, --user or --env');
+  }
+  const sessions = await ptyOf(parseSandboxId(id), clientConfig(flags)).list();
+  if (flags.json) return printJson(sessions);
+  printTable(
+    ['SESSION', 'PID', 'STATE', 'ATTACHED', 'OUTPUT', 'AGE'],
+    sessions.map((s) => [
+      s.session,
+      String(s.pid),
+      s.exited ? 'exited' : 'running',
+      s.attached ? 'yes' : 'no',
+      `${s.offset} B`,
+      `${Math.round(s.ageMs / 1000)}s`,
+    ]),
   );
 }
 

@@ -131,7 +131,7 @@ export function createFlags(cmd: Command): Command {
     .option('--json', 'machine-readable output, no progress')
     .option(
       '--context <name>',
-      'start a Python code context, inherited by forks (repeatable)',
+      'start a code context, inherited by forks: "node" is Node, any other name Python (repeatable)',
       collect,
       [],
     )

@@ -13,9 +13,19 @@ export const ContextName = Type.String({
   pattern: NAME_PATTERN,
   description: 'context name (a-z, 0-9, ".", "_", "-")',
 });
-export const ContextLanguage = Type.Literal('python');
+export const ContextLanguage = Type.Union([Type.Literal('python'), Type.Literal('node')], {
+  description: 'the interpreter: python (python3) or node',
+});
 /** The context an eval uses when it names none; created on first use. */
 export const DEFAULT_CONTEXT = 'python';
+
+/**
+ * A context named after a language ("python", "node") runs that language unless told
+ * otherwise, and is made on an eval's first use; any other name is Python by default.
+ */
+export function languageOfName(name: string): ContextLanguageT | undefined {
+  return name === 'python' || name === 'node' ? name : undefined;
+}
 export const DEFAULT_EVAL_TIMEOUT_MS = 300_000;
 
 export const Context = Type.Object({
@@ -128,6 +138,7 @@ export const EvalForkResult = Type.Object({
   ),
 });
 
+export type ContextLanguageT = Static<typeof ContextLanguage>;
 export type ContextT = Static<typeof Context>;
 export type CreateContextT = Static<typeof CreateContext>;
 export type EvalRequestT = Static<typeof EvalRequest>;

@@ -699,7 +699,8 @@ export const CreateSnapshot = Type.Object(
     contexts: Type.Optional(
       Type.Array(Type.String({ pattern: NAME_PATTERN }), {
         maxItems: 16,
-        description: 'Python code contexts started in the parent, inherited by every fork',
+        description:
+          'code contexts started in the parent, inherited by every fork ("node" is a Node context; any other name Python)',
       }),
     ),
     eval: Type.Optional(

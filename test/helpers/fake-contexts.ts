@@ -7,6 +7,7 @@
 import { ForkdError } from '../../src/errors.js';
 import {
   DEFAULT_CONTEXT,
+  languageOfName,
   type ContextT,
   type CreateContextT,
   type EvalEventT,
@@ -23,7 +24,7 @@ export const SEED_CONTEXT = 'python';
 function contextRecord(name: string, req: CreateContextT = {}): ContextT {
   return {
     name,
-    language: 'python',
+    language: req.language ?? languageOfName(name) ?? 'python',
     cwd: req.cwd ?? '/root',
     env: req.env ?? {},
     pid: 100,
@@ -83,7 +84,7 @@ export class FakeContexts implements ContextService {
   }
 
   async create(id: string, req: CreateContextT): Promise<ContextT> {
-    const name = req.name ?? DEFAULT_CONTEXT;
+    const name = req.name ?? req.language ?? DEFAULT_CONTEXT;
     if (this.of(id).has(name)) throw new ForkdError('name_taken', `context "${name}" exists`);
     const c = contextRecord(name, req);
     this.of(id).set(name, c);

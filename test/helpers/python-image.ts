@@ -1,8 +1,9 @@
 /**
- * The Debian image with python3, numpy and matplotlib that the eval tests and bench use:
- * built once into the set-up home by scripts/setup.sh (or here, on first use, if setup ran
- * before it was added: debootstrap then takes several minutes) and linked read-only into a
- * test home. A test home that needs this checkout's agent gets its own initramfs too.
+ * The Debian images the eval tests and bench use: python3 with numpy and matplotlib (built
+ * once into the set-up home by scripts/setup.sh) and nodejs for the Node-context test (built
+ * here on its first use: debootstrap, about 3 minutes with the shared package cache warm
+ * from the Python image, then reused); either is linked read-only into a test home. A test
+ * home that needs this checkout's agent gets its own initramfs too.
  */
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readlink, rm, symlink } from 'node:fs/promises';
@@ -13,21 +14,25 @@ import { buildDebianImage } from '../../src/services/images/index.js';
 import { BASE_HOME, type TestHome } from './home.js';
 
 export const PYTHON_IMAGE = 'forkd-test-python';
-export const PYTHON_PACKAGES = ['python3', 'python3-numpy', 'python3-matplotlib'];
+export const NODE_IMAGE = 'forkd-test-node';
+/** Each test image's Debian packages (bookworm, from the host's apt mirror). */
+const PACKAGES: Record<string, string[]> = {
+  [PYTHON_IMAGE]: ['python3', 'python3-numpy', 'python3-matplotlib'],
+  [NODE_IMAGE]: ['nodejs'],
+};
 
-/** Link the Python image into `home`, building it in the base home first if missing. */
-export async function linkPythonImage(home: TestHome): Promise<void> {
+/** Link a test image into `home`, building it in the base home first if missing. */
+export async function linkTestImage(
+  home: TestHome,
+  name: typeof PYTHON_IMAGE | typeof NODE_IMAGE,
+): Promise<void> {
   const base = paths(BASE_HOME);
-  const dir = join(base.images, PYTHON_IMAGE);
+  const dir = join(base.images, name);
   if (!existsSync(join(dir, 'image.json'))) {
-    process.stderr.write(`building the ${PYTHON_IMAGE} image (debootstrap, minutes)…\n`);
-    await buildDebianImage(base, {
-      name: PYTHON_IMAGE,
-      suite: 'bookworm',
-      packages: PYTHON_PACKAGES,
-    });
+    process.stderr.write(`building the ${name} image (debootstrap, minutes)…\n`);
+    await buildDebianImage(base, { name, suite: 'bookworm', packages: PACKAGES[name] });
   }
-  await symlink(dir, join(home.paths.images, PYTHON_IMAGE));
+  await symlink(dir, join(home.paths.images, name));
 }
 
 /**

@@ -272,10 +272,12 @@ class Contexts:
         *,
         cwd: Optional[str] = None,
         envs: Optional[Dict[str, str]] = None,
+        language: Optional[str] = None,
     ) -> ContextInfo:
-        """Start a context (default name ``python``, cwd ``/root``) with its own process,
-        cwd and environment; NameTakenError when one of that name runs."""
-        body = compact(name=name, cwd=cwd, env=envs)
+        """Start a context with its own process, cwd and environment: ``language``
+        ``"python"`` (the default) or ``"node"``; the name defaults to the language, cwd to
+        ``/root``. NameTakenError when one of that name runs."""
+        body = compact(name=name, language=language, cwd=cwd, env=envs)
         return _context_of(self._transport.json(Request("POST", self._base, json=body)))
 
     def list(self) -> List[ContextInfo]:

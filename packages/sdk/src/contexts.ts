@@ -9,10 +9,13 @@ import { errorFromResponse, InternalError } from './errors.js';
 import type { Transport } from './http.js';
 import { ndjson } from './ndjson.js';
 
+/** The interpreter of a context. */
+export type ContextLanguage = 'python' | 'node';
+
 /** One context as the daemon reports it. */
 export interface ContextInfo {
   name: string;
-  language: 'python';
+  language: ContextLanguage;
   cwd: string;
   env: Record<string, string>;
   /** The interpreter's pid in the guest. */
@@ -24,7 +27,7 @@ export interface ContextInfo {
 
 interface WireContext {
   name: string;
-  language: 'python';
+  language: ContextLanguage;
   cwd: string;
   env: Record<string, string>;
   pid: number;
@@ -282,16 +285,23 @@ export class Contexts {
   ) {}
 
   /**
-   * Start a context (default name `python`) with its own cwd and environment.
+   * Start a context with its own cwd and environment: `language` `python` (the default)
+   * or `node`; the name defaults to the language (a context named `node` is Node).
    *
    * @example
    * const ctx = await sandbox.contexts.create({ name: 'b', envs: { MODE: 'test' } });
+   * await sandbox.contexts.create({ language: 'node' }); // runCode(code, {context: 'node'})
    */
   async create(
-    opts: { name?: string; cwd?: string; envs?: Record<string, string> } & CallOptions = {},
+    opts: {
+      name?: string;
+      language?: ContextLanguage;
+      cwd?: string;
+      envs?: Record<string, string>;
+    } & CallOptions = {},
   ): Promise<ContextInfo> {
     const json = {
-      language: 'python',
+      ...(opts.language ? { language: opts.language } : {}),
       ...(opts.name ? { name: opts.name } : {}),
       ...(opts.cwd ? { cwd: opts.cwd } : {}),
       ...(opts.envs ? { env: opts.envs } : {}),

@@ -27,7 +27,13 @@ export { Commands, CommandHandle } from './commands.js';
 export type { CommandOptions, CommandSignal, StartOptions } from './commands.js';
 export { Files } from './files.js';
 export { Contexts, Execution, Result } from './contexts.js';
-export type { ContextInfo, EvalForkResult, ExecutionError, RunCodeOptions } from './contexts.js';
+export type {
+  ContextInfo,
+  ContextLanguage,
+  EvalForkResult,
+  ExecutionError,
+  RunCodeOptions,
+} from './contexts.js';
 export type { WriteInfo, WriteOptions } from './files.js';
 export { Pty, PtyHandle, PtyDetachedError } from './pty.js';
 export type {

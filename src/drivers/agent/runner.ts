@@ -1,11 +1,12 @@
 /**
- * The code-context runner in the guest (packages/python/forkd/_runner.py): one Python
- * process per context, each serving a unix socket under /run/forkd/contexts. The host
- * reaches a context by exec'ing the agent's own static binary in `--connect` mode
- * (/proc/1/exe: a client that starts in milliseconds, where a Python client would cost
- * hundreds under TCG): one JSON request on its stdin, NDJSON events on its stdout.
- * Contexts are managed with small shell commands; their state lives in the guest only,
- * so forks and branches carry them along with the processes.
+ * The code-context runners in the guest (packages/python/forkd/_runner.py for Python,
+ * agent/node-runner.cjs for Node; one protocol): one interpreter process per context, each
+ * serving a unix socket under /run/forkd/contexts. The host reaches a context by exec'ing
+ * the agent's own static binary in `--connect` mode (/proc/1/exe: a client that starts in
+ * milliseconds, where a Python client would cost hundreds under TCG): one JSON request on
+ * its stdin, NDJSON events on its stdout. Contexts are managed with small shell commands;
+ * their state lives in the guest only, so forks and branches carry them along with the
+ * processes.
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -13,7 +14,26 @@ import { repoRoot } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import type { AgentClient, ExecHandle } from './client.js';
 
-export const RUNNER_PATH = '/run/forkd/runner.py';
+export type ContextLanguage = 'python' | 'node';
+
+/** Per language: where its runner is uploaded, its source in this checkout, its interpreter. */
+const RUNNERS: Record<
+  ContextLanguage,
+  { path: string; source: string[]; interpreter: string; debian: string }
+> = {
+  python: {
+    path: '/run/forkd/runner.py',
+    source: ['packages', 'python', 'forkd', '_runner.py'],
+    interpreter: 'python3',
+    debian: 'python3',
+  },
+  node: {
+    path: '/run/forkd/node-runner.cjs',
+    source: ['agent', 'node-runner.cjs'],
+    interpreter: 'node',
+    debian: 'nodejs',
+  },
+};
 export const CONTEXTS_DIR = '/run/forkd/contexts';
 /** The agent's own binary, reachable after the switch to the image root. */
 const AGENT_SELF = '/proc/1/exe';
@@ -22,7 +42,7 @@ const PIPE_GRACE_MS = 30_000;
 
 export interface ContextInfo {
   name: string;
-  language: 'python';
+  language: ContextLanguage;
   cwd: string;
   env: Record<string, string>;
   pid: number;
@@ -38,12 +58,16 @@ export type RunnerEvent =
   | { type: 'error'; name: string; value: string; traceback: string }
   | { type: 'end'; execution_count: number; duration_ms: number };
 
-let runnerSource: Promise<Buffer> | undefined;
+const runnerSources = new Map<ContextLanguage, Promise<Buffer>>();
 
-/** The runner's source as shipped in this checkout (read once). */
-function source(): Promise<Buffer> {
-  runnerSource ??= readFile(join(repoRoot(), 'packages', 'python', 'forkd', '_runner.py'));
-  return runnerSource;
+/** A runner's source as shipped in this checkout (read once). */
+function source(language: ContextLanguage): Promise<Buffer> {
+  let src = runnerSources.get(language);
+  if (!src) {
+    src = readFile(join(repoRoot(), ...RUNNERS[language].source));
+    runnerSources.set(language, src);
+  }
+  return src;
 }
 
 function shellQuote(s: string): string {
@@ -97,23 +121,22 @@ export async function getContext(agent: AgentClient, name: string): Promise<Cont
 /** Start a context's interpreter; resolves once it serves. */
 export async function startContext(
   agent: AgentClient,
-  req: { name: string; cwd: string; env: Record<string, string> },
+  req: { name: string; language: ContextLanguage; cwd: string; env: Record<string, string> },
 ): Promise<void> {
-  await agent.writeFile(RUNNER_PATH, await source(), { mode: 0o644, parents: true });
-  const r = await agent
-    .run({
-      argv: ['python3', RUNNER_PATH, 'start', req.name, req.cwd, JSON.stringify(req.env)],
-    })
-    .catch((e: unknown) => {
-      if (e instanceof ForkdError && e.code === 'command_not_found') {
-        throw new ForkdError(
-          'command_not_found',
-          'python3 is not in the sandbox image: build one with it (forkd image build --debian bookworm --packages python3)',
-          { command: 'python3' },
-        );
-      }
-      throw e;
-    });
+  const runner = RUNNERS[req.language];
+  await agent.writeFile(runner.path, await source(req.language), { mode: 0o644, parents: true });
+  const argv = [runner.interpreter, runner.path, 'start', req.name, req.cwd];
+  const r = await agent.run({ argv: [...argv, JSON.stringify(req.env)] }).catch((e: unknown) => {
+    if (e instanceof ForkdError && e.code === 'command_not_found') {
+      throw new ForkdError(
+        'command_not_found',
+        `${runner.interpreter} is not in the sandbox image: build one with it ` +
+          `(forkd image build --debian bookworm --packages ${runner.debian})`,
+        { command: runner.interpreter },
+      );
+    }
+    throw e;
+  });
   if (r.exitCode !== 0) {
     const output = r.stderr.toString().trim().slice(-2000);
     const cwdMissing = /FileNotFoundError|No such file/.test(output);

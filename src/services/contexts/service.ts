@@ -8,6 +8,7 @@
 import {
   DEFAULT_CONTEXT,
   DEFAULT_EVAL_TIMEOUT_MS,
+  languageOfName,
   type ContextT,
   type CreateContextT,
   type EvalEventT,
@@ -48,14 +49,15 @@ export class ContextManager implements ContextService {
 
   async create(id: string, req: CreateContextT): Promise<ContextT> {
     const agent = await this.opts.agentOf(id);
-    const name = req.name ?? DEFAULT_CONTEXT;
+    const name = req.name ?? req.language ?? DEFAULT_CONTEXT;
+    const language = req.language ?? languageOfName(name) ?? 'python';
     const existing = (await listContexts(agent)).find((c) => c.name === name);
     if (existing?.alive) {
       throw new ForkdError('name_taken', `the sandbox already has a context "${name}"`, {
         context: name,
       });
     }
-    await startContext(agent, { name, cwd: req.cwd ?? DEFAULT_CWD, env: req.env ?? {} });
+    await startContext(agent, { name, language, cwd: req.cwd ?? DEFAULT_CWD, env: req.env ?? {} });
     return getContext(agent, name);
   }
 
@@ -67,7 +69,7 @@ export class ContextManager implements ContextService {
     const agent = await this.opts.agentOf(id);
     const old = await getContext(agent, name);
     await removeContext(agent, name);
-    await startContext(agent, { name, cwd: old.cwd, env: old.env });
+    await startContext(agent, { name, language: old.language, cwd: old.cwd, env: old.env });
     return getContext(agent, name);
   }
 
@@ -85,8 +87,8 @@ export class ContextManager implements ContextService {
     try {
       return await this.startCounted(agent, context, req);
     } catch (e) {
-      // The default context is made on first use, as a notebook's kernel is.
-      if (!(isForkdError(e) && e.code === 'context_not_found') || context !== DEFAULT_CONTEXT) {
+      // A language's default context is made on first use, as a notebook's kernel is.
+      if (!(isForkdError(e) && e.code === 'context_not_found') || !languageOfName(context)) {
         throw e;
       }
       await this.create(id, { name: context });

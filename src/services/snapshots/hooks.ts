@@ -4,6 +4,7 @@
  * its imports); after each child's restore, the snapshot's `on_fork` commands run in it
  * before the child is handed out (a failing hook fails that child).
  */
+import { languageOfName } from '../../contract/eval.js';
 import type { CreateSnapshotT } from '../../contract/schemas.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
 import { evalCode, startContext, type RunnerEvent } from '../../drivers/agent/runner.js';
@@ -29,7 +30,8 @@ export async function warmContexts(
   }
   for (const name of names) {
     onProgress(`context: ${name}`);
-    await startContext(agent, { name, cwd: DEFAULT_CWD, env: req.env ?? {} });
+    const language = languageOfName(name) ?? 'python';
+    await startContext(agent, { name, language, cwd: DEFAULT_CWD, env: req.env ?? {} });
   }
   for (const code of req.eval ?? []) {
     onProgress(`eval in ${names[0]}: ${code.split('\n')[0]}`);

@@ -71,3 +71,18 @@ test('context verbs: create with cwd and env, ls, restart, interrupt, rm', async
   assert.equal((await forkd('context', 'rm', SEED.sandbox, 'data')).code, 3);
   assert.equal((await forkd('context', 'create', SEED.sandbox, '--cwd', 'rel')).code, 2);
 });
+
+test('context create --language node makes a Node context named node', async () => {
+  fake.reset();
+  const made = await json<{ name: string; language: string }>(
+    'context',
+    'create',
+    SEED.sandbox,
+    '--language',
+    'node',
+  );
+  assert.deepEqual([made.name, made.language], ['node', 'node']);
+  assert.match(out(await forkd('context', 'ls', SEED.sandbox)), /\nnode\s+node\s/);
+  const bad = await forkd('context', 'create', SEED.sandbox, '--language', 'ruby');
+  assert.equal(bad.code, 2);
+});

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import type { EvalEventT, ExecutionT } from '../../../src/contract/eval.js';
 import { isForkdError } from '../../../src/errors.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
-import { linkPythonImage, PYTHON_IMAGE, privateGuest } from '../../helpers/python-image.js';
+import { linkTestImage, PYTHON_IMAGE, privateGuest } from '../../helpers/python-image.js';
 import {
   caller,
   closeAndCheck,
@@ -31,7 +31,7 @@ const WARM = [
 before(async () => {
   home = await makeTestHome();
   await privateGuest(home);
-  await linkPythonImage(home);
+  await linkTestImage(home, PYTHON_IMAGE);
   s = await startServices(home);
   await s.snapshots.create(
     {
