@@ -128,10 +128,13 @@ export class RegistryClient {
   ): Promise<void> {
     const res = await this.blobResponse(repo, digest);
     try {
+      // Opened before the body is wrapped: a body that errors while we wait for the open
+      // would have no listener yet.
+      const sink = await fileSink(dest, 'wx');
       await pipeline(
         Readable.fromWeb(res.body as never),
         verifier(digest, opts.size, opts.onBytes),
-        await fileSink(dest, 'wx'),
+        sink,
       );
     } catch (e) {
       await rm(dest, { force: true });
@@ -274,11 +277,10 @@ export class RegistryClient {
       },
     });
     try {
-      await pipeline(
-        Readable.fromWeb(res.body as never),
-        count,
-        await fileSink(partial, resumed > 0 ? 'a' : 'w'),
-      );
+      // Opened before the body is wrapped: a body that errors while we wait for the open
+      // would have no listener yet.
+      const sink = await fileSink(partial, resumed > 0 ? 'a' : 'w');
+      await pipeline(Readable.fromWeb(res.body as never), count, sink);
     } catch (e) {
       this.opts.signal?.throwIfAborted();
       throw new ForkdError(

@@ -79,11 +79,10 @@ export async function downloadUrl(
     },
   });
   try {
-    await pipeline(
-      Readable.fromWeb(res.body as never),
-      counter,
-      await fileSink(partial, resumed ? 'a' : 'w'),
-    );
+    // Opened before the body is wrapped: a body that errors while we wait for the open
+    // would have no listener yet.
+    const sink = await fileSink(partial, resumed ? 'a' : 'w');
+    await pipeline(Readable.fromWeb(res.body as never), counter, sink);
   } catch (e) {
     signal?.throwIfAborted();
     throw new ForkdError(

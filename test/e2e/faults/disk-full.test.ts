@@ -127,9 +127,10 @@ test('after both failures the same home still boots a sandbox', { timeout: 120_0
 });
 
 /** Fill the home's filesystem until `LEFT_FREE` is left; returns the filler's path. */
-async function fillDisk(): Promise<string> {
-  const filler = join(mount, 'filler');
-  await run('fallocate', ['-l', String((await freeBytes()) - LEFT_FREE), filler]);
+async function fillDisk(name = 'filler'): Promise<string> {
+  const filler = join(mount, name);
+  const extra = (await freeBytes()) - LEFT_FREE;
+  if (extra > 0) await run('fallocate', ['-l', String(extra), filler]);
   return filler;
 }
 
@@ -149,7 +150,7 @@ test(
     const [src] = (await s!.snapshots.fork({ snapshot: 'roomy', n: 1 }, caller)).sandboxes;
     assert.ok(src);
     await sh(s!, src.id, 'echo kept > /root/kept');
-    const filler = await fillDisk();
+    const fillers = [await fillDisk()];
     try {
       for (const mode of ['copy', 'live'] as const) {
         const err = await failure(
@@ -172,6 +173,8 @@ test(
         assert.equal((await s!.sandboxes.get(src.id)).state, 'running');
         assert.equal(await sh(s!, src.id, 'cat /root/kept'), 'kept\n');
       }
+      // The failed branches gave back what they had written: fill that up again.
+      fillers.push(await fillDisk('filler-2'));
       const forked = await s!.snapshots.fork({ snapshot: 'roomy', n: 1 }, caller);
       assert.deepEqual(forked.sandboxes, []);
       const err = forked.failed[0]?.error;
@@ -183,7 +186,7 @@ test(
         [src.id],
       );
     } finally {
-      await rm(filler, { force: true });
+      for (const f of fillers) await rm(f, { force: true });
     }
     // The disk switch was undone: the same source branches again once there is room.
     const again = await s!.branch.branch(src.id, { tag: 'after-full', mode: 'live' }, caller);
