@@ -68,9 +68,10 @@ export async function addBlobFromFile(
   size?: number,
 ): Promise<string> {
   if (await hasBlob(p, digest)) return blobPath(p, digest);
-  return addBlob(p, digest, async (tmp) =>
-    pipeline(createReadStream(file), verifier(digest, size), await fileSink(tmp, 'wx')),
-  );
+  return addBlob(p, digest, async (tmp) => {
+    const sink = await fileSink(tmp, 'wx'); // before the source exists: see fileSink
+    await pipeline(createReadStream(file), verifier(digest, size), sink);
+  });
 }
 
 /** Remove every cached blob no image records; answers what went. */

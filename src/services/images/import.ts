@@ -127,11 +127,8 @@ async function importLayout(
   );
   await fetchLayers(p, resolved.layers, say, async (d, tmp) => {
     const { verifier } = await import('../../drivers/registry/index.js');
-    await pipeline(
-      createReadStream(blob(d.digest)),
-      verifier(d.digest, d.size),
-      await fileSink(tmp, 'wx'),
-    );
+    const sink = await fileSink(tmp, 'wx'); // before the source exists: see fileSink
+    await pipeline(createReadStream(blob(d.digest)), verifier(d.digest, d.size), sink);
   });
   const name = opts.name ?? nameFrom(refName(top), file);
   const source = {

@@ -3,7 +3,8 @@
  * and the files it lists: `memory` or `memory.diff`, `vmstate`, `disk.qcow2` — never a
  * materialized memory cache), and its image (rootfs.ext4, image.json). Each snapshot file is
  * hashed again here and compared with its snapshot's manifest, so a pack is never made of a
- * damaged snapshot; the image's write-once files keep their digest while unchanged on disk. Paths inside the pack are the paths under FORKD_HOME.
+ * damaged snapshot; the image's write-once files keep their digest while unchanged on
+ * disk. Paths inside the pack are the paths under FORKD_HOME.
  */
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
