@@ -39,12 +39,16 @@ echo "==> build"
 npm run -s build
 echo "==> forkd setup (guest kernel, initramfs, default image)"
 node dist/src/cli/main.js setup
-# The eval tests and bench/eval.ts need python3, numpy and matplotlib in a guest image;
-# built once here (debootstrap: a few minutes, then cached) so the test suite never waits.
-PY_IMAGE="${FORKD_HOME:-/var/lib/forkd}/images/forkd-test-python/image.json"
-if [ "$(id -u)" -eq 0 ] && [ ! -e "$PY_IMAGE" ]; then
-  echo "==> the Python test image (forkd-test-python: python3, numpy, matplotlib)"
-  node dist/src/cli/main.js image build --debian bookworm --name forkd-test-python \
-    --packages python3,python3-numpy,python3-matplotlib
+# The eval tests and bench/eval.ts need guest images with python3 (numpy, matplotlib) and
+# with nodejs; built once here (debootstrap: a few minutes each, then cached) so the test
+# suite never waits. An image already there is kept.
+test_image() { # NAME PACKAGES
+  [ -e "${FORKD_HOME:-/var/lib/forkd}/images/$1/image.json" ] && return 0
+  echo "==> the test image $1 ($2)"
+  node dist/src/cli/main.js image build --debian bookworm --name "$1" --packages "$2"
+}
+if [ "$(id -u)" -eq 0 ]; then
+  test_image forkd-test-python python3,python3-numpy,python3-matplotlib
+  test_image forkd-test-node nodejs
 fi
 node dist/src/cli/main.js doctor || true

@@ -1,27 +1,21 @@
 /**
- * The Debian images the eval tests and bench use: python3 with numpy and matplotlib (built
- * once into the set-up home by scripts/setup.sh) and nodejs for the Node-context test (built
- * here on its first use: debootstrap, about 3 minutes with the shared package cache warm
- * from the Python image, then reused); either is linked read-only into a test home. A test
- * home that needs this checkout's agent gets its own initramfs too.
+ * The Debian images the eval tests and bench use: python3 with numpy and matplotlib, and
+ * nodejs for the Node contexts. scripts/setup.sh builds both into the set-up home (minutes
+ * of debootstrap each), so a test never builds one: a missing image fails the test at once,
+ * naming setup.sh. Either is linked read-only into a test home. A test home that needs this
+ * checkout's agent gets its own initramfs too.
  */
 import { existsSync } from 'node:fs';
 import { mkdir, readdir, readlink, rm, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { paths } from '../../src/config.js';
 import { setupGuest } from '../../src/services/guest.js';
-import { buildDebianImage } from '../../src/services/images/index.js';
 import { BASE_HOME, type TestHome } from './home.js';
 
 export const PYTHON_IMAGE = 'forkd-test-python';
 export const NODE_IMAGE = 'forkd-test-node';
-/** Each test image's Debian packages (bookworm, from the host's apt mirror). */
-const PACKAGES: Record<string, string[]> = {
-  [PYTHON_IMAGE]: ['python3', 'python3-numpy', 'python3-matplotlib'],
-  [NODE_IMAGE]: ['nodejs'],
-};
 
-/** Link a test image into `home`, building it in the base home first if missing. */
+/** Link a test image of the set-up home into `home`. */
 export async function linkTestImage(
   home: TestHome,
   name: typeof PYTHON_IMAGE | typeof NODE_IMAGE,
@@ -29,8 +23,7 @@ export async function linkTestImage(
   const base = paths(BASE_HOME);
   const dir = join(base.images, name);
   if (!existsSync(join(dir, 'image.json'))) {
-    process.stderr.write(`building the ${name} image (debootstrap, minutes)…\n`);
-    await buildDebianImage(base, { name, suite: 'bookworm', packages: PACKAGES[name] });
+    throw new Error(`no ${name} image in ${BASE_HOME}: run scripts/setup.sh (it builds it)`);
   }
   await symlink(dir, join(home.paths.images, name));
 }

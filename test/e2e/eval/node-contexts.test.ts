@@ -1,12 +1,12 @@
 /**
  * Node code contexts end to end with real VMs (TCG): one snapshot of a Debian parent (the
- * nodejs test image) whose `node` context declared let/const/function at top level before
- * the capture. Its two forks answer from the inherited process, keep state between evals,
- * are isolated and draw different Math.random numbers; errors, streamed output, a timeout
- * the context survives, an interrupt, a restart and a second context's cwd/env in one child.
- *
- * Opt-in (FORKD_TEST_NODE=1): building the nodejs image and starting Node under TCG adds
- * some 7 minutes, which the default suite's 25-minute budget has no room for yet.
+ * nodejs test image scripts/setup.sh builds) whose `node` context declared let/const/function
+ * at top level and drew Math.random before the capture, and one fork of it that every test
+ * shares (Node starts slowly under TCG: the file starts it three times in all). The fork
+ * answers from the inherited process and keeps state between evals; a fan-out branches it
+ * into 3 children that see its state, answer their own variant, draw different Math.random
+ * numbers and leave it unchanged; errors, streamed output, a timeout the context survives,
+ * an interrupt, and a second context's cwd/env kept over a restart that clears its state.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,20 +15,18 @@ import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import { linkTestImage, NODE_IMAGE, privateGuest } from '../../helpers/python-image.js';
 import { caller, closeAndCheck, startServices, type TestServices } from '../../helpers/services.js';
 
-const OFF = process.env.FORKD_TEST_NODE !== '1';
-const nodeTest = OFF ? test.skip : test;
-
 let home: TestHome;
 let s: TestServices;
-let ids: string[] = [];
+let id: string;
 
+const MARKER = 'declared before the snapshot';
 const WARM = [
   'let x = 41;\nconst started = process.pid;\nfunction inc(n) { return n + 1; }',
-  'var marker = "declared before the snapshot"',
+  // Math.random drawn once, so its pool is in the snapshot: only a reseed tells forks apart.
+  `var marker = ${JSON.stringify(MARKER)};\nMath.random()`,
 ];
 
 before(async () => {
-  if (OFF) return;
   home = await makeTestHome();
   await privateGuest(home);
   await linkTestImage(home, NODE_IMAGE);
@@ -37,14 +35,14 @@ before(async () => {
     { tag: 'js', image: NODE_IMAGE, memory_mib: 512, contexts: ['node'], eval: WARM },
     caller,
   );
-  const r = await s.snapshots.fork({ snapshot: 'js', n: 2 }, caller);
+  const r = await s.snapshots.fork({ snapshot: 'js', n: 1 }, caller);
   assert.deepEqual(r.failed, [], JSON.stringify(r.failed));
-  ids = r.sandboxes.map((sb) => sb.id);
+  id = r.sandboxes[0]!.id;
 });
 
-after(() => (OFF ? undefined : closeAndCheck(s, home)));
+after(() => closeAndCheck(s, home));
 
-const evalIn = (id: string, code: string, extra: { context?: string; timeout_ms?: number } = {}) =>
+const evalIn = (code: string, extra: { context?: string; timeout_ms?: number } = {}) =>
   s.services.contexts.eval(id, { code, context: 'node', ...extra });
 
 function json(x: ExecutionT): unknown {
@@ -52,33 +50,44 @@ function json(x: ExecutionT): unknown {
   return x.results.find((r) => r.is_main_result)?.data['application/json'];
 }
 
-nodeTest(
-  'node forks inherit the context: top-level state kept between evals, isolated',
-  async () => {
-    const answers = await Promise.all(
-      ids.map((id) => evalIn(id, '[marker, inc(x), started === process.pid]')),
-    );
-    for (const a of answers) {
-      assert.deepEqual(json(a), ['declared before the snapshot', 42, true]);
-      assert.equal(a.text, "[ 'declared before the snapshot', 42, true ]");
-    }
-    assert.equal(json(await evalIn(ids[0]!, 'x = 7;\nconst y = x * 2;')), 7);
-    assert.equal(json(await evalIn(ids[0]!, 'y + x')), 21);
-    assert.equal(json(await evalIn(ids[1]!, 'x')), 41);
-    const rand = await Promise.all(ids.map((id) => evalIn(id, 'Math.random()')));
-    const values = rand.map((a) => json(a));
-    assert.equal(new Set(values).size, ids.length, `the same random numbers: ${values.join(' ')}`);
-    const contexts = await s.services.contexts.list(ids[1]!);
-    assert.deepEqual(
-      contexts.map((c) => [c.name, c.language, c.alive]),
-      [['node', 'node', true]],
-    );
-  },
-);
+test('a node fork inherits the context; top-level state is kept between evals', async () => {
+  const a = await evalIn('[marker, inc(x), started === process.pid]');
+  assert.deepEqual(json(a), [MARKER, 42, true]);
+  assert.equal(a.text, `[ '${MARKER}', 42, true ]`);
+  assert.equal(json(await evalIn('x = 7;\nconst y = x * 2;')), 7);
+  assert.equal(json(await evalIn('y + x')), 21);
+  const contexts = await s.services.contexts.list(id);
+  assert.deepEqual(
+    contexts.map((c) => [c.name, c.language, c.alive]),
+    [['node', 'node', true]],
+  );
+});
 
-nodeTest('node errors and streamed output', async () => {
-  const id = ids[0]!;
-  const err = await evalIn(id, 'function f() {\n  throw new TypeError("boom");\n}\nf()');
+test('node fan-out: 3 variants in 3 children of one state, each its own Math.random', async () => {
+  await evalIn('var shared = "set in the source"');
+  const mine = json(await evalIn('Math.random()'));
+  const variants = [0, 1, 2].map(
+    (i) => `var shared = "changed in ${i}";\n[${i}, marker, Math.random()]`,
+  );
+  const out = await s.services.contexts.evalFork(id, { variants, context: 'node' }, caller);
+  assert.equal(out.results.length, 3);
+  const values = out.results.map((r) => {
+    assert.equal(r.failure, null, JSON.stringify(r.failure));
+    return json(r.execution!) as [number, string, number];
+  });
+  assert.deepEqual(
+    values.map((v) => v.slice(0, 2)),
+    [0, 1, 2].map((i) => [i, MARKER]),
+  );
+  const draws = [mine, ...values.map((v) => v[2])];
+  assert.equal(new Set(draws).size, 4, `the same Math.random numbers: ${draws.join(' ')}`);
+  assert.equal(json(await evalIn('shared')), 'set in the source');
+  for (const r of out.results) assert.equal((await s.sandboxes.get(r.sandbox!)).state, 'stopped');
+  await s.snapshots.remove(out.snapshot, { force: true }).catch(() => undefined);
+});
+
+test('node errors and streamed output', async () => {
+  const err = await evalIn('function f() {\n  throw new TypeError("boom");\n}\nf()');
   assert.equal(err.error?.name, 'TypeError');
   assert.equal(err.error?.value, 'boom');
   assert.match(err.error?.traceback ?? '', /at f \(<cell>:2:9\)/);
@@ -101,32 +110,35 @@ nodeTest('node errors and streamed output', async () => {
   );
 });
 
-nodeTest(
-  'a node timeout or interrupt stops the code, not the context; restart; own cwd/env',
-  async () => {
-    const id = ids[1]!;
-    const looped = await evalIn(id, 'while (true) {}', { timeout_ms: 1500 });
-    assert.equal(looped.error?.name, 'TimeoutError');
-    assert.equal(json(await evalIn(id, 'inc(x)')), 42);
+test('a node timeout or interrupt stops the code, not the context; restart; own cwd/env', async () => {
+  const looped = await evalIn('while (true) {}', { timeout_ms: 1500 });
+  assert.equal(looped.error?.name, 'TimeoutError');
+  assert.equal(json(await evalIn('marker')), MARKER);
 
-    const waiting = evalIn(id, 'new Promise(() => {})');
-    await new Promise((r) => setTimeout(r, 1500));
-    await s.services.contexts.interrupt(id, 'node');
-    assert.equal((await waiting).error?.name, 'InterruptError');
+  const waiting = evalIn('new Promise(() => {})');
+  await new Promise((r) => setTimeout(r, 1000));
+  await s.services.contexts.interrupt(id, 'node');
+  assert.equal((await waiting).error?.name, 'InterruptError');
+  assert.equal(json(await evalIn('inc(1)')), 2);
 
-    const restarted = await s.services.contexts.restart(id, 'node');
-    assert.equal(restarted.language, 'node');
-    assert.equal((await evalIn(id, 'x')).error?.name, 'ReferenceError');
-
-    const other = await s.services.contexts.create(id, {
-      name: 'js2',
-      language: 'node',
-      cwd: '/tmp',
-      env: { MY_VAR: 'v' },
-    });
-    assert.equal(other.language, 'node');
-    const where = await evalIn(id, '[process.cwd(), process.env.MY_VAR]', { context: 'js2' });
-    assert.deepEqual(json(where), ['/tmp', 'v']);
-    await Promise.all(ids.map((i) => s.sandboxes.kill(i)));
-  },
-);
+  const other = await s.services.contexts.create(id, {
+    name: 'js2',
+    language: 'node',
+    cwd: '/tmp',
+    env: { MY_VAR: 'v' },
+  });
+  assert.equal(other.language, 'node');
+  const where = 'let z = 1;\n[typeof z, typeof marker, process.cwd(), process.env.MY_VAR]';
+  assert.deepEqual(json(await evalIn(where, { context: 'js2' })), [
+    'number',
+    'undefined',
+    '/tmp',
+    'v',
+  ]);
+  const restarted = await s.services.contexts.restart(id, 'js2');
+  assert.equal(restarted.language, 'node');
+  const after = '[typeof z, process.cwd(), process.env.MY_VAR]';
+  assert.deepEqual(json(await evalIn(after, { context: 'js2' })), ['undefined', '/tmp', 'v']);
+  assert.equal(json(await evalIn('marker')), MARKER, 'the other context lost its state');
+  await s.sandboxes.kill(id);
+});
