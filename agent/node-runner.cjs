@@ -2,9 +2,11 @@
 /**
  * forkd's in-guest code-context runner for Node (no dependencies, Node 18+): the twin of
  * packages/python/forkd/_runner.py, speaking the same protocol, so the host cannot tell
- * them apart. The daemon uploads it into a sandbox; `node node-runner.cjs start NAME CWD
- * ENV_JSON` starts one detached server per context on /run/forkd/contexts/NAME.sock,
- * writes NAME.json and returns once it serves. One JSON request line in (through
+ * them apart. The daemon uploads it into a sandbox and a shell starts `node node-runner.cjs
+ * serve NAME CWD ENV_JSON` detached, in CWD with ENV (src/drivers/agent/runner.ts: Node
+ * cannot fork, and a Node starter would cost a second interpreter start, seconds under
+ * TCG): one server per context on /run/forkd/contexts/NAME.sock, which writes NAME.json
+ * and then "1" on fd 3 once it serves. One JSON request line in (through
  * `forkd-agent --connect`), NDJSON events out: stdout/stderr while the code runs, `result`
  * (text/plain and, when exact, application/json), `error` (name, value, traceback), `end`.
  *
@@ -24,7 +26,6 @@ const path = require('node:path');
 const util = require('node:util');
 const vm = require('node:vm');
 const { createRequire } = require('node:module');
-const { spawn } = require('node:child_process');
 
 const ROOT = '/run/forkd/contexts';
 const RUNNER = path.basename(__filename);
@@ -246,7 +247,7 @@ async function handle(ctx, conn, line) {
   }
 }
 
-/** The detached server: bind, write the metadata, tell the starter on fd 3, serve. */
+/** The server (its starter detached it): bind, write the metadata, say "1" on fd 3, serve. */
 function serve(name, cwd, envJson) {
   const ctx = new Context(cwd);
   // Code that throws later (a timer's callback) must not end the context.
@@ -281,33 +282,9 @@ function serve(name, cwd, envJson) {
   });
 }
 
-/** Start the server detached in its own session; exit 0 once it serves, 1 if it did not. */
-function start(name, cwd, envJson) {
-  if (!fs.existsSync(cwd)) {
-    realWrite.stderr(`No such file or directory: ${cwd}\n`);
-    process.exit(1);
-  }
-  fs.mkdirSync(ROOT, { recursive: true });
-  const log = fs.openSync(path.join(ROOT, `${name}.log`), 'a', 0o600);
-  const child = spawn(process.execPath, [__filename, 'serve', name, cwd, envJson], {
-    cwd,
-    env: { ...process.env, ...JSON.parse(envJson) },
-    detached: true,
-    stdio: ['ignore', log, log, 'pipe'],
-  });
-  let ready = false;
-  child.stdio[3].on('data', () => (ready = true));
-  child.stdio[3].on('close', () => {
-    if (!ready) realWrite.stderr(fs.readFileSync(path.join(ROOT, `${name}.log`), 'utf8').slice(-2000));
-    process.exit(ready ? 0 : 1);
-  });
-  child.unref();
-}
-
 const [mode, name, cwd, envJson] = process.argv.slice(2);
-if (process.argv.length !== 6 || (mode !== 'start' && mode !== 'serve')) {
-  realWrite.stderr('usage: node-runner.cjs start NAME CWD ENV_JSON\n');
+if (process.argv.length !== 6 || mode !== 'serve') {
+  realWrite.stderr('usage: node-runner.cjs serve NAME CWD ENV_JSON (fd 3: told "1" once it serves)\n');
   process.exit(2);
 }
-if (mode === 'start') start(name, cwd, envJson);
-else serve(name, cwd, envJson);
+serve(name, cwd, envJson);

@@ -16,24 +16,74 @@ import type { AgentClient, ExecHandle } from './client.js';
 
 export type ContextLanguage = 'python' | 'node';
 
-/** Per language: where its runner is uploaded, its source in this checkout, its interpreter. */
+interface StartRequest {
+  name: string;
+  language: ContextLanguage;
+  cwd: string;
+  env: Record<string, string>;
+}
+
+/**
+ * Per language: where its runner is uploaded, its source in this checkout, its interpreter,
+ * and the command that starts a context's server and exits once it serves (127: no
+ * interpreter in the image).
+ */
 const RUNNERS: Record<
   ContextLanguage,
-  { path: string; source: string[]; interpreter: string; debian: string }
+  {
+    path: string;
+    source: string[];
+    interpreter: string;
+    debian: string;
+    starter(req: StartRequest): string[];
+  }
 > = {
   python: {
     path: '/run/forkd/runner.py',
     source: ['packages', 'python', 'forkd', '_runner.py'],
     interpreter: 'python3',
     debian: 'python3',
+    // The runner forks its own detached server.
+    starter: (req) => [
+      'python3',
+      '/run/forkd/runner.py',
+      'start',
+      req.name,
+      req.cwd,
+      JSON.stringify(req.env),
+    ],
   },
   node: {
     path: '/run/forkd/node-runner.cjs',
     source: ['agent', 'node-runner.cjs'],
     interpreter: 'node',
     debian: 'nodejs',
+    starter: (req) => ['sh', '-c', nodeStarter('/run/forkd/node-runner.cjs', req)],
   },
 };
+
+/**
+ * Node cannot fork, and a Node process spawning the server would cost a second interpreter
+ * start (seconds under TCG), so a shell starts it: in its own session (the group a remove
+ * kills), in its cwd with its env, output to the context's log; ready once the server wrote
+ * "1" on fd 3, a FIFO read here (EOF first: it died, and its log says why).
+ */
+function nodeStarter(runner: string, req: StartRequest): string {
+  const log = shellQuote(contextFile(req.name, 'log'));
+  const ready = shellQuote(`${CONTEXTS_DIR}/.${req.name}.ready`);
+  const cwd = shellQuote(req.cwd);
+  const env = Object.entries(req.env).map(([k, v]) => shellQuote(`${k}=${v}`));
+  const args = [runner, 'serve', req.name, req.cwd, JSON.stringify(req.env)].map(shellQuote);
+  return [
+    'command -v node >/dev/null || exit 127',
+    'command -v setsid >/dev/null || { echo "setsid is not in the image" >&2; exit 1; }',
+    `mkdir -p ${CONTEXTS_DIR} && cd ${cwd} 2>/dev/null || { echo "No such file or directory: "${cwd} >&2; exit 1; }`,
+    `(umask 077; : >>${log}) && rm -f ${ready} && mkfifo ${ready} || exit 1`,
+    `env ${env.join(' ')} setsid node ${args.join(' ')} </dev/null >>${log} 2>&1 3>${ready} &`,
+    `ok=$(cat ${ready}); rm -f ${ready}`,
+    `[ "$ok" = 1 ] || { tail -c 2000 ${log} >&2; exit 1; }`,
+  ].join('\n');
+}
 export const CONTEXTS_DIR = '/run/forkd/contexts';
 /** The agent's own binary, reachable after the switch to the image root. */
 const AGENT_SELF = '/proc/1/exe';
@@ -119,24 +169,20 @@ export async function getContext(agent: AgentClient, name: string): Promise<Cont
 }
 
 /** Start a context's interpreter; resolves once it serves. */
-export async function startContext(
-  agent: AgentClient,
-  req: { name: string; language: ContextLanguage; cwd: string; env: Record<string, string> },
-): Promise<void> {
+export async function startContext(agent: AgentClient, req: StartRequest): Promise<void> {
   const runner = RUNNERS[req.language];
   await agent.writeFile(runner.path, await source(req.language), { mode: 0o644, parents: true });
-  const argv = [runner.interpreter, runner.path, 'start', req.name, req.cwd];
-  const r = await agent.run({ argv: [...argv, JSON.stringify(req.env)] }).catch((e: unknown) => {
-    if (e instanceof ForkdError && e.code === 'command_not_found') {
-      throw new ForkdError(
-        'command_not_found',
-        `${runner.interpreter} is not in the sandbox image: build one with it ` +
-          `(forkd image build --debian bookworm --packages ${runner.debian})`,
-        { command: runner.interpreter },
-      );
-    }
-    throw e;
+  const missing = () =>
+    new ForkdError(
+      'command_not_found',
+      `${runner.interpreter} is not in the sandbox image: build one with it ` +
+        `(forkd image build --debian bookworm --packages ${runner.debian})`,
+      { command: runner.interpreter },
+    );
+  const r = await agent.run({ argv: runner.starter(req) }).catch((e: unknown) => {
+    throw e instanceof ForkdError && e.code === 'command_not_found' ? missing() : e;
   });
+  if (r.exitCode === 127) throw missing();
   if (r.exitCode !== 0) {
     const output = r.stderr.toString().trim().slice(-2000);
     const cwdMissing = /FileNotFoundError|No such file/.test(output);
