@@ -7,8 +7,9 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { EvalEventT, ExecutionT } from '../../../src/contract/eval.js';
+import type { EvalEventT } from '../../../src/contract/eval.js';
 import { isForkdError } from '../../../src/errors.js';
+import { fanOutJson, mainJson } from '../../helpers/eval.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import { linkTestImage, PYTHON_IMAGE, privateGuest } from '../../helpers/python-image.js';
 import {
@@ -54,22 +55,17 @@ after(() => closeAndCheck(s, home));
 const evalIn = (id: string, code: string, extra: { context?: string; timeout_ms?: number } = {}) =>
   s.services.contexts.eval(id, { code, ...extra });
 
-function json(x: ExecutionT): unknown {
-  assert.equal(x.error, null, x.error?.traceback);
-  return x.results.find((r) => r.is_main_result)?.data['application/json'];
-}
-
 test('forks answer from the inherited interpreter: no re-import, variables kept, isolated', async () => {
   const answers = await Promise.all(
     ids.map((id) => evalIn(id, 'numpy._forkd_marker, x, float(numpy.zeros(5).sum())')),
   );
-  for (const a of answers) assert.deepEqual(json(a), ['imported before the snapshot', 42, 0]);
-  assert.deepEqual(json(await evalIn(ids[0]!, 'x = 7\nx')), 7);
-  for (const id of ids.slice(1)) assert.equal(json(await evalIn(id, 'x')), 42);
+  for (const a of answers) assert.deepEqual(mainJson(a), ['imported before the snapshot', 42, 0]);
+  assert.deepEqual(mainJson(await evalIn(ids[0]!, 'x = 7\nx')), 7);
+  for (const id of ids.slice(1)) assert.equal(mainJson(await evalIn(id, 'x')), 42);
   const rand = await Promise.all(
     ids.map((id) => evalIn(id, 'numpy.random.rand(), random.random()')),
   );
-  const values = rand.map((a) => JSON.stringify(json(a)));
+  const values = rand.map((a) => JSON.stringify(mainJson(a)));
   assert.equal(new Set(values).size, ids.length, `the same random numbers: ${values.join(' ')}`);
   for (const id of ids) {
     assert.equal(await sh(s, id, 'cat /tmp/on-fork.txt'), `hooked ${id}\n`);
@@ -118,7 +114,7 @@ test('a timeout or an interrupt stops the code, not the context; restart gives f
   const id = ids[1]!;
   const looped = await evalIn(id, 'while True: pass', { timeout_ms: 1500 });
   assert.equal(looped.error?.name, 'TimeoutError');
-  assert.equal(json(await evalIn(id, 'x + 1')), 43);
+  assert.equal(mainJson(await evalIn(id, 'x + 1')), 43);
 
   const sleeping = s.services.contexts.eval(id, { code: 'time.sleep(60)' });
   await new Promise((r) => setTimeout(r, 1500));
@@ -138,7 +134,7 @@ test('a timeout or an interrupt stops the code, not the context; restart gives f
   const where = await evalIn(id, 'import os\nos.getcwd(), os.environ["MY_VAR"]', {
     context: 'other',
   });
-  assert.deepEqual(json(where), ['/tmp', 'v']);
+  assert.deepEqual(mainJson(where), ['/tmp', 'v']);
   await s.services.contexts.remove(id, 'other');
   await assert.rejects(
     evalIn(id, '1', { context: 'other' }),
@@ -152,10 +148,7 @@ test('fan-out: 5 variants in 5 children branched from the same state, one call',
   const variants = [0, 1, 2, 3, 4].map((i) => `${i}, y, numpy.random.rand()`);
   const out = await s.services.contexts.evalFork(id, { variants }, caller);
   assert.equal(out.results.length, 5);
-  const values = out.results.map((r) => {
-    assert.equal(r.failure, null, JSON.stringify(r.failure));
-    return json(r.execution!) as [number, string, number];
-  });
+  const values = fanOutJson(out) as Array<[number, string, number]>;
   assert.deepEqual(
     values.map((v) => v.slice(0, 2)),
     [0, 1, 2, 3, 4].map((i) => [i, 'from the source']),

@@ -10,7 +10,8 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { EvalEventT, ExecutionT } from '../../../src/contract/eval.js';
+import type { EvalEventT } from '../../../src/contract/eval.js';
+import { fanOutJson, mainJson } from '../../helpers/eval.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import { linkTestImage, NODE_IMAGE, privateGuest } from '../../helpers/python-image.js';
 import { caller, closeAndCheck, startServices, type TestServices } from '../../helpers/services.js';
@@ -45,17 +46,12 @@ after(() => closeAndCheck(s, home));
 const evalIn = (code: string, extra: { context?: string; timeout_ms?: number } = {}) =>
   s.services.contexts.eval(id, { code, context: 'node', ...extra });
 
-function json(x: ExecutionT): unknown {
-  assert.equal(x.error, null, x.error?.traceback);
-  return x.results.find((r) => r.is_main_result)?.data['application/json'];
-}
-
 test('a node fork inherits the context; top-level state is kept between evals', async () => {
   const a = await evalIn('[marker, inc(x), started === process.pid]');
-  assert.deepEqual(json(a), [MARKER, 42, true]);
+  assert.deepEqual(mainJson(a), [MARKER, 42, true]);
   assert.equal(a.text, `[ '${MARKER}', 42, true ]`);
-  assert.equal(json(await evalIn('x = 7;\nconst y = x * 2;')), 7);
-  assert.equal(json(await evalIn('y + x')), 21);
+  assert.equal(mainJson(await evalIn('x = 7;\nconst y = x * 2;')), 7);
+  assert.equal(mainJson(await evalIn('y + x')), 21);
   const contexts = await s.services.contexts.list(id);
   assert.deepEqual(
     contexts.map((c) => [c.name, c.language, c.alive]),
@@ -65,23 +61,20 @@ test('a node fork inherits the context; top-level state is kept between evals', 
 
 test('node fan-out: 3 variants in 3 children of one state, each its own Math.random', async () => {
   await evalIn('var shared = "set in the source"');
-  const mine = json(await evalIn('Math.random()'));
+  const mine = mainJson(await evalIn('Math.random()'));
   const variants = [0, 1, 2].map(
     (i) => `var shared = "changed in ${i}";\n[${i}, marker, Math.random()]`,
   );
   const out = await s.services.contexts.evalFork(id, { variants, context: 'node' }, caller);
   assert.equal(out.results.length, 3);
-  const values = out.results.map((r) => {
-    assert.equal(r.failure, null, JSON.stringify(r.failure));
-    return json(r.execution!) as [number, string, number];
-  });
+  const values = fanOutJson(out) as Array<[number, string, number]>;
   assert.deepEqual(
     values.map((v) => v.slice(0, 2)),
     [0, 1, 2].map((i) => [i, MARKER]),
   );
   const draws = [mine, ...values.map((v) => v[2])];
   assert.equal(new Set(draws).size, 4, `the same Math.random numbers: ${draws.join(' ')}`);
-  assert.equal(json(await evalIn('shared')), 'set in the source');
+  assert.equal(mainJson(await evalIn('shared')), 'set in the source');
   for (const r of out.results) assert.equal((await s.sandboxes.get(r.sandbox!)).state, 'stopped');
   await s.snapshots.remove(out.snapshot, { force: true }).catch(() => undefined);
 });
@@ -113,13 +106,13 @@ test('node errors and streamed output', async () => {
 test('a node timeout or interrupt stops the code, not the context; restart; own cwd/env', async () => {
   const looped = await evalIn('while (true) {}', { timeout_ms: 1500 });
   assert.equal(looped.error?.name, 'TimeoutError');
-  assert.equal(json(await evalIn('marker')), MARKER);
+  assert.equal(mainJson(await evalIn('marker')), MARKER);
 
   const waiting = evalIn('new Promise(() => {})');
   await new Promise((r) => setTimeout(r, 1000));
   await s.services.contexts.interrupt(id, 'node');
   assert.equal((await waiting).error?.name, 'InterruptError');
-  assert.equal(json(await evalIn('inc(1)')), 2);
+  assert.equal(mainJson(await evalIn('inc(1)')), 2);
 
   const other = await s.services.contexts.create(id, {
     name: 'js2',
@@ -129,7 +122,7 @@ test('a node timeout or interrupt stops the code, not the context; restart; own 
   });
   assert.equal(other.language, 'node');
   const where = 'let z = 1;\n[typeof z, typeof marker, process.cwd(), process.env.MY_VAR]';
-  assert.deepEqual(json(await evalIn(where, { context: 'js2' })), [
+  assert.deepEqual(mainJson(await evalIn(where, { context: 'js2' })), [
     'number',
     'undefined',
     '/tmp',
@@ -138,7 +131,7 @@ test('a node timeout or interrupt stops the code, not the context; restart; own 
   const restarted = await s.services.contexts.restart(id, 'js2');
   assert.equal(restarted.language, 'node');
   const after = '[typeof z, process.cwd(), process.env.MY_VAR]';
-  assert.deepEqual(json(await evalIn(after, { context: 'js2' })), ['undefined', '/tmp', 'v']);
-  assert.equal(json(await evalIn('marker')), MARKER, 'the other context lost its state');
+  assert.deepEqual(mainJson(await evalIn(after, { context: 'js2' })), ['undefined', '/tmp', 'v']);
+  assert.equal(mainJson(await evalIn('marker')), MARKER, 'the other context lost its state');
   await s.sandboxes.kill(id);
 });
