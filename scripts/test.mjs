@@ -18,7 +18,7 @@ import { spawn, spawnSync } from 'node:child_process';
 
 const PYTHON_DIR = 'packages/python';
 const PYTHON_TESTS = join(PYTHON_DIR, 'tests');
-const VM_CONCURRENCY = Math.max(1, Number(process.env.FORKD_TEST_CONCURRENCY ?? 2));
+const VM_CONCURRENCY = Math.max(1, Number(process.env.FORKD_TEST_CONCURRENCY ?? 2) || 1);
 const NODE_TIERS = [
   { name: 'unit', concurrency: 4 },
   { name: 'api', concurrency: 2 },
@@ -60,7 +60,7 @@ function run(cmd, args, options = {}) {
 }
 
 function runNodeTier(tier, files) {
-  console.log(`\n==> ${tier.name}: ${files.length} files`);
+  console.log(`\n==> ${tier.name}: ${files.length} files, ${tier.concurrency} at a time`);
   const args = ['--test', `--test-concurrency=${tier.concurrency}`, '--test-reporter=spec'];
   return run(process.execPath, [...args, ...files]);
 }
