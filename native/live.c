@@ -13,7 +13,7 @@
  * other mapping MADV_DONTFORK, so the fork copies the page tables of guest RAM only.
  * A child that died while this copier could not reap it stays a zombie of the VMM until
  * `live-cleanup` makes the VMM reap it (the daemon runs it after any failed live copy and
- * when it re-adopts a VM).
+ * when it re-adopts a VM); one still dying then (a killed copier's) is waited for.
  *
  * Protocol of `live`: prints {"event":"ready"} once prepared (the VM still running), waits
  * for a line "fork" on stdin (sent with the VM stopped), prints {"event":"forked",...} as
@@ -406,7 +406,32 @@ int live_capture(char **argv) {
   return rc == 0 ? 0 : 1;
 }
 
-/* Zombie children of `vmm` with the VMM's own name: frozen forks nobody reaped. */
+/* A child's state letter, or 0 when it is gone. */
+static char state_of(pid_t pid) {
+  char path[64], line[512], state;
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  if (read_line(path, line, sizeof line) < 0) return 0;
+  char *rp = strrchr(line, ')');
+  return rp && sscanf(rp + 1, " %c", &state) == 1 ? state : 0;
+}
+
+/*
+ * A frozen fork a killed copier left is killed by EXITKILL, but dies asynchronously (its
+ * copy-on-write view of guest RAM is torn down first: slow under load): kill it again and
+ * wait, bounded, until it is a zombie its parent can be made to reap.
+ */
+static int await_zombie(pid_t pid) {
+  kill(pid, SIGKILL);
+  for (int ms = 0; ms < 10000; ms += 5) {
+    char state = state_of(pid);
+    if (state == 'Z' || state == 0) return state == 'Z' ? 0 : -1;
+    usleep(5000);
+  }
+  return -1;
+}
+
+/* Children of `vmm` with the VMM's own name: frozen forks nobody reaped (QEMU never forks),
+ * each a zombie once this returns (one still dying is waited for). */
 static int zombie_forks(pid_t vmm, pid_t *out, int max) {
   char path[64], line[512], comm[64], vcomm[64];
   snprintf(path, sizeof path, "/proc/%d/comm", (int)vmm);
@@ -422,10 +447,10 @@ static int zombie_forks(pid_t vmm, pid_t *out, int max) {
     char *rp = strrchr(line, ')');
     char state;
     int ppid;
-    if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2 || state != 'Z' || ppid != vmm)
-      continue;
+    if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2 || ppid != vmm) continue;
     snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
-    if (read_line(path, comm, sizeof comm) == 0 && !strcmp(comm, vcomm)) out[n++] = pid;
+    if (read_line(path, comm, sizeof comm) < 0 || strcmp(comm, vcomm)) continue;
+    if (state == 'Z' || await_zombie(pid) == 0) out[n++] = pid;
   }
   closedir(d);
   return n;

@@ -2,24 +2,27 @@
 // Runs the whole suite, tier by tier, and prints one summary with the combined status:
 //   unit    (dist/test/unit) no VMs, no daemon, no host tools: files run concurrently;
 //   api     (dist/test/api)  the REST app, CLI and SDK over fake services, daemon and agent;
-//   e2e     (dist/test/e2e)  real QEMU under TCG, the real agent, daemon and host tools: one
-//                            file at a time on a 2-core host;
+//   e2e     (dist/test/e2e)  real QEMU under TCG, the real agent, daemon and host tools;
 //   python  the Python SDK: its type check (mypy --strict, configured in
-//           packages/python/pyproject.toml) and its unittest suite (packages/python/tests),
+//           packages/python/pyproject.toml) and its unittest modules (packages/python/tests),
 //           against a real daemon and VMs.
+// The tiers that boot VMs run two files (e2e) or two unittest modules (python) at a time: a
+// file mostly waits on one single-threaded TCG guest, so the second core is idle when they
+// run one by one; each file has its own FORKD_HOME, daemon and network namespaces.
 // FORKD_TEST_TIER=unit|api|e2e|python runs one tier; FORKD_TEST_FILTER=substring limits the
 // files of any tier (`test_async` one Python module); FORKD_TEST_CONCURRENCY overrides the
-// e2e concurrency.
-import { existsSync, readdirSync, statSync } from 'node:fs';
+// concurrency of the VM tiers (1: one at a time).
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { spawn, spawnSync } from 'node:child_process';
 
 const PYTHON_DIR = 'packages/python';
 const PYTHON_TESTS = join(PYTHON_DIR, 'tests');
+const VM_CONCURRENCY = Math.max(1, Number(process.env.FORKD_TEST_CONCURRENCY ?? 2) || 1);
 const NODE_TIERS = [
   { name: 'unit', concurrency: 4 },
   { name: 'api', concurrency: 2 },
-  { name: 'e2e', concurrency: Number(process.env.FORKD_TEST_CONCURRENCY ?? 1) },
+  { name: 'e2e', concurrency: VM_CONCURRENCY },
 ];
 const TIER_NAMES = [...NODE_TIERS.map((t) => t.name), 'python'];
 
@@ -57,44 +60,85 @@ function run(cmd, args, options = {}) {
 }
 
 function runNodeTier(tier, files) {
-  console.log(`\n==> ${tier.name}: ${files.length} files`);
+  console.log(`\n==> ${tier.name}: ${files.length} files, ${tier.concurrency} at a time`);
   const args = ['--test', `--test-concurrency=${tier.concurrency}`, '--test-reporter=spec'];
   return run(process.execPath, [...args, ...files]);
 }
 
-function runMypy() {
-  const status = run('mypy', [], { cwd: PYTHON_DIR });
-  if (status === 127)
-    console.error('mypy is missing: apt-get install mypy (scripts/setup.sh does)');
-  return status;
-}
-
-/** The unittest suite, its output passed through and its closing lines counted. */
-function runPython() {
-  const args = filter
-    ? ['-m', 'unittest', '-v', ...pythonFiles.map((f) => basename(f, '.py'))]
-    : ['-m', 'unittest', 'discover', '-s', PYTHON_TESTS, '-v'];
-  const cwd = filter ? PYTHON_TESTS : '.';
+/**
+ * Runs a command with its stdout and stderr kept, so jobs running side by side print whole;
+ * resolves with its exit status (127 when it cannot start), output and seconds taken.
+ */
+function runKept(cmd, args, cwd) {
+  const started = Date.now();
   return new Promise((resolve) => {
-    const child = spawn('python3', args, { cwd, stdio: ['ignore', 'inherit', 'pipe'] });
-    let tail = '';
-    child.stderr.on('data', (chunk) => {
-      process.stderr.write(chunk);
-      tail = (tail + chunk.toString('utf8')).slice(-4096);
-    });
-    child.on('error', (e) => resolve({ status: 127, counts: `python3: ${e.message}` }));
-    child.on('close', (code) => resolve({ status: code ?? 1, counts: unittestCounts(tail) }));
+    const child = spawn(cmd, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    const chunks = [];
+    child.stdout.on('data', (c) => chunks.push(c));
+    child.stderr.on('data', (c) => chunks.push(c));
+    const done = (status, extra = '') =>
+      resolve({
+        status,
+        output: Buffer.concat(chunks).toString('utf8') + extra,
+        seconds: (Date.now() - started) / 1000,
+      });
+    child.on('error', (e) => done(127, `${cmd}: ${e.message}\n`));
+    child.on('close', (code) => done(code ?? 1));
   });
 }
 
-/** "N passed, N failed[, N skipped]" from unittest's "Ran N tests" and its last line. */
+/** Modules that start a daemon (and boot VMs) first: the long ones should not come last. */
+function slowFirst(files) {
+  const boots = (f) => readFileSync(f, 'utf8').includes('start_module_daemon');
+  return [...files.filter(boots), ...files.filter((f) => !boots(f))];
+}
+
+/**
+ * mypy and each unittest module as its own job, VM_CONCURRENCY at a time; each job's output
+ * is printed when it ends. Returns mypy's result and the modules' combined one.
+ */
+async function runPython(files) {
+  const jobs = [
+    { name: 'mypy', cmd: 'mypy', args: [], cwd: PYTHON_DIR },
+    ...slowFirst(files).map((f) => ({
+      name: basename(f, '.py'),
+      cmd: 'python3',
+      args: ['-m', 'unittest', '-v', basename(f, '.py')],
+      cwd: PYTHON_TESTS,
+    })),
+  ];
+  const results = new Map();
+  const queue = [...jobs];
+  const lane = async () => {
+    for (let job = queue.shift(); job; job = queue.shift()) {
+      const r = await runKept(job.cmd, job.args, job.cwd);
+      process.stdout.write(`\n--- ${job.name} (${r.seconds.toFixed(1)} s)\n${r.output}`);
+      if (job.name === 'mypy' && r.status === 127)
+        console.error('mypy is missing: apt-get install mypy (scripts/setup.sh does)');
+      results.set(job.name, r);
+    }
+  };
+  await Promise.all(Array.from({ length: VM_CONCURRENCY }, lane));
+  const modules = jobs.slice(1).map((j) => results.get(j.name));
+  const counts = modules.map((r) => unittestCounts(r.output));
+  const sum = (k) => counts.reduce((a, c) => a + c[k], 0);
+  const skipped = sum('skipped');
+  return {
+    mypy: results.get('mypy').status,
+    status: modules.find((r) => r.status !== 0)?.status ?? 0,
+    counts: `${sum('passed')} passed, ${sum('failed')} failed${skipped ? `, ${skipped} skipped` : ''}`,
+  };
+}
+
+/** Passed, failed and skipped tests from unittest's "Ran N tests" and its last line. */
 function unittestCounts(text) {
   const ran = Number(/Ran (\d+) tests?/.exec(text)?.[1] ?? 0);
   const count = (what) => Number(new RegExp(`${what}=(\\d+)`).exec(text)?.[1] ?? 0);
   const failed = count('failures') + count('errors') + count('unexpected successes');
   const skipped = count('skipped') + count('expected failures');
-  const passed = ran - failed - skipped;
-  return `${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`;
+  // A module that failed before its tests ran (an import error) counts as one failure.
+  const broken = ran === 0 && !/^OK/m.test(text) ? 1 : 0;
+  return { passed: ran - failed - skipped, failed: failed + broken, skipped };
 }
 
 const results = [];
@@ -103,9 +147,9 @@ for (const tier of NODE_TIERS.filter((t) => wanted(t.name))) {
   if (files.length) results.push([tier.name, runNodeTier(tier, files)]);
 }
 if (pythonFiles.length) {
-  console.log(`\n==> python: ${pythonFiles.length} files`);
-  results.push(['mypy', runMypy()]);
-  const python = await runPython();
+  console.log(`\n==> python: ${pythonFiles.length} files, ${VM_CONCURRENCY} at a time`);
+  const python = await runPython(pythonFiles);
+  results.push(['mypy', python.mypy]);
   results.push(['python', python.status, python.counts]);
 }
 if (results.length === 0) {
