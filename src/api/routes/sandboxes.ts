@@ -56,7 +56,18 @@ function checkCreate(body: CreateSandboxT): void {
 
 /** The fork command of a create body with `snapshot`; absent fields stay absent. */
 function forkRequest(body: ForkBody): ForkRequest {
-  const { snapshot, n = 1, labels, env, timeout_s, all_or_nothing, network, egress, limits } = body;
+  const {
+    snapshot,
+    n = 1,
+    labels,
+    env,
+    timeout_s,
+    all_or_nothing,
+    network,
+    egress,
+    limits,
+    idle,
+  } = body;
   const req: ForkRequest = {
     snapshot,
     n,
@@ -67,6 +78,7 @@ function forkRequest(body: ForkBody): ForkRequest {
     network,
     egress,
     limits,
+    idle,
   };
   for (const key of Object.keys(req) as (keyof ForkRequest)[]) {
     if (req[key] === undefined) delete req[key];

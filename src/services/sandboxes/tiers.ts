@@ -8,7 +8,7 @@
 import type { AgentClient } from '../../drivers/agent/client.js';
 import type { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
-import type { SandboxTier } from '../../store/sandboxes.js';
+import type { SandboxTier, StoredIdle } from '../../store/sandboxes.js';
 
 export type { SandboxTier } from '../../store/sandboxes.js';
 
@@ -47,6 +47,44 @@ export function parkable(
 export interface IdleAfter {
   pauseAfterS: number | null;
   hibernateAfterS: number | null;
+}
+
+/** A policy as asked for: a field left out takes the daemon's default; 0 or null is never. */
+export interface IdleRequest {
+  pause_after_s?: number | null;
+  hibernate_after_s?: number | null;
+}
+
+/**
+ * The policy a sandbox asked for, filled in from the daemon's defaults, as stored (null
+ * fields: never); none asked for → null (it follows the daemon's defaults, also those of a
+ * later daemon). Hibernation must come after the pause: a request where it does not, with
+ * the defaults filled in, is refused before anything exists.
+ */
+export function resolveIdle(req: IdleRequest | undefined, defaults: IdleAfter): StoredIdle | null {
+  if (req === undefined) return null;
+  const pick = (asked: number | null | undefined, dflt: number | null) =>
+    asked === undefined ? dflt : asked || null;
+  const policy = {
+    pause_after_s: pick(req.pause_after_s, defaults.pauseAfterS),
+    hibernate_after_s: pick(req.hibernate_after_s, defaults.hibernateAfterS),
+  };
+  const { pause_after_s: p, hibernate_after_s: h } = policy;
+  if (p !== null && h !== null && h <= p) {
+    const whose = (asked: unknown) => (asked === undefined ? " (the daemon's default)" : '');
+    throw new ForkdError(
+      'bad_request',
+      `idle.hibernate_after_s ${h}${whose(req.hibernate_after_s)} must be larger than idle.pause_after_s ${p}${whose(req.pause_after_s)}: a sandbox is paused first, hibernated later; give both, or 0 for never`,
+      { field: 'idle', pause_after_s: p, hibernate_after_s: h },
+    );
+  }
+  return policy;
+}
+
+/** The times a sandbox parks at: its own policy, else the daemon's defaults. */
+export function idleAfterOf(own: StoredIdle | null | undefined, defaults: IdleAfter): IdleAfter {
+  if (!own) return defaults;
+  return { pauseAfterS: own.pause_after_s, hibernateAfterS: own.hibernate_after_s };
 }
 
 /**
