@@ -2,7 +2,9 @@
  * The network service: which mode this host gets (a namespace per sandbox as root, user
  * networking with `restrict` otherwise), a small pool of namespaces made ahead so a fork
  * does not wait for one, each sandbox's policy (enforced in its namespace, changed at run
- * time), its DNS proxy, its denial count, and its published ports.
+ * time), its DNS proxy, its denial count, and its published ports. A published port's
+ * connection wakes a parked sandbox first (the sandbox service's waker); a hibernated one
+ * keeps its host listeners while its namespace goes, and gets them back on its wake.
  */
 import { networkInterfaces } from 'node:os';
 import type { VmNet } from '../../drivers/qemu/cmdline.js';
@@ -97,6 +99,7 @@ export class NetworkService {
   private filling: Promise<void> | undefined;
   private isolation: NetworkIsolation | undefined;
   private closed = false;
+  private waker: ((id: string) => Promise<Vm>) | undefined;
 
   constructor(private readonly opts: NetworkServiceOptions = {}) {
     this.log = opts.log ?? silentLog;
@@ -139,6 +142,15 @@ export class NetworkService {
     this.refill();
   }
 
+  /**
+   * How a published port's connection gets a sandbox's QEMU, awake: the sandbox service
+   * wakes a parked sandbox (and counts the connection as a request). Without one the VM
+   * the port was published on is used.
+   */
+  setWaker(wake: (id: string) => Promise<Vm>): void {
+    this.waker = wake;
+  }
+
   get mode(): NetworkIsolation {
     return this.isolation ?? 'user';
   }
@@ -152,22 +164,19 @@ export class NetworkService {
     mode: NetworkMode,
     egress: Egress = NO_EGRESS,
   ): Promise<VmNet | undefined> {
+    // A hibernated sandbox waking up keeps the host listeners it held while parked.
+    const ports = this.sandboxes.get(id)?.ports ?? new PortForwards();
     if (mode === 'none') {
-      this.sandboxes.set(id, { mode, egress: NO_EGRESS, dnsDenied: 0, ports: new PortForwards() });
+      this.sandboxes.set(id, { mode, egress: NO_EGRESS, dnsDenied: 0, ports });
       return undefined;
     }
     if (this.mode !== 'netns') {
-      this.sandboxes.set(id, {
-        mode,
-        egress: OPEN_EGRESS,
-        dnsDenied: 0,
-        ports: new PortForwards(),
-      });
+      this.sandboxes.set(id, { mode, egress: OPEN_EGRESS, dnsDenied: 0, ports });
       return {};
     }
     const ns = this.pool.shift() ?? (await createNetns(this.taken()));
     this.refill();
-    const a: Attached = { mode, egress, ns, dnsDenied: 0, ports: new PortForwards() };
+    const a: Attached = { mode, egress, ns, dnsDenied: 0, ports };
     this.sandboxes.set(id, a);
     try {
       await applyPolicy(ns, egressRules(egress, hostAddresses()));
@@ -305,10 +314,59 @@ export class NetworkService {
     guestPort: number,
     opts: { hostPort?: number; bind?: string } = {},
   ): Promise<PublishedPort> {
-    const target = await this.reach(id, vm, guestPort);
-    const info = await this.attached(id).ports.publish(guestPort, target, opts);
+    await this.reach(id, vm, guestPort); // a sandbox with no network is refused here
+    const info = await this.attached(id).ports.publish(
+      guestPort,
+      this.targetOf(id, guestPort, vm),
+      opts,
+    );
     await this.save(id);
     return info;
+  }
+
+  /** A published port's connection target: its sandbox woken first, when there is a waker. */
+  private targetOf(id: string, guestPort: number, vm?: Vm) {
+    return async () => {
+      const awake = this.waker ? await this.waker(id) : vm;
+      if (!awake) throw new Error(`sandbox ${id} has no QEMU to connect to`);
+      return this.reach(id, awake, guestPort);
+    };
+  }
+
+  /**
+   * A sandbox hibernates: its namespace and DNS proxy go with its QEMU, its published
+   * ports' host listeners stay (a connection wakes it); its next lease takes them back.
+   */
+  async park(id: string): Promise<void> {
+    const a = this.sandboxes.get(id);
+    if (!a) return;
+    a.ports.park();
+    await this.dropNamespace(id, a);
+    this.sandboxes.set(id, { mode: a.mode, egress: a.egress, dnsDenied: 0, ports: a.ports });
+  }
+
+  /** Its DNS proxy stops and its namespace goes; its denials are reported first. */
+  private async dropNamespace(id: string, a: Attached): Promise<void> {
+    const denied = a.dnsDenied + (a.ns ? await deniedCount(a.ns) : 0);
+    if (denied > 0) this.opts.onDenied?.(id, `${denied} connection(s) or DNS queries refused`);
+    a.dns?.close();
+    if (a.ns) await deleteNetns(a.ns);
+  }
+
+  /**
+   * After a daemon restart, a hibernated sandbox's published ports listen again on their
+   * host ports (a connection wakes it); a port taken meanwhile is dropped (logged).
+   */
+  async holdParked(id: string, mode: NetworkMode, egress: Egress, ports: PublishedPort[]) {
+    const a: Attached = { mode, egress, dnsDenied: 0, ports: new PortForwards() };
+    this.sandboxes.set(id, a);
+    for (const p of ports) {
+      await a.ports
+        .publish(p.port, this.targetOf(id, p.port), { hostPort: p.host_port, bind: p.host })
+        .catch((e: unknown) =>
+          this.log.warn({ sandbox: id, port: p.port, err: e }, 'could not publish a port again'),
+        );
+    }
   }
 
   async unpublish(id: string, guestPort: number): Promise<void> {
@@ -321,11 +379,8 @@ export class NetworkService {
     const a = this.sandboxes.get(id);
     if (!a) return;
     this.sandboxes.delete(id);
-    const denied = a.dnsDenied + (a.ns ? await deniedCount(a.ns) : 0);
-    if (denied > 0) this.opts.onDenied?.(id, `${denied} connection(s) or DNS queries refused`);
     await a.ports.close();
-    a.dns?.close();
-    if (a.ns) await deleteNetns(a.ns);
+    await this.dropNamespace(id, a);
   }
 
   /** Tests and shutdown: every namespace goes, and the host table when none is left. */

@@ -55,6 +55,7 @@ import {
   busyWhile,
   idleAfterOf,
   idleMove,
+  idleWire,
   resolveIdle,
   type IdleAfter,
   type IdleRequest,
@@ -154,6 +155,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
     this.bootGate = new Gate('sandboxes booting', opts.maxBooting ?? 4, BOOT_RETRY_S);
     this.execGate = new Gate('commands running', opts.maxExecs ?? 256, EXEC_RETRY_S);
     this.timers = new ExpiryTimers((id) => void this.expire(id));
+    // A published port's connection is a request: it wakes a parked sandbox first.
+    opts.network?.setWaker(async (id) => (await this.awake(id)).vm);
   }
 
   private get rows() {
@@ -179,7 +182,10 @@ export class SandboxManager implements SandboxService, SandboxHost {
       bootTimeoutMs: this.opts.bootTimeoutMs ?? 60_000,
       limiter: this.limiter,
       adopt: (row, vm, agent) => this.register(row, vm, agent),
-      adoptHibernated: (row) => this.hold(row),
+      adoptHibernated: (row) => {
+        this.hold(row);
+        void this.holdParkedPorts(row.id, row.dir);
+      },
       adoptNetwork: async (row, vm) => this.opts.network?.adopt(row.id, vm),
     });
   }
@@ -618,8 +624,22 @@ export class SandboxManager implements SandboxService, SandboxHost {
       void this.end(live.id, 'dead', `its hibernation could not be written: ${why}`);
       throw e;
     }
-    await this.opts.network?.release(live.id);
+    await this.opts.network?.park(live.id); // its published ports keep listening
     await this.limiter.remove(live.id);
+  }
+
+  /** After a daemon restart a hibernated sandbox's published ports listen again. */
+  private async holdParkedPorts(id: string, dir: string): Promise<void> {
+    const network = this.opts.network;
+    if (!network) return;
+    const image = await readImage(dir).catch(() => undefined);
+    if (!image?.ports.length) return;
+    await network.holdParked(
+      id,
+      image.nic ? 'nat' : 'none',
+      image.egress ?? OPEN_EGRESS,
+      image.ports,
+    );
   }
 
   /** The policy and published ports a wake puts back. */
@@ -657,7 +677,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       this.watch(live, vm);
       await this.republish(live.id, vm, image);
     } catch (e) {
-      await network?.release(live.id);
+      await network?.park(live.id); // still hibernated: its ports keep listening
       await this.limiter.remove(live.id);
       throw e;
     }
@@ -877,9 +897,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private wire(row: SandboxRow): SandboxT {
     const wire = toWire(row);
     if (row.state === 'running' || row.state === 'starting') {
-      const { pauseAfterS, hibernateAfterS } = idleAfterOf(row.idle, this.idleDefaults);
-      const source = row.idle ? 'sandbox' : 'daemon';
-      wire.idle = { pause_after_s: pauseAfterS, hibernate_after_s: hibernateAfterS, source };
+      wire.idle = idleWire(row.idle, this.idleDefaults);
     }
     const net = this.opts.network;
     const mode = net?.modeOf(row.id);

@@ -87,6 +87,23 @@ export function idleAfterOf(own: StoredIdle | null | undefined, defaults: IdleAf
   return { pauseAfterS: own.pause_after_s, hibernateAfterS: own.hibernate_after_s };
 }
 
+/** A sandbox's policy as the REST `Sandbox.idle` shows it (null: never). */
+export function idleWire(
+  own: StoredIdle | null | undefined,
+  defaults: IdleAfter,
+): {
+  pause_after_s: number | null;
+  hibernate_after_s: number | null;
+  source: 'sandbox' | 'daemon';
+} {
+  const { pauseAfterS, hibernateAfterS } = idleAfterOf(own, defaults);
+  return {
+    pause_after_s: pauseAfterS,
+    hibernate_after_s: hibernateAfterS,
+    source: own ? 'sandbox' : 'daemon',
+  };
+}
+
 /**
  * Where the idle policy moves it now, if anywhere: nothing under way and no request for
  * `hibernateAfterS` seconds → hibernated (from running or paused), else for `pauseAfterS`
