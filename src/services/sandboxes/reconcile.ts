@@ -34,7 +34,7 @@ export interface ReconcileContext {
   /** Hand a re-adopted sandbox (now `running`) to the service. */
   adopt(row: SandboxRow, vm: Vm, agent: AgentClient): void;
   /** Hand a hibernated sandbox (no QEMU, its capture on disk) to the service. */
-  adoptHibernated(row: SandboxRow): void;
+  adoptHibernated(row: SandboxRow): void | Promise<void>;
   /** Take its network over again (DNS proxy, published ports); a failure is only logged. */
   adoptNetwork?(row: SandboxRow, vm: Vm): Promise<void>;
 }
@@ -113,7 +113,7 @@ async function holdHibernated(ctx: ReconcileContext, row: SandboxRow): Promise<b
     await bury(ctx, row, 'hibernated, but its capture is missing from its directory');
     return false;
   }
-  ctx.adoptHibernated(row);
+  await ctx.adoptHibernated(row);
   ctx.log.info({ sandbox: row.id }, 'hibernated sandbox held again');
   return true;
 }

@@ -182,9 +182,9 @@ export class SandboxManager implements SandboxService, SandboxHost {
       bootTimeoutMs: this.opts.bootTimeoutMs ?? 60_000,
       limiter: this.limiter,
       adopt: (row, vm, agent) => this.register(row, vm, agent),
-      adoptHibernated: (row) => {
+      adoptHibernated: async (row) => {
         this.hold(row);
-        void this.holdParkedPorts(row.id, row.dir);
+        await this.holdParkedPorts(row.id, row.dir);
       },
       adoptNetwork: async (row, vm) => this.opts.network?.adopt(row.id, vm),
     });

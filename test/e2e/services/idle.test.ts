@@ -8,8 +8,8 @@
  * a file on its disk still there; it stays hibernated across a restart; the idle policy
  * hibernates it; killed while hibernated it leaves no files. The second has an idle policy of
  * its own (pause after 1 s) and an HTTP server on a published port: it pauses itself while
- * its sibling stays running, and a GET through the host port wakes it and is answered, paused
- * and hibernated.
+ * its sibling stays running, and a GET through the host port wakes it and is answered, paused,
+ * hibernated, and hibernated across a daemon restart.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -129,6 +129,12 @@ test("a published port's request wakes a paused and a hibernated sandbox and is 
   assert.deepEqual([hib.tier, hib.pid], ['hibernated', null]);
   assert.equal(await get(pub.host_port), 'served\n', 'hibernated: restored, same host port');
   assert.notEqual((await s.sandboxes.get(web)).tier, 'hibernated');
+
+  // Hibernated across a daemon restart: the new daemon listens on its host port again.
+  await s.sandboxes.pause(web, { tier: 'hibernated' });
+  await restart();
+  assert.deepEqual(s.started.adopted.sort(), [id, web].sort());
+  assert.equal(await get(pub.host_port), 'served\n', 'after a restart: restored by a GET');
 
   await s.sandboxes.kill(web);
   await assert.rejects(
