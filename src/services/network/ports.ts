@@ -12,8 +12,11 @@ import { addHostForward, removeHostForward } from '../../drivers/qemu/hostfwd.js
 import type { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 
-/** Where a new connection to a published port goes (waking its sandbox first if parked). */
-export type TargetOf = () => Promise<Target>;
+/**
+ * Where a new connection to a published port goes (waking its sandbox first if parked),
+ * and what to call when it closes.
+ */
+export type TargetOf = () => Promise<Target & { release?: () => void }>;
 
 export interface PublishedPort {
   port: number;
@@ -125,14 +128,15 @@ export class PortForwards {
 async function pipeTo(c: Socket, target: TargetOf): Promise<void> {
   c.pause();
   c.on('error', () => c.destroy());
-  let t: Target;
+  let t: Awaited<ReturnType<TargetOf>>;
   try {
     t = await target();
   } catch {
     c.destroy(); // the sandbox ended, or its wake failed: the client sees a reset
     return;
   }
-  if (c.destroyed) return;
+  if (t.release) c.once('close', t.release);
+  if (c.destroyed) return t.release?.();
   const up = connect(t.port, t.host);
   c.pipe(up).pipe(c);
   const end = () => (c.destroy(), up.destroy());

@@ -89,6 +89,12 @@ interface Attached {
   ports: PortForwards;
 }
 
+/**
+ * Wakes a sandbox for a published port's connection: its QEMU, awake, and a release the
+ * connection calls when it closes (it counts as use until then).
+ */
+export type Waker = (id: string) => Promise<{ vm: Vm; release: () => void }>;
+
 /** The least TTL an address learned from DNS keeps its place in a set. */
 const MIN_DNS_TTL_S = 60;
 
@@ -99,7 +105,7 @@ export class NetworkService {
   private filling: Promise<void> | undefined;
   private isolation: NetworkIsolation | undefined;
   private closed = false;
-  private waker: ((id: string) => Promise<Vm>) | undefined;
+  private waker: Waker | undefined;
 
   constructor(private readonly opts: NetworkServiceOptions = {}) {
     this.log = opts.log ?? silentLog;
@@ -147,7 +153,7 @@ export class NetworkService {
    * wakes a parked sandbox (and counts the connection as a request). Without one the VM
    * the port was published on is used.
    */
-  setWaker(wake: (id: string) => Promise<Vm>): void {
+  setWaker(wake: Waker): void {
     this.waker = wake;
   }
 
@@ -327,9 +333,17 @@ export class NetworkService {
   /** A published port's connection target: its sandbox woken first, when there is a waker. */
   private targetOf(id: string, guestPort: number, vm?: Vm) {
     return async () => {
-      const awake = this.waker ? await this.waker(id) : vm;
-      if (!awake) throw new Error(`sandbox ${id} has no QEMU to connect to`);
-      return this.reach(id, awake, guestPort);
+      if (!this.waker) {
+        if (!vm) throw new Error(`sandbox ${id} has no QEMU to connect to`);
+        return this.reach(id, vm, guestPort);
+      }
+      const awake = await this.waker(id);
+      try {
+        return { ...(await this.reach(id, awake.vm, guestPort)), release: awake.release };
+      } catch (e) {
+        awake.release();
+        throw e;
+      }
     };
   }
 

@@ -53,6 +53,7 @@ import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
 import {
   busyWhile,
+  holdConnection,
   idleAfterOf,
   idleMove,
   idleWire,
@@ -155,8 +156,12 @@ export class SandboxManager implements SandboxService, SandboxHost {
     this.bootGate = new Gate('sandboxes booting', opts.maxBooting ?? 4, BOOT_RETRY_S);
     this.execGate = new Gate('commands running', opts.maxExecs ?? 256, EXEC_RETRY_S);
     this.timers = new ExpiryTimers((id) => void this.expire(id));
-    // A published port's connection is a request: it wakes a parked sandbox first.
-    opts.network?.setWaker(async (id) => (await this.awake(id)).vm);
+    // A published port's connection is a request: it wakes a parked sandbox first, and
+    // keeps it from being parked while it is open.
+    opts.network?.setWaker(async (id) => {
+      const live = await this.awake(id);
+      return { vm: live.vm, release: holdConnection(live) };
+    });
   }
 
   private get rows() {
@@ -552,6 +557,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     if (needsWake(live)) {
       const from = live.tier;
       await this.moveLive(live, 'running');
+      live.lastUsed = Date.now(); // its idle time counts from the end of a wake (seconds from disk)
       this.log.info({ sandbox: id, from }, 'sandbox woken');
     }
     liveVm(live);

@@ -26,6 +26,11 @@ export interface Parkable {
   queued: number;
   /** Requests under way (commands, uploads, attached terminals): it is not idle meanwhile. */
   busy: number;
+  /**
+   * Connections open through its published ports: it is not idle meanwhile either, but a
+   * hibernation asked for ends them (they are not the caller's own requests).
+   */
+  connections: number;
 }
 
 /** How a sandbox goes to disk and comes back (the service's: it owns files, network, cgroup). */
@@ -39,8 +44,15 @@ export interface DiskMoves {
 /** A Parkable's starting fields. */
 export function parkable(
   tier: SandboxTier,
-): Pick<Parkable, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy'> {
-  return { tier, lastUsed: Date.now(), turn: Promise.resolve(), queued: 0, busy: 0 };
+): Pick<Parkable, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy' | 'connections'> {
+  return {
+    tier,
+    lastUsed: Date.now(),
+    turn: Promise.resolve(),
+    queued: 0,
+    busy: 0,
+    connections: 0,
+  };
 }
 
 /** When the idle policy parks a sandbox, in seconds without a request (null: never). */
@@ -110,7 +122,9 @@ export function idleWire(
  * → paused (from running). Both count from its last request.
  */
 export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTier | null {
-  if (sb.tier === 'hibernated' || sb.queued > 0 || sb.busy > 0) return null;
+  if (sb.tier === 'hibernated' || sb.queued > 0 || sb.busy > 0 || sb.connections > 0) {
+    return null;
+  }
   const idleMs = now - sb.lastUsed;
   const { pauseAfterS, hibernateAfterS } = after;
   if (hibernateAfterS !== null && idleMs >= hibernateAfterS * 1000) return 'hibernated';
@@ -118,6 +132,18 @@ export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTi
     return 'paused';
   }
   return null;
+}
+
+/** Count a connection as open until the returned (idempotent) release; then it was the last use. */
+export function holdConnection(sb: Parkable): () => void {
+  sb.connections++;
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    sb.connections--;
+    sb.lastUsed = Date.now();
+  };
 }
 
 /** Count `p` as a request under way until it settles (then it counts as the last use). */

@@ -13,6 +13,7 @@ import type { AgentClient } from '../../../src/drivers/agent/client.js';
 import type { Vm } from '../../../src/drivers/qemu/vm.js';
 import {
   busyWhile,
+  holdConnection,
   idleAfterOf,
   idleMove,
   moveTo,
@@ -117,6 +118,11 @@ test('the idle policy parks a sandbox with nothing under way after its time', as
   finish();
   await running;
   assert.ok(sb.lastUsed >= t0, 'its end counts as the last use');
+  const release = holdConnection(sb);
+  assert.equal(idleMove(sb, after(10, 20), t0 + 60_000), null, 'a published-port connection open');
+  release();
+  release(); // idempotent: counted once
+  assert.equal(sb.connections, 0);
   const t1 = sb.lastUsed;
   assert.equal(idleMove(sb, after(10), t1 + 10_000), 'paused');
   assert.equal(idleMove(sb, after(10, 60), t1 + 59_999), 'paused', 'pause first');
