@@ -113,7 +113,8 @@ async function holdHibernated(ctx: ReconcileContext, row: SandboxRow): Promise<b
     await bury(ctx, row, 'hibernated, but its capture is missing from its directory');
     return false;
   }
-  await ctx.adoptHibernated(row);
+  // A pid left in the row is of the QEMU it had (a crash before the tier's move finished).
+  await ctx.adoptHibernated(ctx.rows.update(row.id, { pid: null }) as SandboxRow);
   ctx.log.info({ sandbox: row.id }, 'hibernated sandbox held again');
   return true;
 }

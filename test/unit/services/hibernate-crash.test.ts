@@ -32,7 +32,7 @@ after(async () => {
   await rm(p.home, { recursive: true, force: true });
 });
 
-/** A running row in `tier` whose QEMU is gone (pid null, no pid file). */
+/** A running row in `tier` whose QEMU is gone (no such pid, no pid file). */
 async function sandbox(id: string, tier: SandboxRow['tier']): Promise<string> {
   const dir = join(p.sandboxes, id);
   await mkdir(hibernationFiles(dir).dir, { recursive: true });
@@ -52,7 +52,8 @@ async function sandbox(id: string, tier: SandboxRow['tier']): Promise<string> {
     dir,
     reason: null,
   });
-  store.sandboxes.update(id, { tier });
+  // The QEMU it had: ended, its pid not reused (the kernel's pid_max is below it).
+  store.sandboxes.update(id, { tier, pid: 1 << 23 });
   return dir;
 }
 
@@ -122,6 +123,7 @@ test('a crash after the tier was recorded: the staged capture is put in place, h
     'the new capture replaced the earlier one',
   );
   assert.equal(store.sandboxes.get('sbx-00000000c001')?.tier, 'hibernated');
+  assert.equal(store.sandboxes.get('sbx-00000000c001')?.pid, null, 'no pid of an ended QEMU');
   assert.equal(store.sandboxes.get('sbx-00000000c003')?.state, 'dead');
   assert.equal(existsSync(early), false);
 });
