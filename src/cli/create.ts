@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { Sandbox } from '@forkd/sdk';
 import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { idleOptions, parseIdleFlags, type IdleFlags } from './idle-flags.js';
 import { limitOptions, parseLimitFlags, type LimitFlags } from './limits.js';
 import { action, printJson } from './output.js';
 import {
@@ -21,7 +22,7 @@ import {
   parseSandboxTimeout,
 } from './parse.js';
 
-interface CreateFlags extends DaemonFlags, NetworkFlags, LimitFlags {
+interface CreateFlags extends DaemonFlags, NetworkFlags, LimitFlags, IdleFlags {
   image?: string;
   memory?: string;
   cpus?: string;
@@ -32,7 +33,7 @@ interface CreateFlags extends DaemonFlags, NetworkFlags, LimitFlags {
 
 export function register(cmd: Command): void {
   daemonOptions(
-    limitOptions(networkOptions(cmd), "the sandbox's")
+    idleOptions(limitOptions(networkOptions(cmd), "the sandbox's"), "the sandbox's")
       .option('--image <name>', "image to boot (default: the daemon's)")
       .option('--memory <size>', 'guest memory, e.g. 256M or 1G')
       .option('--cpus <n>', 'virtual CPUs')
@@ -54,6 +55,7 @@ export function register(cmd: Command): void {
         network: parseNetworkMode(flags.network),
         egress: parseEgress(flags),
         limits: parseLimitFlags(flags),
+        idle: parseIdleFlags(flags),
       });
       if (flags.json) printJson(sandboxToWire(sandbox.info));
       else process.stdout.write(`${sandbox.id}\n`);

@@ -8,6 +8,7 @@ import type { Command } from 'commander';
 import { Snapshot, type ForkResult } from '@forkd/sdk';
 import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { idleOptions, parseIdleFlags, type IdleFlags } from './idle-flags.js';
 import { limitOptions, parseLimitFlags, type LimitFlags } from './limits.js';
 import { action, printJson } from './output.js';
 import { networkOptions, parseEgress, type NetworkFlags } from './network-flags.js';
@@ -22,7 +23,7 @@ import {
 } from './parse.js';
 import { LIMITS } from './rules.js';
 
-interface ForkFlags extends DaemonFlags, NetworkFlags, LimitFlags {
+interface ForkFlags extends DaemonFlags, NetworkFlags, LimitFlags, IdleFlags {
   count: string;
   label: string[];
   env: string[];
@@ -32,7 +33,7 @@ interface ForkFlags extends DaemonFlags, NetworkFlags, LimitFlags {
 
 export function register(cmd: Command): void {
   daemonOptions(
-    limitOptions(networkOptions(cmd, false), "each child's")
+    idleOptions(limitOptions(networkOptions(cmd, false), "each child's"), "each child's")
       .argument('<tag>', 'snapshot tag')
       .option('-n, --count <n>', 'how many sandboxes (1-100)', '1')
       .option('--label <k=v>', 'label of every child (repeatable)', collect, [])
@@ -47,6 +48,7 @@ async function fork(tag: string, flags: ForkFlags): Promise<number> {
   const n = parseCount(flags.count, typed('-n', '--count'), LIMITS.forkCount);
   const timeoutS = parseSandboxTimeout(flags.timeout);
   const limits = parseLimitFlags(flags);
+  const idle = parseIdleFlags(flags);
   const config = clientConfig(flags);
   const result = await (
     await Snapshot.get(parseName(tag, 'the tag'), config)
@@ -58,6 +60,7 @@ async function fork(tag: string, flags: ForkFlags): Promise<number> {
     allOrNothing: flags.allOrNothing,
     egress: parseEgress(flags),
     limits,
+    idle,
   });
   if (flags.json) printJson(forkJson(result));
   else report(result, flags.allOrNothing);

@@ -7,6 +7,7 @@ import type { Command } from 'commander';
 import { Sandbox, type SandboxInfo } from '@forkd/sdk';
 import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { formatIdle } from './idle-flags.js';
 import { formatLimits, formatUsage } from './limits.js';
 import { action, printJson } from './output.js';
 import { formatMib, parseSandboxId } from './parse.js';
@@ -41,6 +42,7 @@ function lines(s: SandboxInfo): string[] {
     ['id', s.id],
     ['state', s.reason ? `${s.state} (${s.reason})` : s.state],
     ['tier', s.tier ?? '-'],
+    ['idle', formatIdle(s.idle)],
     ['image', s.image ?? '-'],
     ['snapshot', s.snapshot ?? '-'],
     ['parent', s.parent ?? '-'],

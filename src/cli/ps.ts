@@ -1,12 +1,13 @@
 /**
  * `forkd ps`: the daemon's sandboxes (live ones, or all with --all) as a table — id, state,
- * tier (running, paused, hibernated), image, the snapshot it was forked from, memory, cpus,
+ * tier (running, paused, hibernated), its idle policy, image, the snapshot it was forked from, memory, cpus,
  * times, labels — or `--json`.
  */
 import type { Command } from 'commander';
 import { Sandbox, type SandboxInfo } from '@forkd/sdk';
 import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { formatIdle } from './idle-flags.js';
 import { formatLimits } from './limits.js';
 import { action, printJson, printTable } from './output.js';
 import { parseLabelFilter } from './parse.js';
@@ -50,6 +51,7 @@ async function ps(flags: PsFlags): Promise<void> {
       'ID',
       'STATE',
       'TIER',
+      'IDLE',
       'IMAGE',
       'SNAPSHOT',
       'MEMORY',
@@ -63,6 +65,7 @@ async function ps(flags: PsFlags): Promise<void> {
       s.id,
       s.reason ? `${s.state} (${s.reason})` : s.state,
       s.state === 'running' ? (s.tier ?? 'running') : '-',
+      formatIdle(s.idle),
       s.image ?? '-',
       s.snapshot ?? '-',
       `${s.memoryMib}M`,

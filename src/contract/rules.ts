@@ -34,6 +34,8 @@ export const LIMITS = {
   cpus: { min: 1, max: 64 },
   /** A sandbox's timeout, from 1 s to a week. */
   timeoutS: { min: 1, max: 7 * 24 * 3600 },
+  /** An idle policy's times (0: never), up to a week like a timeout. */
+  idleAfterS: { min: 0, max: 7 * 24 * 3600 },
   /** One command's timeout, up to a day. */
   execTimeoutMs: { min: 1, max: 24 * 3600 * 1000 },
   /** An image's filesystem size when built from a directory. */

@@ -94,6 +94,43 @@ export const SandboxTier = Type.Union(
   },
 );
 
+/** Seconds without a request before an idle tier; 0 or null: never. */
+const IdleAfter = (what: string) =>
+  Type.Optional(
+    Type.Union([Type.Integer(between(LIMITS.idleAfterS)), Type.Null()], {
+      description: `${what} after this many seconds without a request; 0 or null: never; left out: the daemon's default`,
+    }),
+  );
+
+/** A sandbox's idle policy asked for on create or fork (docs/idle.md). */
+export const IdlePolicyRequest = Type.Object(
+  {
+    pause_after_s: IdleAfter('pause it'),
+    hibernate_after_s: IdleAfter('hibernate it (larger than pause_after_s when both are set)'),
+  },
+  {
+    ...strict,
+    description:
+      "when it parks itself (docs/idle.md); a fork does not inherit its snapshot's source's policy",
+  },
+);
+
+/** The idle policy a sandbox has (its own, else the daemon's defaults). */
+export const IdlePolicy = Type.Object(
+  {
+    pause_after_s: Type.Union([Type.Integer(), Type.Null()], {
+      description: 'paused after this many seconds without a request; null: never',
+    }),
+    hibernate_after_s: Type.Union([Type.Integer(), Type.Null()], {
+      description: 'hibernated after this many seconds without a request; null: never',
+    }),
+    source: Type.Union([Type.Literal('sandbox'), Type.Literal('daemon')], {
+      description: "sandbox: asked for on its create or fork; daemon: the daemon's defaults",
+    }),
+  },
+  { description: 'when it parks itself (docs/idle.md)' },
+);
+
 export const NetworkMode = Type.Union([Type.Literal('none'), Type.Literal('nat')], {
   description: "`nat` (default): a NIC with NAT in the sandbox's own namespace; `none`: no NIC",
 });
@@ -242,6 +279,7 @@ export const Sandbox = Type.Object(
       ),
     ),
     tier: Type.Optional(SandboxTier),
+    idle: Type.Optional(IdlePolicy),
   },
   { $id: 'Sandbox' },
 );
@@ -302,6 +340,7 @@ export const CreateSandbox = Type.Object(
     network: Type.Optional(NetworkMode),
     egress: Type.Optional(EgressPolicy),
     limits: Type.Optional(LimitsRequest),
+    idle: Type.Optional(IdlePolicyRequest),
   },
   strict,
 );
@@ -845,6 +884,8 @@ export const Version = Type.Object({
 export type SandboxT = Static<typeof Sandbox>;
 export type SandboxTierT = Static<typeof SandboxTier>;
 export type PauseSandboxT = Static<typeof PauseSandbox>;
+export type IdlePolicyRequestT = Static<typeof IdlePolicyRequest>;
+export type IdlePolicyT = Static<typeof IdlePolicy>;
 export type LimitsRequestT = Static<typeof LimitsRequest>;
 export type CreateSandboxT = Static<typeof CreateSandbox>;
 export type ExecRequestT = Static<typeof ExecRequest>;

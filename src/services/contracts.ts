@@ -24,6 +24,7 @@ import type {
   CreateSnapshotT,
   FileStatT,
   ImageT,
+  IdlePolicyRequestT,
   LimitsRequestT,
   ImportImageT,
   LoginT,
@@ -165,6 +166,8 @@ export interface ForkRequest {
   egress?: EgressPolicyT;
   /** Overrides the limits the children inherit from their snapshot. */
   limits?: LimitsRequestT;
+  /** The children's idle policy (not inherited; left out: the daemon's defaults). */
+  idle?: IdlePolicyRequestT;
 }
 
 /**

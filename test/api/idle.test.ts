@@ -124,3 +124,99 @@ test('CLI: forkd pause [--hibernate] / resume print ID TIER; ps shows the tier; 
   const bad = await forkd('resume', 'nope');
   assert.equal(bad.code, 2, 'a malformed id is a usage error');
 });
+
+type Idle = { pause_after_s: number | null; hibernate_after_s: number | null; source: string };
+
+test('idle policy on create and fork: reaches the service, shows in the Sandbox, bad values refused', async (t) => {
+  fake.reset();
+  const a = await app();
+  t.after(() => a.close());
+  const create = (payload: object) => a.inject({ method: 'POST', url: '/v1/sandboxes', payload });
+  const made = await create({ idle: { pause_after_s: 30 } });
+  assert.equal(made.statusCode, 201, made.body);
+  // The fake's daemon defaults are `--hibernate-idle-after 600`: they fill what is left out.
+  assert.deepEqual(made.json().idle, {
+    pause_after_s: 30,
+    hibernate_after_s: 600,
+    source: 'sandbox',
+  });
+  const creates = fake.serviceCalls().filter((c) => c.method === 'create');
+  assert.deepEqual((creates[0]?.args[0] as { idle: unknown }).idle, { pause_after_s: 30 });
+  const plain = await create({});
+  assert.deepEqual(plain.json().idle, {
+    pause_after_s: null,
+    hibernate_after_s: 600,
+    source: 'daemon',
+  });
+  const never = await create({ idle: { pause_after_s: 0, hibernate_after_s: null } });
+  assert.deepEqual(never.json().idle, {
+    pause_after_s: null,
+    hibernate_after_s: null,
+    source: 'sandbox',
+  });
+
+  const fork = await create({ snapshot: SEED.snapshot, n: 2, idle: { hibernate_after_s: 5 } });
+  assert.equal(fork.statusCode, 201, fork.body);
+  const kids = fork.json().sandboxes as { idle: Idle }[];
+  assert.deepEqual(
+    kids.map((k) => k.idle),
+    [0, 1].map(() => ({ pause_after_s: null, hibernate_after_s: 5, source: 'sandbox' })),
+  );
+
+  for (const idle of [
+    { pause_after_s: -1 },
+    { pause_after_s: 1.5 },
+    { pause_after_s: 7 * 24 * 3600 + 1 },
+    { pause_after: 10 },
+    { pause_after_s: '10' },
+  ]) {
+    const r = await create({ idle });
+    assert.equal(r.statusCode, 400, JSON.stringify(idle));
+    assert.equal(r.json().error.code, 'bad_request');
+  }
+  const order = await create({ idle: { pause_after_s: 60, hibernate_after_s: 60 } });
+  assert.equal(order.statusCode, 400);
+  assert.match(order.json().error.message, /must be larger than idle\.pause_after_s 60/);
+  const overDefault = await create({ snapshot: SEED.snapshot, idle: { pause_after_s: 900 } });
+  assert.equal(overDefault.statusCode, 400);
+  assert.match(overDefault.json().error.message, /600 \(the daemon's default\)/);
+});
+
+test('SDK and CLI: the idle option in ms / flags in seconds; ps and info show the policy', async () => {
+  fake.reset();
+  const sbx = await Sandbox.create({ ...config(), idle: { pauseAfterMs: 1500 } });
+  assert.deepEqual(sbx.info.idle, {
+    pauseAfterMs: 2000,
+    hibernateAfterMs: 600_000,
+    source: 'sandbox',
+  });
+  const sent = fake.serviceCalls().find((c) => c.method === 'create');
+  assert.deepEqual((sent?.args[0] as { idle: unknown }).idle, { pause_after_s: 2 });
+
+  const made = await json<{ id: string; idle: Idle }>('create', '--pause-idle-after', '60');
+  assert.deepEqual(made.idle, { pause_after_s: 60, hibernate_after_s: 600, source: 'sandbox' });
+  const forked = await json<{ sandboxes: { idle: Idle }[] }>(
+    'fork',
+    SEED.snapshot,
+    '--hibernate-idle-after',
+    '0',
+  );
+  assert.deepEqual(forked.sandboxes[0]?.idle, {
+    pause_after_s: null,
+    hibernate_after_s: null,
+    source: 'sandbox',
+  });
+  const bad = await forkd('create', '--pause-idle-after', '-1');
+  assert.equal(bad.code, 2, 'a negative time is a usage error');
+  assert.match(bad.stderr.toString(), /--pause-idle-after must be whole seconds/);
+  const refused = await forkd('create', '--pause-idle-after', '700');
+  assert.equal(refused.code, 2, refused.stderr.toString());
+  assert.match(refused.stderr.toString(), /the daemon's default/);
+
+  const plain = await json<{ id: string }>('create');
+  const ps = out(await forkd('ps'));
+  assert.match(ps, /IDLE/);
+  assert.match(ps, new RegExp(`${made.id}\\s+running\\s+running\\s+pause 60s, hibernate 600s\\s`));
+  assert.match(ps, new RegExp(`${plain.id}\\s+running\\s+running\\s+hibernate 600s \\(daemon\\)`));
+  assert.match(out(await forkd('info', made.id)), /idle\s+pause 60s, hibernate 600s/);
+});

@@ -13,6 +13,12 @@ import type { InjectOptions } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError } from '../../src/errors.js';
 import { AUTO_DEFAULTS, resolveLimits } from '../../src/services/limits.js';
+import {
+  idleWire,
+  resolveIdle,
+  type IdleAfter,
+  type IdleRequest,
+} from '../../src/services/sandboxes/tiers.js';
 import { FakeContexts, SEED_CONTEXT } from './fake-contexts.js';
 import { FakePtys } from './fake-pty.js';
 import { RowChanges } from '../../src/store/changes.js';
@@ -97,6 +103,14 @@ function sandboxRecord(id: string, image: string, over: Partial<SandboxT> = {}):
     tier: 'running',
     ...over,
   };
+}
+
+/** The daemon defaults of the fake: `--hibernate-idle-after 600`, no pause. */
+export const FAKE_IDLE_DEFAULTS: IdleAfter = { pauseAfterS: null, hibernateAfterS: 600 };
+
+/** An idle policy as the real service resolves and shows it, over the fake's defaults. */
+function fakeIdle(req: IdleRequest | undefined): SandboxT['idle'] {
+  return idleWire(resolveIdle(req, FAKE_IDLE_DEFAULTS), FAKE_IDLE_DEFAULTS);
 }
 
 /** Limits as the real service resolves them (the same checks), enforced by a pretend v1. */
@@ -514,6 +528,7 @@ export class FakeServices {
           ...res,
           labels: req.labels ?? {},
           limits: fakeLimits(req.limits, res),
+          idle: fakeIdle(req.idle),
         });
         this.sandboxes.set(id, s);
         return s;
@@ -657,7 +672,7 @@ export class FakeServices {
   private forkChildren(
     tag: string,
     n: number,
-    req: { labels?: Record<string, string>; limits?: LimitsRequestT },
+    req: { labels?: Record<string, string>; limits?: LimitsRequestT; idle?: IdleRequest },
   ) {
     const source = this.snapshot(tag);
     if (!source.bootable) {
@@ -667,6 +682,7 @@ export class FakeServices {
     }
     const result: ForkOutcome = { sandboxes: [], failed: [] };
     const limits = fakeLimits(req.limits, source);
+    const idle = fakeIdle(req.idle); // bad_request before any child, as the real fork
     // As the real fork does: every child of one request carries its id (the caller's, or new).
     const labels = { 'forkd.request': `req-${hex12(this.counter)}`, ...req.labels };
     for (let index = 0; index < n; index++) {
@@ -680,6 +696,7 @@ export class FakeServices {
         snapshot: tag,
         labels,
         limits,
+        idle,
       });
       this.sandboxes.set(id, child);
       result.sandboxes.push(child);

@@ -5,10 +5,13 @@
  */
 import { Store } from '../../src/store/db.js';
 import { buildServices, type ServiceOptions, type ServiceSet } from '../../src/services/index.js';
+import type { ReconcileReport } from '../../src/services/sandboxes/reconcile.js';
 import { assertNoLeftovers, type TestHome } from './home.js';
 
 export interface TestServices extends ServiceSet {
   store: Store;
+  /** What the start's reconcile did (re-adopted, buried, swept). */
+  started: ReconcileReport;
 }
 
 export const caller = { principal: 'test' };
@@ -24,10 +27,11 @@ export async function startServices(
     qemuVersion: async () => 'test',
     ...extra,
   });
-  await set.start();
+  const started = await set.start();
   return {
     ...set,
     store,
+    started,
     close: async () => {
       await set.close();
       store.close();

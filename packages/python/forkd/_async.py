@@ -486,6 +486,8 @@ class AsyncSandbox(_AsyncRemote[SandboxInfo]):
     list = static(Sandbox.list)
     kill = dual(Sandbox.kill)
     set_timeout = dual(Sandbox.set_timeout)
+    pause = dual(Sandbox.pause)
+    resume = dual(Sandbox.resume)
     logs = dual(Sandbox.logs)
     branch = dual(Sandbox.branch, _branch)
     refresh = method(Sandbox.refresh)

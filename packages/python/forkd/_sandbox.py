@@ -1,5 +1,6 @@
 """``Sandbox``: create (boot from an image, or fork from a snapshot), connect to, list and
-kill sandboxes, the ``commands`` and ``files`` of one, and branching it into a snapshot.
+kill sandboxes, the ``commands`` and ``files`` of one, branching it into a snapshot, and
+parking it (``pause``/``resume``, docs/idle.md).
 Calls that name a sandbox work both on the class with an id (``Sandbox.kill(id)``) and on
 an instance (``sbx.kill()``), as in the TS and E2B SDKs; ``with`` kills it at the end."""
 
@@ -46,6 +47,18 @@ def whole_seconds(seconds: float) -> int:
 Egress = Union[str, Mapping[str, Any]]
 #: Resource limits: ``{"memory": "768M" or bytes, "cpu": 0.5, "pids": 128}`` (docs/limits.md).
 Limits = Mapping[str, Any]
+
+
+#: An idle policy: ``{"pause_after_s": 60, "hibernate_after_s": 900}`` (docs/idle.md); a key
+#: left out takes the daemon's default, 0 or None is never.
+Idle = Mapping[str, Optional[float]]
+
+
+def idle_body(idle: Optional[Idle]) -> Optional[Dict[str, Optional[int]]]:
+    """An idle policy as the daemon takes it: whole seconds, rounded up (0 and None stay)."""
+    if idle is None:
+        return None
+    return {k: None if v is None else whole_seconds(v) for k, v in idle.items()}
 
 
 def limits_body(limits: Optional[Limits]) -> Optional[Dict[str, Any]]:
@@ -105,6 +118,7 @@ class Sandbox(Remote[SandboxInfo]):
         network: Optional[str] = None,
         egress: Optional[Egress] = None,
         limits: Optional[Limits] = None,
+        idle: Optional[Idle] = None,
         url: Optional[str] = None,
         token: Optional[str] = None,
         request_timeout: Optional[float] = None,
@@ -114,7 +128,9 @@ class Sandbox(Remote[SandboxInfo]):
         return once it answers. ``timeout`` (seconds) kills it when it runs out; ``envs`` is
         the environment of every command in it. ``network`` is ``"nat"`` or ``"none"``;
         ``egress`` ``"none"`` or ``{"allow_internet": False, "allow_out": [...]}``;
-        ``limits`` ``{"memory": "768M", "cpu": 0.5, "pids": 128}``.
+        ``limits`` ``{"memory": "768M", "cpu": 0.5, "pids": 128}``; ``idle``
+        ``{"pause_after_s": 60, "hibernate_after_s": 900}`` parks it when nobody uses it (a
+        fork does not inherit it; left out: the daemon's defaults).
 
         ``sbx = Sandbox.create(image="busybox", memory_mib=512, timeout=600, labels={"job": "7"})``"""
         client = Forkd(url, token, request_timeout)
@@ -129,6 +145,7 @@ class Sandbox(Remote[SandboxInfo]):
             network=network,
             egress=egress,
             limits=limits_body(limits),
+            idle=idle_body(idle),
         )
         request = Request("POST", "/v1/sandboxes", json=body, timeout=client.long_timeout)
         return cls(client, from_wire(SandboxInfo, client.transport.json(request)))
@@ -198,6 +215,32 @@ class Sandbox(Remote[SandboxInfo]):
         keep their value. ``Sandbox.set_limits(id, {...})`` works by id."""
         body = {"limits": limits_body(limits)}
         return _patch(self, body, url, token, request_timeout)
+
+    def pause(
+        self: Union[Sandbox, str],
+        tier: Optional[str] = None,
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> SandboxInfo:
+        """Park it (docs/idle.md): ``"paused"`` (default) stops its VM, so it uses no CPU;
+        ``"hibernated"`` puts it on disk and ends its VM, so it uses no memory either. Any
+        request wakes it; ``info.tier`` says where it is. ``Sandbox.pause(id)`` works by id.
+
+        ``sbx.pause(tier="hibernated")``"""
+        return _tier_move(self, "pause", compact(tier=tier), url, token, request_timeout)
+
+    def resume(
+        self: Union[Sandbox, str],
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> SandboxInfo:
+        """Wake it ahead of its next request (a no-op when it runs); from hibernated this
+        restores it under the same id. ``Sandbox.resume(id)`` works by id."""
+        return _tier_move(self, "resume", None, url, token, request_timeout)
 
     def logs(
         self: Union[Sandbox, str],
@@ -323,7 +366,26 @@ def _patch(
 ) -> SandboxInfo:
     """PATCH the sandbox; a Sandbox object keeps the answer as its info."""
     client, sandbox_id = _target(self, url, token, request_timeout)
-    wire = client.transport.json(Request("PATCH", sandbox_path(sandbox_id), json=body))
+    return _keep(self, client.transport.json(Request("PATCH", sandbox_path(sandbox_id), json=body)))
+
+
+def _tier_move(
+    self: Union[Sandbox, str],
+    verb: str,
+    body: Optional[Dict[str, Any]],
+    url: Optional[str],
+    token: Optional[str],
+    request_timeout: Optional[float],
+) -> SandboxInfo:
+    """POST /pause or /resume (a hibernation or its wake takes seconds: the long timeout)."""
+    client, sandbox_id = _target(self, url, token, request_timeout)
+    path = f"{sandbox_path(sandbox_id)}/{verb}"
+    request = Request("POST", path, json=body, timeout=client.long_timeout)
+    return _keep(self, client.transport.json(request))
+
+
+def _keep(self: Union[Sandbox, str], wire: Any) -> SandboxInfo:
+    """The Sandbox an answer describes; a Sandbox object keeps it as its info."""
     info = from_wire(SandboxInfo, wire)
     if isinstance(self, Sandbox):
         self._info = info

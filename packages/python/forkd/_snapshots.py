@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Generic, List, Optional, TypeVar, Union
 from ._catalog import InternalError
 from ._client import Forkd, Remote, target_of
 from ._error import ForkdError
-from ._sandbox import Egress, Limits, Sandbox, limits_body, whole_seconds
+from ._sandbox import Egress, Idle, Limits, Sandbox, idle_body, limits_body, whole_seconds
 from ._transport import Request, compact, quote_segment
 from ._types import PoolInfo, SandboxInfo, SnapshotInfo, VerifyReport, from_wire
 from .errors import error_from_response
@@ -264,12 +264,14 @@ class Snapshot(Remote[SnapshotInfo]):
         all_or_nothing: Optional[bool] = None,
         egress: Optional[Egress] = None,
         limits: Optional[Limits] = None,
+        idle: Optional[Idle] = None,
     ) -> ForkResult[Sandbox]:
         """Fork ``n`` (1–100) sandboxes from it, already warm. A child that fails does not
         fail the others: look at ``failed`` (with ``all_or_nothing`` the daemon then kills
         the healthy ones too). ``timeout`` (seconds) kills each child when it runs out.
         ``egress`` is merged over the snapshot's policy (``"none"``: offline children);
-        ``limits`` overrides the ones the children inherit.
+        ``limits`` overrides the ones the children inherit; ``idle`` is the children's idle
+        policy (not inherited; docs/idle.md).
 
         ``result = snap.fork(10, labels={"run": "7"})``"""
         body = compact(
@@ -281,6 +283,7 @@ class Snapshot(Remote[SnapshotInfo]):
             all_or_nothing=all_or_nothing,
             egress=egress,
             limits=limits_body(limits),
+            idle=idle_body(idle),
         )
         request = Request("POST", "/v1/sandboxes", json=body, timeout=self._client.long_timeout)
         return fork_result_of(self._client, self._client.transport.json(request))
@@ -294,6 +297,7 @@ class Snapshot(Remote[SnapshotInfo]):
         timeout: Optional[float] = None,
         egress: Optional[Egress] = None,
         limits: Optional[Limits] = None,
+        idle: Optional[Idle] = None,
     ) -> List[Sandbox]:
         """Fork ``n`` sandboxes, all or none: when any child fails the daemon kills the
         others and this raises the first failure's error."""
@@ -305,6 +309,7 @@ class Snapshot(Remote[SnapshotInfo]):
             all_or_nothing=True,
             egress=egress,
             limits=limits,
+            idle=idle,
         )
         if result.failed:
             raise result.failed[0].error

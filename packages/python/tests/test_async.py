@@ -1,7 +1,8 @@
 """The asyncio SDK end to end (real daemon, real VMs): five sandboxes driven at once under
 ``asyncio.gather``, each streaming output while its command runs (coroutine callbacks on
 the loop), a 10 MB binary round trip, a background command's stdin; the branch + fork(3)
-scenario with its state checks; errors of each main kind as their classes; ``async with``
+scenario with its state checks; errors of each main kind as their classes; pause and
+resume, and the idle policy of forks; ``async with``
 killing at the end; and a cancelled streaming command killed in the guest."""
 
 from __future__ import annotations
@@ -170,8 +171,12 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
         snap = await AsyncSnapshot.get(TAG, url=DAEMON.url)
         self.assertEqual((snap.tag, snap.info.state), (TAG, "ready"))
         self.assertEqual((await snap.set_pool(0)).size, 0)
-        workers = await until_capacity(lambda: snap.fork_all(2))
+        workers = await until_capacity(lambda: snap.fork_all(2, idle={"hibernate_after_s": 0}))
         self.assertTrue(all(isinstance(w, AsyncSandbox) for w in workers))
+        self.assertEqual(workers[0].info.idle, {"pause_after_s": None, "hibernate_after_s": None, "source": "sandbox"})
+        self.assertEqual((await workers[0].pause()).tier, "paused")
+        self.assertEqual(workers[0].info.tier, "paused")
+        self.assertEqual((await AsyncSandbox.resume(workers[0].id, url=DAEMON.url)).tier, "running")
         await asyncio.gather(*(w.kill() for w in workers))
         client = AsyncForkd(DAEMON.url)
         await client.health()

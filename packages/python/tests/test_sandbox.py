@@ -1,7 +1,7 @@
 """The sync SDK end to end, against a real ``forkd daemon`` and real microVMs (TCG here):
 create, output that streams while the command runs, a 10 MB binary round trip
 byte-identical, files and commands (stdin, background handles, kill, timeouts), connect /
-list / set_timeout / set_limits / logs, an error of each main kind mapped to its class, and ``with``
+list / set_timeout / set_limits / logs / an idle policy / pause, hibernate and resume, an error of each main kind mapped to its class, and ``with``
 killing the sandbox even when the block fails."""
 
 from __future__ import annotations
@@ -134,8 +134,10 @@ class SandboxTest(unittest.TestCase):
             self.assertEqual(texts, ["✓"])
 
     def test_connect_list_set_timeout_set_limits_logs(self) -> None:
-        sbx = create(labels={"find": "me"})
+        sbx = create(labels={"find": "me"}, idle={"pause_after_s": 300})
         try:
+            idle = {"pause_after_s": 300, "hibernate_after_s": None, "source": "sandbox"}
+            self.assertEqual(sbx.info.idle, idle)
             same = Sandbox.connect(sbx.id, url=DAEMON.url)
             self.assertEqual((same.id, same.sandbox_id, support.user_labels(same.info.labels)), (sbx.id, sbx.id, {"find": "me"}))
             listed = Sandbox.list(label="find=me", url=DAEMON.url)
@@ -149,6 +151,18 @@ class SandboxTest(unittest.TestCase):
             self.assertEqual(sbx.info.limits, sbx.refresh().limits)
             self.assertIn("forkd-agent", Sandbox.logs(sbx.id, url=DAEMON.url))
             self.assertIn("forkd-agent", sbx.logs())
+            # Idle tiers: parked by hand, woken by a request or by resume (docs/idle.md).
+            self.assertEqual((sbx.pause().tier, sbx.info.tier), ("paused", "paused"))
+            self.assertEqual(sbx.commands.run("echo awake").stdout, "awake\n")
+            self.assertEqual(sbx.refresh().tier, "running", "the command woke it")
+            sbx.commands.run("echo kept > /tmp/note")
+            hibernated = Sandbox.pause(sbx.id, tier="hibernated", url=DAEMON.url)
+            self.assertEqual((hibernated.tier, hibernated.pid), ("hibernated", None))
+            self.assertEqual(sbx.resume().tier, "running")
+            self.assertEqual(sbx.files.read("/tmp/note"), "kept\n")
+            self.assertEqual(Sandbox.resume(sbx.id, url=DAEMON.url).tier, "running", "a no-op")
+            with self.assertRaises(forkd.BadRequestError):
+                create(idle={"pause_after_s": 60, "hibernate_after_s": 30})
         finally:
             Sandbox.kill(sbx.id, url=DAEMON.url)
         self.assertEqual(Sandbox.connect(sbx.id, url=DAEMON.url).info.state, "stopped")

@@ -65,6 +65,8 @@ export type {
   SandboxConfinement,
   SandboxState,
   SandboxTier,
+  SandboxIdle,
+  IdleOptions,
   SnapshotFileInfo,
   SnapshotInfo,
   SnapshotMemoryInfo,

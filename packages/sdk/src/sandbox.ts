@@ -18,6 +18,7 @@ import type { ClientConfig } from './config.js';
 import { Files } from './files.js';
 import type {
   EgressPolicy,
+  IdleOptions,
   LimitsOptions,
   NetworkMode,
   PublishedPort,
@@ -29,6 +30,7 @@ import {
   compact,
   egressToWire,
   fromWire,
+  idleBody,
   limitsBody,
   networkFromWire,
   PUBLISHED_PORT,
@@ -72,6 +74,8 @@ export interface SandboxCreateOptions extends SandboxOptions {
   egress?: EgressPolicy;
   /** Caps on its QEMU on the host; a fork inherits its snapshot's (docs/limits.md). */
   limits?: LimitsOptions;
+  /** When it parks itself after its last request; a fork does not inherit it (docs/idle.md). */
+  idle?: IdleOptions;
 }
 
 /**
@@ -221,6 +225,7 @@ export class Sandbox {
       network: opts.network,
       egress: egressToWire(opts.egress),
       limits: limitsBody(opts.limits),
+      idle: idleBody(opts.idle),
     });
     const wire = await client.transport.json({
       method: 'POST',

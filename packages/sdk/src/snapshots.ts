@@ -11,6 +11,7 @@ import { ndjson } from './ndjson.js';
 import { sandboxOf, type Sandbox, type SandboxOptions } from './sandbox.js';
 import type {
   EgressPolicy,
+  IdleOptions,
   LimitsOptions,
   NetworkMode,
   PoolInfo,
@@ -21,6 +22,7 @@ import {
   compact,
   egressToWire,
   fromWire,
+  idleBody,
   limitsBody,
   poolFromWire,
   sandboxFromWire,
@@ -99,6 +101,8 @@ export interface ForkOptions extends CallOptions {
   egress?: EgressPolicy;
   /** Override the limits the children inherit from the snapshot (docs/limits.md). */
   limits?: LimitsOptions;
+  /** The children's idle policy; not inherited, left out: the daemon's (docs/idle.md). */
+  idle?: IdleOptions;
 }
 
 /**
@@ -353,6 +357,7 @@ export class Snapshot {
       all_or_nothing: opts.allOrNothing,
       egress: egressToWire(opts.egress),
       limits: limitsBody(opts.limits),
+      idle: idleBody(opts.idle),
     });
     const wire = await this.client.transport.json<ForkResultWire>({
       method: 'POST',

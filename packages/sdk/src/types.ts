@@ -23,6 +23,34 @@ export type SandboxState = 'starting' | 'running' | 'stopped' | 'dead';
 export type SandboxTier = 'running' | 'paused' | 'hibernated';
 
 /**
+ * When a sandbox parks itself after its last request (docs/idle.md), asked for on create or
+ * fork. A field left out takes the daemon's default (`--pause-idle-after`,
+ * `--hibernate-idle-after`); 0 or null means never. The daemon counts whole seconds (rounded
+ * up); hibernation must come after the pause. A fork does not inherit its snapshot's source's.
+ *
+ * @example
+ * const sbx = await Sandbox.create({ idle: { pauseAfterMs: 60_000, hibernateAfterMs: 900_000 } });
+ */
+export interface IdleOptions {
+  pauseAfterMs?: number | null;
+  hibernateAfterMs?: number | null;
+}
+
+/**
+ * The idle policy a sandbox has: its own (`source: 'sandbox'`) or the daemon's defaults.
+ * null: never.
+ *
+ * @example
+ * const { idle } = await sbx.getInfo();
+ * if (idle?.pauseAfterMs === null) console.log('it is never paused for being idle');
+ */
+export interface SandboxIdle {
+  pauseAfterMs: number | null;
+  hibernateAfterMs: number | null;
+  source: 'sandbox' | 'daemon';
+}
+
+/**
  * What the daemon knows about a sandbox (wire object `Sandbox`).
  *
  * @example
@@ -58,6 +86,8 @@ export interface SandboxInfo {
   usage?: SandboxUsage;
   /** How awake it is (absent from a daemon older than idle tiers). */
   tier?: SandboxTier;
+  /** When it parks itself, while it runs (absent from a daemon older than idle policies). */
+  idle?: SandboxIdle;
   /** How its QEMU is confined: only on a running sandbox, from `getInfo`/`connect`. */
   confinement?: SandboxConfinement;
 }

@@ -16,8 +16,10 @@ import type {
   ImageConfigInfo,
   ImageInfo,
   LineageNode,
+  IdleOptions,
   LimitsOptions,
   PoolInfo,
+  SandboxIdle,
   SandboxInfo,
   SandboxLimits,
   SandboxUsage,
@@ -55,7 +57,58 @@ export const SANDBOX: WireNames<SandboxInfo> = {
   usage: 'usage',
   confinement: 'confinement',
   tier: 'tier',
+  idle: 'idle',
 };
+
+/** `Sandbox.idle` in schemas.ts; the SDK's milliseconds are the wire's seconds. */
+export const SANDBOX_IDLE: WireNames<SandboxIdle> = {
+  pauseAfterMs: 'pause_after_s',
+  hibernateAfterMs: 'hibernate_after_s',
+  source: 'source',
+};
+
+/** `IdlePolicyRequest` (create and fork): SDK milliseconds → wire seconds, rounded up. */
+export interface IdleBody {
+  pause_after_s?: number | null;
+  hibernate_after_s?: number | null;
+}
+
+/**
+ * An `idle` option in its wire form; 0 and null stay (never).
+ *
+ * @example
+ * idleBody({ pauseAfterMs: 1500 }); // { pause_after_s: 2 }
+ */
+export function idleBody(opts: IdleOptions | undefined): IdleBody | undefined {
+  if (!opts) return undefined;
+  const s = (ms: number | null | undefined) =>
+    ms === undefined || ms === null ? ms : Math.ceil(ms / 1000);
+  return compact({
+    pause_after_s: s(opts.pauseAfterMs),
+    hibernate_after_s: s(opts.hibernateAfterMs),
+  });
+}
+
+/** Seconds on the wire ↔ milliseconds in the SDK (null: never). */
+const scaled = (v: unknown, by: number) => (typeof v === 'number' ? v * by : v);
+
+function idleFromWire(wire: unknown): SandboxIdle {
+  const i = fromWire(SANDBOX_IDLE, wire);
+  return {
+    ...i,
+    pauseAfterMs: scaled(i.pauseAfterMs, 1000),
+    hibernateAfterMs: scaled(i.hibernateAfterMs, 1000),
+  } as SandboxIdle;
+}
+
+function idleToWire(idle: SandboxIdle): Record<string, unknown> {
+  const out = toWire(SANDBOX_IDLE, idle);
+  return {
+    ...out,
+    pause_after_s: scaled(out.pause_after_s, 0.001),
+    hibernate_after_s: scaled(out.hibernate_after_s, 0.001),
+  };
+}
 
 /** `Sandbox.limits` in schemas.ts. */
 export const SANDBOX_LIMITS: WireNames<SandboxLimits> = {
@@ -86,6 +139,7 @@ export function sandboxToWire(info: SandboxInfo): Record<string, unknown> {
   }
   if (info.limits) out.limits = toWire(SANDBOX_LIMITS, info.limits);
   if (info.usage) out.usage = toWire(SANDBOX_USAGE, info.usage);
+  if (info.idle) out.idle = idleToWire(info.idle);
   return out;
 }
 
@@ -312,6 +366,7 @@ export interface CreateSandboxBody {
   network?: NetworkMode;
   egress?: unknown;
   limits?: LimitsBody;
+  idle?: IdleBody;
 }
 
 /** `LimitsRequest`: memory as a size with a unit (bytes when a number is given). */
@@ -505,5 +560,6 @@ export function sandboxFromWire(wire: unknown): SandboxInfo {
     info.network = { mode: info.network.mode, egress: fromWire(EGRESS, info.network.egress) };
   if (info.limits) info.limits = fromWire(SANDBOX_LIMITS, info.limits);
   if (info.usage) info.usage = fromWire(SANDBOX_USAGE, info.usage);
+  if (info.idle) info.idle = idleFromWire(info.idle);
   return info;
 }

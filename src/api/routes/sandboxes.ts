@@ -54,24 +54,22 @@ function checkCreate(body: CreateSandboxT): void {
     : fieldConflict(wrong, 'only with snapshot (a fork)');
 }
 
+/** The create fields a fork passes on as they are. */
+const FORK_FIELDS = [
+  'labels',
+  'env',
+  'timeout_s',
+  'all_or_nothing',
+  'network',
+  'egress',
+  'limits',
+  'idle',
+] as const satisfies readonly (keyof ForkRequest)[];
+
 /** The fork command of a create body with `snapshot`; absent fields stay absent. */
 function forkRequest(body: ForkBody): ForkRequest {
-  const { snapshot, n = 1, labels, env, timeout_s, all_or_nothing, network, egress, limits } = body;
-  const req: ForkRequest = {
-    snapshot,
-    n,
-    labels,
-    env,
-    timeout_s,
-    all_or_nothing,
-    network,
-    egress,
-    limits,
-  };
-  for (const key of Object.keys(req) as (keyof ForkRequest)[]) {
-    if (req[key] === undefined) delete req[key];
-  }
-  return req;
+  const given = FORK_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]]);
+  return { snapshot: body.snapshot, n: body.n ?? 1, ...Object.fromEntries(given) } as ForkRequest;
 }
 
 /** A ForkResult as sent: the children's errors in catalog form, 5xx ones scrubbed. */

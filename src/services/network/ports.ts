@@ -2,12 +2,21 @@
  * A sandbox's ports as the host sees them: an inner forward per guest port (slirp's
  * `hostfwd` on the namespace's address, reachable only from the host), and for each
  * published port a TCP listener on the host (loopback by default) piped to that forward.
- * The daemon's HTTP route to a guest port uses the inner forward alone.
+ * The daemon's HTTP route to a guest port uses the inner forward alone. Each connection
+ * asks for its forward anew, so the network service can wake a parked sandbox first; a
+ * hibernated sandbox keeps its listeners (they are the daemon's, not its QEMU's) while its
+ * forwards, which died with its QEMU, are dropped.
  */
-import { createServer, connect, type AddressInfo, type Server } from 'node:net';
+import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
 import { addHostForward, removeHostForward } from '../../drivers/qemu/hostfwd.js';
 import type { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
+
+/**
+ * Where a new connection to a published port goes (waking its sandbox first if parked),
+ * and what to call when it closes.
+ */
+export type TargetOf = () => Promise<Target & { release?: () => void }>;
 
 export interface PublishedPort {
   port: number;
@@ -42,19 +51,13 @@ export class PortForwards {
 
   async publish(
     guestPort: number,
-    target: Target,
+    target: TargetOf,
     opts: { hostPort?: number; bind?: string },
   ): Promise<PublishedPort> {
     const have = this.published.get(guestPort);
     if (have) return have.info;
     const host = opts.bind ?? '127.0.0.1';
-    const server = createServer((c) => {
-      const up = connect(target.port, target.host);
-      c.pipe(up).pipe(c);
-      const end = () => (c.destroy(), up.destroy());
-      c.on('error', end);
-      up.on('error', end);
-    });
+    const server = createServer((c) => void pipeTo(c, target));
     server.maxConnections = MAX_CONNECTIONS;
     await new Promise<void>((resolve, reject) => {
       server.once('error', (e: NodeJS.ErrnoException) =>
@@ -86,6 +89,12 @@ export class PortForwards {
     await closeServer(p.server);
   }
 
+  /** Its QEMU ended (hibernated): the forwards went with it, the host listeners stay. */
+  park(): void {
+    this.inners.clear();
+    this.vm = undefined;
+  }
+
   list(): PublishedPort[] {
     return [...this.published.values()].map((p) => p.info).sort((a, b) => a.port - b.port);
   }
@@ -113,6 +122,26 @@ export class PortForwards {
     }
     this.inners.clear();
   }
+}
+
+/** Hold a connection until its target is known (a wake may come first), then pipe it. */
+async function pipeTo(c: Socket, target: TargetOf): Promise<void> {
+  c.pause();
+  c.on('error', () => c.destroy());
+  let t: Awaited<ReturnType<TargetOf>>;
+  try {
+    t = await target();
+  } catch {
+    c.destroy(); // the sandbox ended, or its wake failed: the client sees a reset
+    return;
+  }
+  if (t.release) c.once('close', t.release);
+  if (c.destroyed) return t.release?.();
+  const up = connect(t.port, t.host);
+  c.pipe(up).pipe(c);
+  const end = () => (c.destroy(), up.destroy());
+  c.on('error', end);
+  up.on('error', end);
 }
 
 /**

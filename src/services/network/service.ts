@@ -2,7 +2,9 @@
  * The network service: which mode this host gets (a namespace per sandbox as root, user
  * networking with `restrict` otherwise), a small pool of namespaces made ahead so a fork
  * does not wait for one, each sandbox's policy (enforced in its namespace, changed at run
- * time), its DNS proxy, its denial count, and its published ports.
+ * time), its DNS proxy, its denial count, and its published ports. A published port's
+ * connection wakes a parked sandbox first (the sandbox service's waker); a hibernated one
+ * keeps its host listeners while its namespace goes, and gets them back on its wake.
  */
 import { networkInterfaces } from 'node:os';
 import type { VmNet } from '../../drivers/qemu/cmdline.js';
@@ -87,6 +89,12 @@ interface Attached {
   ports: PortForwards;
 }
 
+/**
+ * Wakes a sandbox for a published port's connection: its QEMU, awake, and a release the
+ * connection calls when it closes (it counts as use until then).
+ */
+export type Waker = (id: string) => Promise<{ vm: Vm; release: () => void }>;
+
 /** The least TTL an address learned from DNS keeps its place in a set. */
 const MIN_DNS_TTL_S = 60;
 
@@ -97,6 +105,7 @@ export class NetworkService {
   private filling: Promise<void> | undefined;
   private isolation: NetworkIsolation | undefined;
   private closed = false;
+  private waker: Waker | undefined;
 
   constructor(private readonly opts: NetworkServiceOptions = {}) {
     this.log = opts.log ?? silentLog;
@@ -139,6 +148,15 @@ export class NetworkService {
     this.refill();
   }
 
+  /**
+   * How a published port's connection gets a sandbox's QEMU, awake: the sandbox service
+   * wakes a parked sandbox (and counts the connection as a request). Without one the VM
+   * the port was published on is used.
+   */
+  setWaker(wake: Waker): void {
+    this.waker = wake;
+  }
+
   get mode(): NetworkIsolation {
     return this.isolation ?? 'user';
   }
@@ -152,22 +170,19 @@ export class NetworkService {
     mode: NetworkMode,
     egress: Egress = NO_EGRESS,
   ): Promise<VmNet | undefined> {
+    // A hibernated sandbox waking up keeps the host listeners it held while parked.
+    const ports = this.sandboxes.get(id)?.ports ?? new PortForwards();
     if (mode === 'none') {
-      this.sandboxes.set(id, { mode, egress: NO_EGRESS, dnsDenied: 0, ports: new PortForwards() });
+      this.sandboxes.set(id, { mode, egress: NO_EGRESS, dnsDenied: 0, ports });
       return undefined;
     }
     if (this.mode !== 'netns') {
-      this.sandboxes.set(id, {
-        mode,
-        egress: OPEN_EGRESS,
-        dnsDenied: 0,
-        ports: new PortForwards(),
-      });
+      this.sandboxes.set(id, { mode, egress: OPEN_EGRESS, dnsDenied: 0, ports });
       return {};
     }
     const ns = this.pool.shift() ?? (await createNetns(this.taken()));
     this.refill();
-    const a: Attached = { mode, egress, ns, dnsDenied: 0, ports: new PortForwards() };
+    const a: Attached = { mode, egress, ns, dnsDenied: 0, ports };
     this.sandboxes.set(id, a);
     try {
       await applyPolicy(ns, egressRules(egress, hostAddresses()));
@@ -305,10 +320,67 @@ export class NetworkService {
     guestPort: number,
     opts: { hostPort?: number; bind?: string } = {},
   ): Promise<PublishedPort> {
-    const target = await this.reach(id, vm, guestPort);
-    const info = await this.attached(id).ports.publish(guestPort, target, opts);
+    await this.reach(id, vm, guestPort); // a sandbox with no network is refused here
+    const info = await this.attached(id).ports.publish(
+      guestPort,
+      this.targetOf(id, guestPort, vm),
+      opts,
+    );
     await this.save(id);
     return info;
+  }
+
+  /** A published port's connection target: its sandbox woken first, when there is a waker. */
+  private targetOf(id: string, guestPort: number, vm?: Vm) {
+    return async () => {
+      if (!this.waker) {
+        if (!vm) throw new Error(`sandbox ${id} has no QEMU to connect to`);
+        return this.reach(id, vm, guestPort);
+      }
+      const awake = await this.waker(id);
+      try {
+        return { ...(await this.reach(id, awake.vm, guestPort)), release: awake.release };
+      } catch (e) {
+        awake.release();
+        throw e;
+      }
+    };
+  }
+
+  /**
+   * A sandbox hibernates: its namespace and DNS proxy go with its QEMU, its published
+   * ports' host listeners stay (a connection wakes it); its next lease takes them back.
+   */
+  async park(id: string): Promise<void> {
+    const a = this.sandboxes.get(id);
+    if (!a) return;
+    a.ports.park();
+    await this.dropNamespace(id, a);
+    this.sandboxes.set(id, { mode: a.mode, egress: a.egress, dnsDenied: 0, ports: a.ports });
+  }
+
+  /** Its DNS proxy stops and its namespace goes; its denials are reported first. */
+  private async dropNamespace(id: string, a: Attached): Promise<void> {
+    const denied = a.dnsDenied + (a.ns ? await deniedCount(a.ns) : 0);
+    if (denied > 0) this.opts.onDenied?.(id, `${denied} connection(s) or DNS queries refused`);
+    a.dns?.close();
+    if (a.ns) await deleteNetns(a.ns);
+  }
+
+  /**
+   * After a daemon restart, a hibernated sandbox's published ports listen again on their
+   * host ports (a connection wakes it); a port taken meanwhile is dropped (logged).
+   */
+  async holdParked(id: string, mode: NetworkMode, egress: Egress, ports: PublishedPort[]) {
+    const a: Attached = { mode, egress, dnsDenied: 0, ports: new PortForwards() };
+    this.sandboxes.set(id, a);
+    for (const p of ports) {
+      await a.ports
+        .publish(p.port, this.targetOf(id, p.port), { hostPort: p.host_port, bind: p.host })
+        .catch((e: unknown) =>
+          this.log.warn({ sandbox: id, port: p.port, err: e }, 'could not publish a port again'),
+        );
+    }
   }
 
   async unpublish(id: string, guestPort: number): Promise<void> {
@@ -321,11 +393,8 @@ export class NetworkService {
     const a = this.sandboxes.get(id);
     if (!a) return;
     this.sandboxes.delete(id);
-    const denied = a.dnsDenied + (a.ns ? await deniedCount(a.ns) : 0);
-    if (denied > 0) this.opts.onDenied?.(id, `${denied} connection(s) or DNS queries refused`);
     await a.ports.close();
-    a.dns?.close();
-    if (a.ns) await deleteNetns(a.ns);
+    await this.dropNamespace(id, a);
   }
 
   /** Tests and shutdown: every namespace goes, and the host table when none is left. */

@@ -63,23 +63,45 @@ export function ramBaseOf(p: Paths, row: { dir: string; snapshot: string | null 
 
 /** A capture that is done but not yet in place: its QEMU is stopped and may end. */
 export interface StagedCapture {
-  commit(): Promise<HibernationImage>;
+  image: HibernationImage;
+  commit(): Promise<void>;
   discard(): Promise<void>;
 }
 
+/** The staging names of a hibernation's files, image last (its presence means complete). */
+function stagedFiles(dir: string): { file: string; staged: string }[] {
+  const f = hibernationFiles(dir);
+  return [f.memory, f.vmstate, f.image].map((file) => ({ file, staged: `${file}.new` }));
+}
+
 /**
- * Capture a VM (running or paused) into staging files next to its hibernation and leave
- * it stopped. The caller ends its QEMU, then commits (the files take their names: the old
- * memory may still be the ended QEMU's RAM base until then), or discards and resumes it.
+ * Put a complete staged capture in place, also one a crashed daemon left half renamed:
+ * the staged image is written last and renamed last, so while it is there the other staged
+ * files still there are the same capture's. Nothing staged: nothing to do.
+ */
+export async function commitStaged(dir: string): Promise<void> {
+  const files = stagedFiles(dir);
+  if (!existsSync(files[files.length - 1]!.staged)) return;
+  for (const { file, staged } of files) if (existsSync(staged)) await rename(staged, file);
+}
+
+/** Remove what a capture that did not finish staged (it never became the sandbox's tier). */
+export async function discardStaged(dir: string): Promise<void> {
+  await Promise.all(stagedFiles(dir).map(({ staged }) => rm(staged, { force: true })));
+}
+
+/**
+ * Capture a VM (running or paused) into staging files next to its hibernation, its image
+ * last, and leave it stopped. The caller records the tier, ends its QEMU, then commits (the
+ * files take their names: the old memory may still be the ended QEMU's RAM base until
+ * then), or discards and resumes it. A daemon that dies after the record finds the staged
+ * capture and commits it on its next start (reconcile.ts).
  */
 export async function captureToDisk(vm: Vm, net: NetImage): Promise<StagedCapture> {
   const f = hibernationFiles(vm.spec.dir);
   await mkdir(f.dir, { recursive: true, mode: 0o700 });
   const staged = { memory: `${f.memory}.new`, deviceState: `${f.vmstate}.new` };
-  const discard = () =>
-    Promise.all([rm(staged.memory, { force: true }), rm(staged.deviceState, { force: true })]).then(
-      () => undefined,
-    );
+  const discard = () => discardStaged(vm.spec.dir);
   try {
     const disk = (await topLayer(vm)).file;
     const capture = await captureVm(vm, staged, { resume: false });
@@ -93,14 +115,8 @@ export async function captureToDisk(vm: Vm, net: NetImage): Promise<StagedCaptur
       memory_bytes: pages.bytes,
       pause_ms: capture.pauseMs,
     };
-    const commit = async () => {
-      await rename(staged.memory, f.memory);
-      await rename(staged.deviceState, f.vmstate);
-      await writeFile(`${f.image}.new`, JSON.stringify(image, null, 2));
-      await rename(`${f.image}.new`, f.image);
-      return image;
-    };
-    return { commit, discard };
+    await writeFile(`${f.image}.new`, JSON.stringify(image, null, 2));
+    return { image, commit: () => commitStaged(vm.spec.dir), discard };
   } catch (e) {
     await discard();
     throw e;

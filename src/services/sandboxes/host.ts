@@ -7,7 +7,8 @@
  */
 import type { SandboxT } from '../../contract/schemas.js';
 import type { Vm } from '../../drivers/qemu/vm.js';
-import type { StoredLimits } from '../../store/sandboxes.js';
+import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
+import type { IdleRequest } from './tiers.js';
 import type { Caller } from '../contracts.js';
 import type { Sandbox } from './sandbox.js';
 
@@ -40,6 +41,8 @@ export interface ForkInit {
   timeoutS?: number;
   /** Its resource limits (the fork's, else its snapshot's, else the defaults). */
   limits?: StoredLimits;
+  /** Its idle policy as stored (null: the daemon's defaults; a fork's own, never inherited). */
+  idle?: StoredIdle | null;
 }
 
 /** Brings up the VM of a new sandbox row other than by booting an image (a fork). */
@@ -62,5 +65,7 @@ export interface SandboxHost {
   /** Running sources whose disk layers on a snapshot they were branched into, not forked from. */
   layeredOn(tag: string): string[];
   kill(id: string): Promise<void>;
+  /** The idle policy a fork's `idle` stores (bad_request when it cannot hold). */
+  idlePolicy(req: IdleRequest | undefined): StoredIdle | null;
   list(filter: { state?: SandboxT['state'] }): Promise<SandboxT[]>;
 }

@@ -20,7 +20,7 @@ import { isQemuOf, killVerifiedQemu, readQemuPid, Vm } from '../../drivers/qemu/
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
 import type { Limiter } from '../limits.js';
 import { connectGuest, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
-import { hibernationFiles, ramBaseOf } from './hibernate.js';
+import { commitStaged, discardStaged, hibernationFiles, ramBaseOf } from './hibernate.js';
 import { keepConsoleLog, removeLeftovers } from './leftovers.js';
 import type { ServiceLog } from './log.js';
 
@@ -34,7 +34,7 @@ export interface ReconcileContext {
   /** Hand a re-adopted sandbox (now `running`) to the service. */
   adopt(row: SandboxRow, vm: Vm, agent: AgentClient): void;
   /** Hand a hibernated sandbox (no QEMU, its capture on disk) to the service. */
-  adoptHibernated(row: SandboxRow): void;
+  adoptHibernated(row: SandboxRow): void | Promise<void>;
   /** Take its network over again (DNS proxy, published ports); a failure is only logged. */
   adoptNetwork?(row: SandboxRow, vm: Vm): Promise<void>;
 }
@@ -86,6 +86,7 @@ async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean>
           'a re-adopted sandbox lost its DNS proxy or ports',
         ),
       );
+    await discardStaged(row.dir); // a hibernation cut short before its tier was recorded
     const running = ctx.rows.update(row.id, { state: 'running', pid }) as SandboxRow;
     ctx.adopt(running, vm, agent);
     ctx.log.info({ sandbox: row.id, pid, was: row.state }, 'sandbox re-adopted');
@@ -99,16 +100,21 @@ async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean>
 
 /**
  * A hibernated sandbox is held again while its capture is complete (its image is written
- * last). No QEMU should run for it; one found anyway is a leftover, ended.
+ * last). The tier is recorded before its QEMU ends and the staged capture takes its names,
+ * so a daemon that died in between left a QEMU (stopped, captured: ended now) or staged
+ * files (put in place now).
  */
 async function holdHibernated(ctx: ReconcileContext, row: SandboxRow): Promise<boolean> {
   const pid = row.pid ?? (await readQemuPid(row.dir));
   if (pid !== undefined) await killVerifiedQemu(pid, row.dir);
+  await commitStaged(row.dir);
+  await ctx.limiter.remove(row.id); // a hibernated sandbox has no cgroup until its wake
   if (!existsSync(hibernationFiles(row.dir).image)) {
     await bury(ctx, row, 'hibernated, but its capture is missing from its directory');
     return false;
   }
-  ctx.adoptHibernated(row);
+  // A pid left in the row is of the QEMU it had (a crash before the tier's move finished).
+  await ctx.adoptHibernated(ctx.rows.update(row.id, { pid: null }) as SandboxRow);
   ctx.log.info({ sandbox: row.id }, 'hibernated sandbox held again');
   return true;
 }

@@ -27,7 +27,7 @@ import { confinementOf } from '../../drivers/qemu/confine.js';
 import type { CgroupUsage } from '../../drivers/host/cgroup.js';
 import type { Vm, VmExit } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
-import type { SandboxRow, SandboxState } from '../../store/sandboxes.js';
+import type { SandboxRow, SandboxState, StoredIdle } from '../../store/sandboxes.js';
 import type { Store } from '../../store/db.js';
 import { checkRange } from '../checks.js';
 import type {
@@ -53,7 +53,13 @@ import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
 import {
   busyWhile,
+  holdConnection,
+  idleAfterOf,
   idleMove,
+  idleWire,
+  resolveIdle,
+  type IdleAfter,
+  type IdleRequest,
   liveVm,
   moveTo,
   needsWake,
@@ -62,6 +68,7 @@ import {
   type Parkable,
   type SandboxTier,
 } from './tiers.js';
+import { crashPoint } from '../../util/crash.js';
 import { captureToDisk, readImage, restoreFromDisk, type NetImage } from './hibernate.js';
 import { openDownload, readTail, toWireStat } from './files.js';
 import { Gate } from './gate.js';
@@ -149,6 +156,12 @@ export class SandboxManager implements SandboxService, SandboxHost {
     this.bootGate = new Gate('sandboxes booting', opts.maxBooting ?? 4, BOOT_RETRY_S);
     this.execGate = new Gate('commands running', opts.maxExecs ?? 256, EXEC_RETRY_S);
     this.timers = new ExpiryTimers((id) => void this.expire(id));
+    // A published port's connection is a request: it wakes a parked sandbox first, and
+    // keeps it from being parked while it is open.
+    opts.network?.setWaker(async (id) => {
+      const live = await this.awake(id);
+      return { vm: live.vm, release: holdConnection(live) };
+    });
   }
 
   private get rows() {
@@ -163,10 +176,9 @@ export class SandboxManager implements SandboxService, SandboxHost {
     this.prune();
     this.pruneTimer = setInterval(() => this.prune(), PRUNE_EVERY_MS);
     this.pruneTimer.unref();
-    if (this.opts.pauseIdleAfterS !== undefined || this.opts.hibernateIdleAfterS !== undefined) {
-      this.idleTimer = setInterval(() => this.parkIdle(), IDLE_SWEEP_MS);
-      this.idleTimer.unref();
-    }
+    // Always on: a sandbox may have a policy of its own whatever the daemon's defaults.
+    this.idleTimer = setInterval(() => this.parkIdle(), IDLE_SWEEP_MS);
+    this.idleTimer.unref();
     return reconcile({
       paths: this.opts.paths,
       rows: this.rows,
@@ -175,7 +187,10 @@ export class SandboxManager implements SandboxService, SandboxHost {
       bootTimeoutMs: this.opts.bootTimeoutMs ?? 60_000,
       limiter: this.limiter,
       adopt: (row, vm, agent) => this.register(row, vm, agent),
-      adoptHibernated: (row) => this.hold(row),
+      adoptHibernated: async (row) => {
+        this.hold(row);
+        await this.holdParkedPorts(row.id, row.dir);
+      },
       adoptNetwork: async (row, vm) => this.opts.network?.adopt(row.id, vm),
     });
   }
@@ -183,6 +198,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   async create(req: CreateSandboxT, caller: Caller): Promise<SandboxT> {
     return this.bootGate.around(async () => {
       const res = resolveResources({ memoryMiB: req.memory_mib, cpus: req.cpus });
+      const idle = this.idlePolicy(req.idle);
       const image = req.image ?? DEFAULT_IMAGE;
       await getImage(this.opts.paths, image); // image_not_found before anything exists
       const limits = await this.limiter.resolve(req.limits, res);
@@ -196,6 +212,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
         labels: req.labels,
         env: req.env,
         timeoutS: req.timeout_s,
+        idle,
       });
       const net = { mode: req.network ?? 'nat', egress: req.egress } as const;
       const row = await this.boot(starting, req.timeout_s, undefined, net);
@@ -240,7 +257,21 @@ export class SandboxManager implements SandboxService, SandboxHost {
       dir: sandboxDir(this.opts.paths, id),
       reason: null,
       limits: init.limits ?? null,
+      idle: init.idle ?? null,
     });
+  }
+
+  /** The daemon's idle times (`--pause-idle-after`, `--hibernate-idle-after`), null: never. */
+  private get idleDefaults(): IdleAfter {
+    return {
+      pauseAfterS: this.opts.pauseIdleAfterS ?? null,
+      hibernateAfterS: this.opts.hibernateIdleAfterS ?? null,
+    };
+  }
+
+  /** The policy to store for a create or fork's `idle` (bad_request when it cannot hold). */
+  idlePolicy(req: IdleRequest | undefined): StoredIdle | null {
+    return resolveIdle(req, this.idleDefaults);
   }
 
   /** Running sandboxes that depend on a snapshot: forked from it, or branched into it. */
@@ -526,6 +557,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     if (needsWake(live)) {
       const from = live.tier;
       await this.moveLive(live, 'running');
+      live.lastUsed = Date.now(); // its idle time counts from the end of a wake (seconds from disk)
       this.log.info({ sandbox: id, from }, 'sandbox woken');
     }
     liveVm(live);
@@ -536,11 +568,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private parkIdle(): void {
     const now = Date.now();
     for (const live of this.live.values()) {
-      const idle = this.rows.get(live.id)?.idle;
-      const after = {
-        pauseAfterS: idle ? idle.pause_after_s : (this.opts.pauseIdleAfterS ?? null),
-        hibernateAfterS: idle ? idle.hibernate_after_s : (this.opts.hibernateIdleAfterS ?? null),
-      };
+      const after = idleAfterOf(this.rows.get(live.id)?.idle, this.idleDefaults);
       const to = this.ending.has(live.id) ? null : idleMove(live, after, now);
       if (!to) continue;
       this.log.info({ sandbox: live.id, tier: to, ...after }, 'parking an idle sandbox');
@@ -579,13 +607,19 @@ export class SandboxManager implements SandboxService, SandboxHost {
         throw e;
       },
     );
+    // The tier is recorded before its QEMU ends: a daemon that dies from here on finds the
+    // staged capture on its next start and holds it hibernated, not dead (reconcile.ts).
+    this.rows.update(live.id, { tier: 'hibernated' });
+    crashPoint('hibernate:recorded');
     // From here its QEMU's exit is ours, not a death (onVmExit compares the VM).
     live.vm = undefined;
     live.agent?.close();
     live.agent = undefined;
     await vm.kill();
+    crashPoint('hibernate:ended');
     try {
-      const image = await staged.commit();
+      await staged.commit();
+      const { image } = staged;
       this.log.info(
         { sandbox: live.id, memory_bytes: image.memory_bytes, pause_ms: image.pause_ms },
         'sandbox hibernated',
@@ -596,8 +630,22 @@ export class SandboxManager implements SandboxService, SandboxHost {
       void this.end(live.id, 'dead', `its hibernation could not be written: ${why}`);
       throw e;
     }
-    await this.opts.network?.release(live.id);
+    await this.opts.network?.park(live.id); // its published ports keep listening
     await this.limiter.remove(live.id);
+  }
+
+  /** After a daemon restart a hibernated sandbox's published ports listen again. */
+  private async holdParkedPorts(id: string, dir: string): Promise<void> {
+    const network = this.opts.network;
+    if (!network) return;
+    const image = await readImage(dir).catch(() => undefined);
+    if (!image?.ports.length) return;
+    await network.holdParked(
+      id,
+      image.nic ? 'nat' : 'none',
+      image.egress ?? OPEN_EGRESS,
+      image.ports,
+    );
   }
 
   /** The policy and published ports a wake puts back. */
@@ -635,7 +683,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       this.watch(live, vm);
       await this.republish(live.id, vm, image);
     } catch (e) {
-      await network?.release(live.id);
+      await network?.park(live.id); // still hibernated: its ports keep listening
       await this.limiter.remove(live.id);
       throw e;
     }
@@ -854,6 +902,9 @@ export class SandboxManager implements SandboxService, SandboxHost {
   /** The REST shape of a row, with its network while it runs. */
   private wire(row: SandboxRow): SandboxT {
     const wire = toWire(row);
+    if (row.state === 'running' || row.state === 'starting') {
+      wire.idle = idleWire(row.idle, this.idleDefaults);
+    }
     const net = this.opts.network;
     const mode = net?.modeOf(row.id);
     if (net && mode && (row.state === 'running' || row.state === 'starting')) {

@@ -8,7 +8,7 @@
 import type { AgentClient } from '../../drivers/agent/client.js';
 import type { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
-import type { SandboxTier } from '../../store/sandboxes.js';
+import type { SandboxTier, StoredIdle } from '../../store/sandboxes.js';
 
 export type { SandboxTier } from '../../store/sandboxes.js';
 
@@ -26,6 +26,11 @@ export interface Parkable {
   queued: number;
   /** Requests under way (commands, uploads, attached terminals): it is not idle meanwhile. */
   busy: number;
+  /**
+   * Connections open through its published ports: it is not idle meanwhile either, but a
+   * hibernation asked for ends them (they are not the caller's own requests).
+   */
+  connections: number;
 }
 
 /** How a sandbox goes to disk and comes back (the service's: it owns files, network, cgroup). */
@@ -39,8 +44,15 @@ export interface DiskMoves {
 /** A Parkable's starting fields. */
 export function parkable(
   tier: SandboxTier,
-): Pick<Parkable, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy'> {
-  return { tier, lastUsed: Date.now(), turn: Promise.resolve(), queued: 0, busy: 0 };
+): Pick<Parkable, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy' | 'connections'> {
+  return {
+    tier,
+    lastUsed: Date.now(),
+    turn: Promise.resolve(),
+    queued: 0,
+    busy: 0,
+    connections: 0,
+  };
 }
 
 /** When the idle policy parks a sandbox, in seconds without a request (null: never). */
@@ -49,13 +61,70 @@ export interface IdleAfter {
   hibernateAfterS: number | null;
 }
 
+/** A policy as asked for: a field left out takes the daemon's default; 0 or null is never. */
+export interface IdleRequest {
+  pause_after_s?: number | null;
+  hibernate_after_s?: number | null;
+}
+
+/**
+ * The policy a sandbox asked for, filled in from the daemon's defaults, as stored (null
+ * fields: never); none asked for → null (it follows the daemon's defaults, also those of a
+ * later daemon). Hibernation must come after the pause: a request where it does not, with
+ * the defaults filled in, is refused before anything exists.
+ */
+export function resolveIdle(req: IdleRequest | undefined, defaults: IdleAfter): StoredIdle | null {
+  if (req === undefined) return null;
+  const pick = (asked: number | null | undefined, dflt: number | null) =>
+    asked === undefined ? dflt : asked || null;
+  const policy = {
+    pause_after_s: pick(req.pause_after_s, defaults.pauseAfterS),
+    hibernate_after_s: pick(req.hibernate_after_s, defaults.hibernateAfterS),
+  };
+  const { pause_after_s: p, hibernate_after_s: h } = policy;
+  if (p !== null && h !== null && h <= p) {
+    const whose = (asked: unknown) => (asked === undefined ? " (the daemon's default)" : '');
+    throw new ForkdError(
+      'bad_request',
+      `idle.hibernate_after_s ${h}${whose(req.hibernate_after_s)} must be larger than idle.pause_after_s ${p}${whose(req.pause_after_s)}: a sandbox is paused first, hibernated later; give both, or 0 for never`,
+      { field: 'idle', pause_after_s: p, hibernate_after_s: h },
+    );
+  }
+  return policy;
+}
+
+/** The times a sandbox parks at: its own policy, else the daemon's defaults. */
+export function idleAfterOf(own: StoredIdle | null | undefined, defaults: IdleAfter): IdleAfter {
+  if (!own) return defaults;
+  return { pauseAfterS: own.pause_after_s, hibernateAfterS: own.hibernate_after_s };
+}
+
+/** A sandbox's policy as the REST `Sandbox.idle` shows it (null: never). */
+export function idleWire(
+  own: StoredIdle | null | undefined,
+  defaults: IdleAfter,
+): {
+  pause_after_s: number | null;
+  hibernate_after_s: number | null;
+  source: 'sandbox' | 'daemon';
+} {
+  const { pauseAfterS, hibernateAfterS } = idleAfterOf(own, defaults);
+  return {
+    pause_after_s: pauseAfterS,
+    hibernate_after_s: hibernateAfterS,
+    source: own ? 'sandbox' : 'daemon',
+  };
+}
+
 /**
  * Where the idle policy moves it now, if anywhere: nothing under way and no request for
  * `hibernateAfterS` seconds → hibernated (from running or paused), else for `pauseAfterS`
  * → paused (from running). Both count from its last request.
  */
 export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTier | null {
-  if (sb.tier === 'hibernated' || sb.queued > 0 || sb.busy > 0) return null;
+  if (sb.tier === 'hibernated' || sb.queued > 0 || sb.busy > 0 || sb.connections > 0) {
+    return null;
+  }
   const idleMs = now - sb.lastUsed;
   const { pauseAfterS, hibernateAfterS } = after;
   if (hibernateAfterS !== null && idleMs >= hibernateAfterS * 1000) return 'hibernated';
@@ -63,6 +132,18 @@ export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTi
     return 'paused';
   }
   return null;
+}
+
+/** Count a connection as open until the returned (idempotent) release; then it was the last use. */
+export function holdConnection(sb: Parkable): () => void {
+  sb.connections++;
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    sb.connections--;
+    sb.lastUsed = Date.now();
+  };
 }
 
 /** Count `p` as a request under way until it settles (then it counts as the last use). */

@@ -19,7 +19,7 @@ import type { VmNet } from '../../drivers/qemu/cmdline.js';
 import { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
-import type { StoredLimits } from '../../store/sandboxes.js';
+import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
 import { OPEN_EGRESS } from '../network/policy.js';
 import type { NetworkService } from '../network/service.js';
@@ -228,8 +228,11 @@ export async function forkChildren(
 ): Promise<ForkOutcome> {
   const labels = withRequestLabel(req.labels);
   const limits = await childLimits(ctx.limiter, m, req.limits); // bad_request before any child
+  const idle = ctx.sandboxes.idlePolicy(req.idle);
   const settled = await Promise.allSettled(
-    Array.from({ length: req.n }, () => forkOne(ctx, m, { ...req, labels }, limits, caller)),
+    Array.from({ length: req.n }, () =>
+      forkOne(ctx, m, { ...req, labels }, { limits, idle }, caller),
+    ),
   );
   const result: ForkOutcome = { sandboxes: [], failed: [] };
   settled.forEach((s, index) => {
@@ -280,7 +283,7 @@ function forkOne(
   ctx: ForkContext,
   m: SnapshotManifest,
   req: ForkRequest,
-  limits: StoredLimits,
+  { limits, idle }: { limits: StoredLimits; idle: StoredIdle | null },
   caller: Caller,
 ) {
   const pooled = ctx.pool.take(m.tag);
@@ -296,6 +299,7 @@ function forkOne(
       env: req.env,
       timeoutS: req.timeout_s,
       limits,
+      idle,
     },
     async ({ id, env, signal, onStarted }) => {
       const handed = pooled && (await handOut(ctx, pooled, limits));

@@ -9,7 +9,8 @@
  * `failed` with a reason: a `--no-wait` branch cut off), both sources run with their
  * data, no stray layer is left (not even one planted naming a snapshot that never
  * existed), and a new branch forks fine; then a branch cut off once its memory is a diff,
- * and a fork cut off while it materializes one, recover too.
+ * and a fork cut off while it materializes one, recover too; and a hibernation cut off
+ * between ending QEMU and putting its capture in place comes back hibernated, not dead.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -240,6 +241,19 @@ test('daemon killed at every step of a branch, twice in a row, on two sandboxes:
     'a half-built memory survived',
   );
   assert.equal((await assertEverySnapshotForks()).length, 3);
+  // A hibernation cut off after its QEMU ended, before its capture took its names: the
+  // restarted daemon holds it hibernated (not dead), and a command restores it.
+  await writeFile(crashFile, 'hibernate:ended');
+  const d4 = daemon as DaemonProcess;
+  const cutHibernate = Sandbox.connect(b, { url: d4.url })
+    .then((sb) => sb.pause({ tier: 'hibernated' }))
+    .catch((e: unknown) => e);
+  await d4.exited;
+  assert.ok((await cutHibernate) instanceof Error, 'the hibernation should not have answered');
+  await restart();
+  const held = (await Sandbox.connect(b, { url: url() })).info;
+  assert.deepEqual([held.state, held.tier, held.pid], ['running', 'hibernated', null]);
+  await assertSourceHealthy(b, bFiles); // restored by the command, its files there
   for (const id of [a, b]) await Sandbox.kill(id, { url: url() });
   await Snapshot.remove('a-diff', { url: url() });
   for (const id of [a, b]) await Snapshot.remove(`${id}-ok`, { url: url() });

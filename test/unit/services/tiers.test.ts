@@ -3,7 +3,9 @@
  * agent: moves of one sandbox run in order and a wake racing a pause ends awake, a wake
  * pushes the guest clock, a hibernated one is restored (and a move to hibernated captures
  * it from running or paused), and the idle policy parks only a sandbox with nothing under
- * way after its time, hibernating it once its hibernate-after time has passed.
+ * way after its time, hibernating it once its hibernate-after time has passed. A sandbox's
+ * own policy is filled in from the daemon's defaults, 0 or null meaning never, and refused
+ * when its hibernation would not come after its pause.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,10 +13,13 @@ import type { AgentClient } from '../../../src/drivers/agent/client.js';
 import type { Vm } from '../../../src/drivers/qemu/vm.js';
 import {
   busyWhile,
+  holdConnection,
+  idleAfterOf,
   idleMove,
   moveTo,
   needsWake,
   parkable,
+  resolveIdle,
   type DiskMoves,
   type IdleAfter,
   type Parkable,
@@ -113,6 +118,11 @@ test('the idle policy parks a sandbox with nothing under way after its time', as
   finish();
   await running;
   assert.ok(sb.lastUsed >= t0, 'its end counts as the last use');
+  const release = holdConnection(sb);
+  assert.equal(idleMove(sb, after(10, 20), t0 + 60_000), null, 'a published-port connection open');
+  release();
+  release(); // idempotent: counted once
+  assert.equal(sb.connections, 0);
   const t1 = sb.lastUsed;
   assert.equal(idleMove(sb, after(10), t1 + 10_000), 'paused');
   assert.equal(idleMove(sb, after(10, 60), t1 + 59_999), 'paused', 'pause first');
@@ -123,4 +133,47 @@ test('the idle policy parks a sandbox with nothing under way after its time', as
   assert.equal(idleMove(sb, after(10, 60), t1 + 60_000), 'hibernated', 'paused → hibernated');
   sb.tier = 'hibernated';
   assert.equal(idleMove(sb, after(10, 60), t1 + 1e9), null, 'already hibernated');
+});
+
+test("a sandbox's idle policy: the daemon's defaults fill what it leaves out; 0 and null are never", () => {
+  const defaults: IdleAfter = { pauseAfterS: 60, hibernateAfterS: 900 };
+  assert.equal(resolveIdle(undefined, defaults), null, 'none asked for: follows the daemon');
+  assert.deepEqual(resolveIdle({}, defaults), { pause_after_s: 60, hibernate_after_s: 900 });
+  assert.deepEqual(resolveIdle({ pause_after_s: 5 }, defaults), {
+    pause_after_s: 5,
+    hibernate_after_s: 900,
+  });
+  assert.deepEqual(resolveIdle({ pause_after_s: 0, hibernate_after_s: null }, defaults), {
+    pause_after_s: null,
+    hibernate_after_s: null,
+  });
+  // Hibernate only: no pause before it, so any time goes.
+  assert.deepEqual(resolveIdle({ pause_after_s: 0, hibernate_after_s: 1 }, defaults), {
+    pause_after_s: null,
+    hibernate_after_s: 1,
+  });
+  const none: IdleAfter = { pauseAfterS: null, hibernateAfterS: null };
+  assert.deepEqual(resolveIdle({ hibernate_after_s: 30 }, none), {
+    pause_after_s: null,
+    hibernate_after_s: 30,
+  });
+  assert.deepEqual(idleAfterOf(null, defaults), defaults, 'no policy of its own: the defaults');
+  assert.deepEqual(idleAfterOf({ pause_after_s: 5, hibernate_after_s: null }, defaults), {
+    pauseAfterS: 5,
+    hibernateAfterS: null,
+  });
+});
+
+test('an idle policy whose hibernation does not come after its pause is refused, naming why', () => {
+  const defaults: IdleAfter = { pauseAfterS: null, hibernateAfterS: 300 };
+  const refused = (req: Parameters<typeof resolveIdle>[0], message: RegExp) =>
+    assert.throws(
+      () => resolveIdle(req, defaults),
+      (e: Error & { code?: string }) => e.code === 'bad_request' && message.test(e.message),
+    );
+  refused({ pause_after_s: 60, hibernate_after_s: 60 }, /hibernate_after_s 60 must be larger/);
+  refused(
+    { pause_after_s: 600 },
+    /300 \(the daemon's default\) must be larger than idle\.pause_after_s 600/,
+  );
 });
