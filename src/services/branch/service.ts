@@ -137,6 +137,9 @@ export class BranchManager implements BranchService {
         if (captured) await this.undoCapture(source, captured, warn);
         await this.registry.release(tag);
       }
+      // A source killed mid-branch fails the capture with whatever broke first (a closed
+      // monitor, a refused ptrace that reads like a seccomp denial): say what happened.
+      if (await source.vm.gone()) throw diedDuringBranch(id, tag);
       // Undone by now (staging removed, disk switch folded back): what is free is what is left.
       throw await asDiskFull(e, this.opts.paths.snapshots, `branch of ${id}`);
     }
@@ -230,6 +233,14 @@ export class BranchManager implements BranchService {
       },
     );
   }
+}
+
+function diedDuringBranch(id: string, tag: string): ForkdError {
+  return new ForkdError(
+    'sandbox_not_running',
+    `sandbox ${id} died during its branch (its QEMU exited): nothing was made under "${tag}"; create a new one`,
+    { id, state: 'dead' },
+  );
 }
 
 /** A branch's children inherit its source's limits (the cgroup version is the host's, not theirs). */
