@@ -79,7 +79,8 @@ export async function asDiskFull(e: unknown, dir: string, what: string): Promise
   if (isForkdError(e, 'disk_full')) return e;
   if (
     isForkdError(e) &&
-    !['internal', 'guest_error', 'boot_failed', 'bad_request'].includes(e.code)
+    // blob_invalid: a download whose file could not be written reads as "broke off".
+    !['internal', 'guest_error', 'boot_failed', 'bad_request', 'blob_invalid'].includes(e.code)
   ) {
     return e;
   }

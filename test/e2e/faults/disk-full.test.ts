@@ -1,7 +1,8 @@
 /**
  * Disk full during long operations: FORKD_HOME on a small size-limited tmpfs (the kernel and
  * busybox image linked in from the set-up home), then a snapshot create whose memory file
- * does not fit and an image build whose filesystem does not fit. Each fails with
+ * does not fit, an image build whose filesystem does not fit, and an image pull (from a
+ * real registry on loopback) whose 40 MiB layer does not fit. Each fails with
  * `disk_full` naming the home, leaves no snapshot or image under its name, no staging dir,
  * no QEMU and no sandbox dir, and gives the space back; afterwards a sandbox still boots.
  * Then the tmpfs is grown, a snapshot made and a sandbox forked from it that writes 32 MiB
@@ -27,6 +28,10 @@ import {
   type TestServices,
 } from '../../helpers/services.js';
 import { makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
+import { RegistryClient } from '../../../src/drivers/registry/index.js';
+import { getImage, pullImage } from '../../../src/services/images/index.js';
+import { blobDir } from '../../../src/services/images/cache.js';
+import { layerFromDir, ociImage, push, startRegistry } from '../images/registry.js';
 
 /** Room for a booted sandbox (overlay, sockets, logs), not for its ~120 MiB of written memory. */
 const TMPFS_MIB = 24;
@@ -126,7 +131,43 @@ test(
   },
 );
 
-test('after both failures the same home still boots a sandbox', { timeout: 120_000 }, async () => {
+test(
+  'image pull on a full disk: disk_full, no image, no temp blob, space given back',
+  { timeout: 180_000 },
+  async () => {
+    const reg = await startRegistry();
+    const scratch = await mkdtemp(join(tmpdir(), 'forkd-diskfull-push-'));
+    try {
+      const layer = await layerFromDir(source, join(scratch, 'L'), 'none'); // 40 MiB
+      await push(new RegistryClient(reg.host), 'team/big', '1', ociImage([layer], {}), scratch);
+      const before = await freeBytes();
+      const err = await pullImage(home.paths, {
+        reference: `${reg.host}/team/big:1`,
+        name: 'pulled',
+      }).then(
+        () => assert.fail('the image fitted on the small disk'),
+        (e: unknown) => e,
+      );
+      assert.ok(isForkdError(err, 'disk_full'), `expected disk_full, got ${String(err)}`);
+      await assert.rejects(getImage(home.paths, 'pulled'), (e) =>
+        isForkdError(e, 'image_not_found'),
+      );
+      await assertNothingHalf(home.paths.images, 'pulled');
+      const blobs = await readdir(blobDir(home.paths)).catch(() => [] as string[]);
+      assert.deepEqual(
+        blobs.filter((n) => n.startsWith('.') || n.endsWith('.partial')),
+        [],
+        'a temp blob was left',
+      );
+      assert.ok((await freeBytes()) >= before - 1024 * 1024, 'the space was not given back');
+    } finally {
+      await reg.stop();
+      await rm(scratch, { recursive: true, force: true });
+    }
+  },
+);
+
+test('after the failures the same home still boots a sandbox', { timeout: 120_000 }, async () => {
   const sbx = await s!.sandboxes.create({ image: 'busybox' }, caller);
   assert.equal(await sh(s!, sbx.id, 'echo ok'), 'ok\n');
   await s!.sandboxes.kill(sbx.id);
