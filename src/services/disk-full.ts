@@ -14,6 +14,8 @@ const NO_SPACE =
 /** Below this much free space (or free inodes) a failed write is taken to be disk full. */
 const NEARLY_FULL_BYTES = 4 * 1024 * 1024;
 const NEARLY_FULL_INODES = 16;
+const FREE_SPACE_HINT =
+  'free space there (forkd rmi old snapshots, forkd image prune) or move FORKD_HOME to a larger disk, then retry';
 
 /** Free bytes and inodes of the filesystem holding `dir` (undefined if it cannot be asked). */
 export async function freeSpace(
@@ -27,10 +29,36 @@ export async function freeSpace(
   }
 }
 
+type Free = { bytes: number; inodes: number } | undefined;
+
+const nearlyFull = (free: Free) =>
+  free !== undefined && (free.bytes < NEARLY_FULL_BYTES || free.inodes < NEARLY_FULL_INODES);
+
+const describeFree = (free: Free) =>
+  free === undefined
+    ? 'free space unknown'
+    : `${(free.bytes / 1048576).toFixed(1)} MiB and ${free.inodes} inodes free`;
+
 /** The filesystem holding `path` is (nearly) out of space or inodes. */
 export async function hostIsFull(path: string): Promise<boolean> {
-  const free = await freeSpace(path);
-  return free !== undefined && (free.bytes < NEARLY_FULL_BYTES || free.inodes < NEARLY_FULL_INODES);
+  return nearlyFull(await freeSpace(path));
+}
+
+/**
+ * Refuse to start `what` (a fork, a branch, a snapshot create) on a nearly full
+ * filesystem: a child needs less than a MiB to start, so with a little left it would start
+ * and then stall on its first disk write (QEMU stops a guest whose disk cannot grow), and a
+ * capture would only fail after it stopped its source. Nothing is made before this check.
+ */
+export async function refuseWhenFull(dir: string, what: string): Promise<void> {
+  const free = await freeSpace(dir);
+  if (!nearlyFull(free)) return;
+  throw new ForkdError(
+    'disk_full',
+    `${what} was refused: the filesystem holding FORKD_HOME is full (${describeFree(free)}, ` +
+      `under ${NEARLY_FULL_BYTES / 1048576} MiB or ${NEARLY_FULL_INODES} inodes): ${FREE_SPACE_HINT}`,
+    { free_bytes: free?.bytes ?? null, free_inodes: free?.inodes ?? null },
+  );
 }
 
 function saysNoSpace(e: unknown): boolean {
@@ -51,14 +79,13 @@ export async function asDiskFull(e: unknown, dir: string, what: string): Promise
   if (isForkdError(e, 'disk_full')) return e;
   if (
     isForkdError(e) &&
-    !['internal', 'guest_error', 'boot_failed', 'bad_request'].includes(e.code)
+    // blob_invalid: a download whose file could not be written reads as "broke off".
+    !['internal', 'guest_error', 'boot_failed', 'bad_request', 'blob_invalid'].includes(e.code)
   ) {
     return e;
   }
   const free = await freeSpace(dir);
-  const nearlyFull =
-    free !== undefined && (free.bytes < NEARLY_FULL_BYTES || free.inodes < NEARLY_FULL_INODES);
-  if (!saysNoSpace(e) && !nearlyFull) return e;
+  if (!saysNoSpace(e) && !nearlyFull(free)) return e;
   return diskFull(what, free);
 }
 
@@ -68,7 +95,7 @@ export function diskFull(what: string, free?: { bytes: number; inodes: number })
   return new ForkdError(
     'disk_full',
     `${what} ran out of disk space on the filesystem holding FORKD_HOME${left} and was undone: ` +
-      'free space there (forkd rmi old snapshots, forkd image prune) or move FORKD_HOME to a larger disk, then retry',
+      FREE_SPACE_HINT,
     { free_bytes: free?.bytes ?? null, free_inodes: free?.inodes ?? null },
   );
 }

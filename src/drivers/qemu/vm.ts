@@ -178,6 +178,17 @@ export class Vm {
     return this.exitInfo === undefined;
   }
 
+  /**
+   * Whether QEMU is gone, asked of the kernel: just after a SIGKILL `alive` may still say
+   * true (the exit is noticed a moment later) while the process is already a zombie.
+   */
+  async gone(): Promise<boolean> {
+    if (!this.alive) return true;
+    const stat = await readFile(`/proc/${this.pid}/stat`, 'utf8').catch(() => '');
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    return state === '' || state === 'Z' || state === 'X';
+  }
+
   /** Resolves when QEMU exits, however that happens. */
   waitExit(): Promise<VmExit> {
     return this.proc.exited;

@@ -27,7 +27,7 @@ import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
 import type { BranchIntentRows } from '../../store/intents.js';
-import { asDiskFull } from '../disk-full.js';
+import { asDiskFull, refuseWhenFull } from '../disk-full.js';
 import { abandonBranch, captureBranch, type BranchCapture } from './capture.js';
 import { BranchModes } from './mode.js';
 import { recoverIntents, sweepStrayLayers } from './recover.js';
@@ -84,6 +84,7 @@ export class BranchManager implements BranchService {
     const egress = branchEgress(source, req.egress);
     const mode = await this.modes.choose(req.mode, source.vm.pid);
     const over = await this.memoryParent(source);
+    await refuseWhenFull(this.opts.paths.snapshots, `branch of ${id}`);
     this.registry.reserve(tag, id);
     let captured: BranchCapture | undefined;
     let published: Promise<SnapshotManifest> | undefined;
@@ -99,7 +100,7 @@ export class BranchManager implements BranchService {
       });
       const meta = await this.meta(tag, source, req, over, egress);
       this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
-      published = this.publish(source, captured, meta, warn, over);
+      published = this.publish(source, captured, meta, { warn, over, noWait: req.no_wait });
       const { capture } = captured;
       const answer = async (wait: boolean) => {
         const pages = wait ? await capture.pages : undefined;
@@ -134,8 +135,11 @@ export class BranchManager implements BranchService {
         // Captured but not handed to publish (its row could not be written: a full disk
         // fails SQLite too): the live copy ends, then the branch is undone as publish would.
         if (captured) await this.undoCapture(source, captured, warn);
-        this.registry.release(tag);
+        await this.registry.release(tag);
       }
+      // A source killed mid-branch fails the capture with whatever broke first (a closed
+      // monitor, a refused ptrace that reads like a seccomp denial): say what happened.
+      if (await source.vm.gone()) throw diedDuringBranch(id, tag);
       // Undone by now (staging removed, disk switch folded back): what is free is what is left.
       throw await asDiskFull(e, this.opts.paths.snapshots, `branch of ${id}`);
     }
@@ -196,22 +200,27 @@ export class BranchManager implements BranchService {
     await abandonBranch(source, c.staging, c.intent, { intents: this.opts.intents, warn });
   }
 
-  /** Once published, the source's disk layers on the new snapshot (it depends on it). */
+  /**
+   * Once published, the source's disk layers on the new snapshot (it depends on it). A
+   * failure leaves nothing under the tag; a `no_wait` branch's (its caller was answered
+   * `writing` already) is listed `failed` with why.
+   */
   private publish(
     source: Lease,
     captured: BranchCapture,
     meta: SnapshotMeta,
-    warn: (err: unknown) => void,
-    over: SnapshotManifest | null,
+    opts: { warn: (err: unknown) => void; over: SnapshotManifest | null; noWait?: boolean },
   ) {
     const { staging, capture, intent } = captured;
+    const { warn, over } = opts;
     // Once every written page is in the file, those equal to the parent's are punched out.
     const stored = capture.pages.then(async (pages) => {
       if (over) await diffAgainst(this.opts.paths, staging, over);
       crashPoint('branch:diffed');
       return pages;
     });
-    return this.registry.publish(meta.tag, staging, meta, stored).then(
+    const keepFailed = Boolean(opts.noWait);
+    return this.registry.publish(meta.tag, staging, meta, { ready: stored, keepFailed }).then(
       (m) => {
         source.setDiskBase(meta.tag);
         this.opts.intents.clear(meta.tag);
@@ -224,6 +233,14 @@ export class BranchManager implements BranchService {
       },
     );
   }
+}
+
+function diedDuringBranch(id: string, tag: string): ForkdError {
+  return new ForkdError(
+    'sandbox_not_running',
+    `sandbox ${id} died during its branch (its QEMU exited): nothing was made under "${tag}"; create a new one`,
+    { id, state: 'dead' },
+  );
 }
 
 /** A branch's children inherit its source's limits (the cgroup version is the host's, not theirs). */

@@ -225,7 +225,7 @@ async function commit(
       try {
         await rename(join(staging, 'snapshots', tag), snapshotDir(ctx.paths, final));
       } catch (e) {
-        ctx.registry.release(final);
+        await ctx.registry.release(final);
         throw e;
       }
       done.push(final);

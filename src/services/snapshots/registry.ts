@@ -95,7 +95,10 @@ export class SnapshotRegistry {
   /** Claim a tag for a snapshot being written: its row says `writing` until published. */
   reserve(tag: string, source: string | null): void {
     validateTag(tag);
-    if (this.rows.get(tag) || this.creating.has(tag)) {
+    const row = this.rows.get(tag);
+    // A `writing` row no writer holds is one whose undo could not remove it (rowWrite).
+    const stale = row?.state === 'writing' && !this.creating.has(tag);
+    if ((row && !stale) || this.creating.has(tag)) {
       throw new ForkdError('name_taken', `snapshot "${tag}" already exists or is being written`, {
         tag,
       });
@@ -105,7 +108,8 @@ export class SnapshotRegistry {
         retry_after_s: 5,
       });
     }
-    this.creating.add(tag);
+    // The row first: should it fail (a full disk), no claim on the tag or the cap is left.
+    if (stale) this.rows.delete(tag);
     this.rows.insert({
       tag,
       state: 'writing',
@@ -113,42 +117,77 @@ export class SnapshotRegistry {
       source,
       dir: snapshotDir(this.opts.paths, tag),
     });
+    this.creating.add(tag);
   }
 
-  /** Give up a reserved tag that nothing was published under. */
-  release(tag: string): void {
+  /**
+   * Give up a reserved tag that nothing was published under: the files its writer may have
+   * renamed into place already go too (the row update after the rename can fail on a full
+   * disk: SQLITE_FULL), then the row. Never throws: callers are undoing another failure.
+   */
+  async release(tag: string): Promise<void> {
     this.creating.delete(tag);
-    this.rows.delete(tag);
+    await rm(snapshotDir(this.opts.paths, tag), { recursive: true, force: true });
+    this.rowWrite(tag, 'could not remove the row of a failed snapshot', () =>
+      this.rows.delete(tag),
+    );
   }
 
   /** A reserved tag whose files were put in place by its writer (snapshot create). */
   markReady(tag: string, manifest: SnapshotManifest): void {
-    this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
-    this.creating.delete(tag);
+    try {
+      this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
+    } finally {
+      this.creating.delete(tag);
+    }
   }
 
-  /** Checksum and publish a staged snapshot; the row says `ready`, or `failed` with why. */
+  /**
+   * Checksum and publish a staged snapshot: the row says `ready`. On failure nothing stays
+   * under the tag (the caller is told), unless `keepFailed` (a `no_wait` branch, whose caller
+   * was answered already and must find out by polling): then the row says `failed` with why.
+   */
   async publish(
     tag: string,
     staging: string,
     meta: SnapshotMeta,
-    ready?: Promise<unknown>,
+    opts: { ready?: Promise<unknown>; keepFailed?: boolean } = {},
   ): Promise<SnapshotManifest> {
     try {
-      await ready; // a live branch's memory file is complete once its copy is
+      await opts.ready; // a live branch's memory file is complete once its copy is
       const manifest = await publishSnapshot(this.opts.paths, staging, meta);
       crashPoint('publish:renamed');
       this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
+      this.creating.delete(tag);
       return manifest;
     } catch (e) {
-      // Files first: on a full disk the row update itself can fail (SQLITE_FULL) until
+      // Files first: on a full disk the row writes themselves can fail (SQLITE_FULL) until
       // the staging dir's space is given back.
       await rm(staging, { recursive: true, force: true });
-      const reason = e instanceof Error ? e.message : String(e);
-      this.rows.update(tag, { state: 'failed', reason });
-      throw e;
-    } finally {
+      if (!opts.keepFailed) {
+        await this.release(tag);
+        throw e;
+      }
       this.creating.delete(tag);
+      await rm(snapshotDir(this.opts.paths, tag), { recursive: true, force: true });
+      const reason = e instanceof Error ? e.message : String(e);
+      this.rowWrite(tag, 'could not mark a snapshot failed', () =>
+        this.rows.update(tag, { state: 'failed', reason }),
+      );
+      throw e;
+    }
+  }
+
+  /**
+   * A row write while undoing a failure: should it fail too (the database is on the full
+   * disk), the tag's row stays `writing` (hidden; start() settles it) and the first error,
+   * the one the caller reports, is kept.
+   */
+  private rowWrite(tag: string, what: string, write: () => void): void {
+    try {
+      write();
+    } catch (err) {
+      this.opts.log.warn({ snapshot: tag, err }, what);
     }
   }
 
@@ -210,7 +249,7 @@ export class SnapshotRegistry {
     const pending = this.pending.get(tag);
     const row = this.rows.get(tag);
     if (row?.state === 'failed') return this.failedWire(row);
-    if (pending && row?.state === 'writing') return pending;
+    if (pending && row?.state === 'writing' && this.creating.has(tag)) return pending;
     return this.toWire(await this.manifest(tag));
   }
 

@@ -50,6 +50,7 @@ import {
 import { Pool } from './pool.js';
 import { SnapshotRegistry } from './registry.js';
 import { unpinSources } from './unpin.js';
+import { asDiskFull, refuseWhenFull } from '../disk-full.js';
 
 export interface SnapshotServiceOptions {
   paths: Paths;
@@ -131,6 +132,7 @@ export class SnapshotManager implements SnapshotService {
   ): Promise<SnapshotT> {
     this.registry.reserve(req.tag, null);
     try {
+      await refuseWhenFull(this.opts.paths.snapshots, `snapshot create of ${req.tag}`);
       const { manifest, parent } = await createSnapshot(req, {
         paths: this.opts.paths,
         qemuVersion: await this.opts.qemuVersion(),
@@ -143,8 +145,9 @@ export class SnapshotManager implements SnapshotService {
       await this.startDefaultPool(req.tag);
       return this.registry.toWire(manifest);
     } catch (e) {
-      this.registry.release(req.tag);
-      throw e;
+      await this.registry.release(req.tag);
+      // The row can fail after the files fitted (SQLITE_FULL): disk_full too, once undone.
+      throw await asDiskFull(e, this.opts.paths.snapshots, `snapshot create of ${req.tag}`);
     }
   }
 
@@ -228,7 +231,7 @@ export class SnapshotManager implements SnapshotService {
       return this.registry.toWire(manifest);
     } catch (e) {
       if (staging) await rm(staging, { recursive: true, force: true });
-      this.registry.release(to);
+      await this.registry.release(to);
       throw e;
     }
   }
@@ -310,6 +313,7 @@ export class SnapshotManager implements SnapshotService {
 
   async fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome> {
     checkRange('n', req.n, { min: 1, max: FORK_MAX });
+    await refuseWhenFull(this.opts.paths.sandboxes, `fork of ${req.snapshot}`);
     const m = await this.materialized(req.snapshot);
     checkForkNetwork(m, req.network);
     const ctx = {

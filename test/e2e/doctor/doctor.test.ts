@@ -65,3 +65,15 @@ test('live-branch: PASS on this host (root, x86_64); WARN naming why where the p
   assert.match(there?.summary ?? '', /live branch unavailable: .*forkd-capture.*mode copy/);
   assert.match(there?.fix ?? '', /ptrace/);
 });
+
+test('confinement: PASS naming the seccomp filter and a uid per sandbox; WARN when turned off', async () => {
+  const here = (await doctor(process.env)).report.checks.find((c) => c.id === 'confinement');
+  assert.equal(here?.status, 'pass', here?.summary);
+  assert.match(here?.summary ?? '', /-sandbox on,obsolete=deny,.*uid of its own per sandbox/);
+  assert.match(here?.summary ?? '', /no capabilities/);
+  const off = { ...process.env, FORKD_CONFINE: 'off' };
+  const there = (await doctor(off)).report.checks.find((c) => c.id === 'confinement');
+  assert.equal(there?.status, 'warn');
+  assert.match(there?.summary ?? '', /unconfined/);
+  assert.match(there?.fix ?? '', /FORKD_CONFINE/);
+});

@@ -1,13 +1,16 @@
 /**
  * Disk full during long operations: FORKD_HOME on a small size-limited tmpfs (the kernel and
  * busybox image linked in from the set-up home), then a snapshot create whose memory file
- * does not fit and an image build whose filesystem does not fit. Each fails with
+ * does not fit, an image build whose filesystem does not fit, and an image pull (from a
+ * real registry on loopback) whose 40 MiB layer does not fit. Each fails with
  * `disk_full` naming the home, leaves no snapshot or image under its name, no staging dir,
  * no QEMU and no sandbox dir, and gives the space back; afterwards a sandbox still boots.
- * Then the tmpfs is grown, a snapshot made and a sandbox forked from it, and the disk filled
- * up to the last MiB: a copy branch, a live branch and a fork each fail with `disk_full`,
- * leave no snapshot, staging dir or child behind, and the source runs on with its files;
- * once space is freed the same source branches again.
+ * Then the tmpfs is grown, a snapshot made and a sandbox forked from it that writes 32 MiB
+ * of memory, and the disk filled to 8 MiB: a copy branch and a live branch each run out of
+ * space mid-write, fail with `disk_full`, and leave no snapshot (listed, by name or on
+ * disk), staging dir or child behind; the source runs on with its files. Filled to 1 MiB
+ * (under the 4 MiB forkd keeps), a fork and a branch are refused with `disk_full` before
+ * anything is made. Once space is freed the same source branches again.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -25,13 +28,21 @@ import {
   type TestServices,
 } from '../../helpers/services.js';
 import { makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
+import { RegistryClient } from '../../../src/drivers/registry/index.js';
+import { getImage, pullImage } from '../../../src/services/images/index.js';
+import { blobDir } from '../../../src/services/images/cache.js';
+import { layerFromDir, ociImage, push, startRegistry } from '../images/registry.js';
 
 /** Room for a booted sandbox (overlay, sockets, logs), not for its ~120 MiB of written memory. */
 const TMPFS_MIB = 24;
 /** Grown to this for the branch and fork cases: a snapshot and a running fork of it fit. */
 const ROOMY_MIB = 768;
-/** What the filler leaves free for the branches: less than any branch writes (the fork gets 0). */
-const LEFT_FREE = 1024 * 1024;
+/** What the filler leaves free for the branches: over the 4 MiB forkd keeps, under DIRTY_MIB. */
+const LEFT_FREE = 8 * 1024 * 1024;
+/** Memory the source writes (random, in a tmpfs of its own): what each branch must store. */
+const DIRTY_MIB = 32;
+/** Left for the fork: under the 4 MiB below which forkd starts nothing. */
+const NEARLY_NOTHING = 1024 * 1024;
 
 let mount: string;
 let home: TestHome;
@@ -120,7 +131,43 @@ test(
   },
 );
 
-test('after both failures the same home still boots a sandbox', { timeout: 120_000 }, async () => {
+test(
+  'image pull on a full disk: disk_full, no image, no temp blob, space given back',
+  { timeout: 180_000 },
+  async () => {
+    const reg = await startRegistry();
+    const scratch = await mkdtemp(join(tmpdir(), 'forkd-diskfull-push-'));
+    try {
+      const layer = await layerFromDir(source, join(scratch, 'L'), 'none'); // 40 MiB
+      await push(new RegistryClient(reg.host), 'team/big', '1', ociImage([layer], {}), scratch);
+      const before = await freeBytes();
+      const err = await pullImage(home.paths, {
+        reference: `${reg.host}/team/big:1`,
+        name: 'pulled',
+      }).then(
+        () => assert.fail('the image fitted on the small disk'),
+        (e: unknown) => e,
+      );
+      assert.ok(isForkdError(err, 'disk_full'), `expected disk_full, got ${String(err)}`);
+      await assert.rejects(getImage(home.paths, 'pulled'), (e) =>
+        isForkdError(e, 'image_not_found'),
+      );
+      await assertNothingHalf(home.paths.images, 'pulled');
+      const blobs = await readdir(blobDir(home.paths)).catch(() => [] as string[]);
+      assert.deepEqual(
+        blobs.filter((n) => n.startsWith('.') || n.endsWith('.partial')),
+        [],
+        'a temp blob was left',
+      );
+      assert.ok((await freeBytes()) >= before - 1024 * 1024, 'the space was not given back');
+    } finally {
+      await reg.stop();
+      await rm(scratch, { recursive: true, force: true });
+    }
+  },
+);
+
+test('after the failures the same home still boots a sandbox', { timeout: 120_000 }, async () => {
   const sbx = await s!.sandboxes.create({ image: 'busybox' }, caller);
   assert.equal(await sh(s!, sbx.id, 'echo ok'), 'ok\n');
   await s!.sandboxes.kill(sbx.id);
@@ -143,18 +190,18 @@ const failure = (p: Promise<unknown>, what: string) =>
 
 test(
   'branch (copy and live) and fork on a full disk: disk_full, nothing half-written, the source runs on',
-  {
-    timeout: 600_000,
-    // Runs and reports, but does not fail the suite yet: in two clean-clone runs a fork
-    // with no space left started anyway, and a failed copy branch's snapshot stayed listed.
-    todo: 'branch and fork on a full disk are not yet reliably refused',
-  },
+  { timeout: 600_000 },
   async () => {
     await run('mount', ['-o', `remount,size=${ROOMY_MIB}m`, mount]);
     await s!.snapshots.create({ tag: 'roomy', image: 'busybox', memory_mib: 128 }, caller);
     const [src] = (await s!.snapshots.fork({ snapshot: 'roomy', n: 1 }, caller)).sandboxes;
     assert.ok(src);
-    await sh(s!, src.id, 'echo kept > /root/kept');
+    await sh(
+      s!,
+      src.id,
+      'echo kept > /root/kept && mkdir -p /mnt/dirty && mount -t tmpfs -o size=48m dirty /mnt/dirty && ' +
+        `dd if=/dev/urandom of=/mnt/dirty/pages bs=1M count=${DIRTY_MIB} 2>/dev/null`,
+    );
     const fillers = [await fillDisk()];
     try {
       for (const mode of ['copy', 'live'] as const) {
@@ -166,31 +213,26 @@ test(
           isForkdError(err, 'disk_full'),
           `${mode}: expected disk_full, got ${String(err)}`,
         );
-        await assert.rejects(s!.snapshots.get(`full-${mode}`), (e) =>
-          isForkdError(e, 'snapshot_not_found'),
-        );
-        const left = await readdir(home.paths.snapshots);
-        assert.deepEqual(
-          left.filter((e) => e !== 'roomy'),
-          [],
-          `${mode}: left in snapshots/`,
-        );
+        assert.match(err.message, /ran out of disk space/, 'failed mid-write, not refused');
+        await assertNoSnapshot(`full-${mode}`);
         assert.equal((await s!.sandboxes.get(src.id)).state, 'running');
         assert.equal(await sh(s!, src.id, 'cat /root/kept'), 'kept\n');
       }
-      // A child needs less than LEFT_FREE to start (a small overlay and a few files), and
-      // the failed branches gave back what they wrote: leave nothing at all for the fork.
-      fillers.push(await fillDisk('filler-2', 0));
-      const forked = await s!.snapshots.fork({ snapshot: 'roomy', n: 1 }, caller);
-      assert.deepEqual(forked.sandboxes, []);
-      const err = forked.failed[0]?.error;
-      assert.ok(isForkdError(err, 'disk_full'), `fork: expected disk_full, got ${String(err)}`);
+      // Nearly nothing left: a child would start (it needs under a MiB) and stall on its
+      // first disk write, so a fork is refused before anything is made; so is a branch.
+      fillers.push(await fillDisk('filler-2', NEARLY_NOTHING));
+      const listed = (await s!.sandboxes.list({})).length;
+      await assert.rejects(s!.snapshots.fork({ snapshot: 'roomy', n: 1 }, caller), (e) =>
+        isRefused(e, 'fork'),
+      );
+      await assert.rejects(
+        s!.branch.branch(src.id, { tag: 'full-refused', mode: 'copy' }, caller),
+        (e) => isRefused(e, 'branch'),
+      );
+      await assertNoSnapshot('full-refused');
+      assert.equal((await s!.sandboxes.list({})).length, listed, 'a child was listed');
       assert.deepEqual(await readdir(home.paths.sandboxes), [src.id], 'a child dir was left');
       assert.equal((await qemusUnder(home.dir)).length, 1, 'a child QEMU was left');
-      assert.deepEqual(
-        (await s!.sandboxes.list({ state: 'running' })).map((x) => x.id),
-        [src.id],
-      );
     } finally {
       for (const f of fillers) await rm(f, { force: true });
     }
@@ -203,3 +245,21 @@ test(
     await s!.snapshots.remove('roomy', { force: true });
   },
 );
+
+/** A failed branch left nothing under `tag`: not by name, not listed, not on disk. */
+async function assertNoSnapshot(tag: string): Promise<void> {
+  await assert.rejects(s!.snapshots.get(tag), (e) => isForkdError(e, 'snapshot_not_found'));
+  assert.deepEqual(
+    (await s!.snapshots.list()).map((x) => x.tag),
+    ['roomy'],
+    `${tag}: listed`,
+  );
+  assert.deepEqual(await readdir(home.paths.snapshots), ['roomy'], `${tag}: left in snapshots/`);
+}
+
+/** `disk_full` before anything was made, saying what is free and what to do. */
+function isRefused(e: unknown, what: string): boolean {
+  assert.ok(isForkdError(e, 'disk_full'), `${what}: expected disk_full, got ${String(e)}`);
+  assert.match(e.message, /refused.*MiB.*free.*retry/, what);
+  return true;
+}

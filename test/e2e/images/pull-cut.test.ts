@@ -8,7 +8,6 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
-import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RegistryClient } from '../../../src/drivers/registry/index.js';
@@ -16,52 +15,12 @@ import { getImage, pullImage } from '../../../src/services/images/index.js';
 import { blobDir } from '../../../src/services/images/cache.js';
 import { ERROR_CATALOG, isForkdError } from '../../../src/errors.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
+import { cuttingProxy } from './cutting-proxy.js';
 import { layerFromDir, ociImage, push, startRegistry, type TestRegistry } from './registry.js';
 
 let home: TestHome;
 let reg: TestRegistry;
 let scratch: string;
-
-/** Relays to `target`; every connection is cut (or stalled) once `limit` bytes came back. */
-async function cuttingProxy(
-  target: string,
-  limit: number,
-  how: 'cut' | 'stall',
-): Promise<{ host: string; cuts(): number; close(): Promise<void> }> {
-  const [host, port] = target.split(':') as [string, string];
-  const sockets = new Set<Socket>();
-  let cuts = 0;
-  const server: Server = createServer((client) => {
-    const upstream = connect(Number(port), host);
-    sockets.add(client).add(upstream);
-    let relayed = 0;
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('error', end).on('close', end);
-    upstream.on('error', end).on('close', end);
-    client.pipe(upstream);
-    upstream.on('data', (chunk: Buffer) => {
-      if (relayed > limit) return;
-      relayed += chunk.length;
-      if (relayed <= limit) return void client.write(chunk);
-      client.write(chunk.subarray(0, chunk.length - (relayed - limit)));
-      cuts++;
-      if (how === 'cut') end();
-      else upstream.pause();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    host: `127.0.0.1:${(server.address() as AddressInfo).port}`,
-    cuts: () => cuts,
-    close: async () => {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
 
 before(async () => {
   home = await makeTestHome();

@@ -4,8 +4,8 @@
  * removed, unpacked and forked — the children see the warm file, the inherited counter
  * process and their own identity; memory stays sparse. Pushed then a branch pushed: the
  * second push uploads only the branch's blobs (counted in the registry's storage); removed
- * and pulled back by the branch alone (its parent comes along); an interrupted pull
- * resumes. Refusals — corrupt file, missing parent, format version, another host — leave
+ * and pulled back by the branch alone (its parent comes along); a pull the registry cuts
+ * off mid-blob fails with a clear error, installs nothing, and the next one resumes. Refusals — corrupt file, missing parent, format version, another host — leave
  * nothing installed. One snapshot chain is shared by the whole file.
  */
 import { test, before, after } from 'node:test';
@@ -24,6 +24,7 @@ import {
   startServices,
   type TestServices,
 } from '../../helpers/services.js';
+import { cuttingProxy } from '../images/cutting-proxy.js';
 import { startRegistry, type TestRegistry } from '../images/registry.js';
 
 let home: TestHome;
@@ -230,33 +231,34 @@ test('push, push a branch (only its blobs), pull the branch alone: parents come,
   await s.sandboxes.kill(kid);
 });
 
-test('an interrupted pull resumes from what it had', async () => {
+test('a registry cutting the pull mid-blob: a clear error, nothing installed; the next pull resumes', async () => {
   await s.snapshots.remove('b1', {});
-  const manifest = JSON.parse(
-    Buffer.from(
-      await (
-        await fetch(`http://${reg.host}/v2/team/env/manifests/b1`, {
-          headers: { accept: 'application/vnd.oci.image.manifest.v1+json' },
-        })
-      ).arrayBuffer(),
-    ).toString(),
-  );
-  type L = { size: number; digest: string; annotations: Record<string, string> };
-  const own = (manifest.layers as L[]).filter((l) =>
-    l.annotations['org.opencontainers.image.title']?.startsWith('snapshots/b1/'),
-  );
-  const big = own.reduce((a, l) => (l.size > a.size ? l : a)); // b1's own: base is reused
-  const blob = Buffer.from(
-    await (await fetch(`http://${reg.host}/v2/team/env/blobs/${big.digest}`)).arrayBuffer(),
-  );
+  const before = await tags();
+  // Cut every connection once 256 KiB came back: b1's memory diff is larger than that.
+  const proxy = await cuttingProxy(reg.host, 256 * 1024, 'cut');
+  const err = await packs()
+    .pull({ reference: `${proxy.host}/team/env:b1` })
+    .then(
+      () => assert.fail('the pull succeeded through a cutting proxy'),
+      (e: unknown) => e,
+    )
+    .finally(() => proxy.close());
+  assert.ok(proxy.cuts() > 0, 'the proxy never cut');
+  assert.ok(isForkdError(err) && err.code !== 'internal', `not a catalog error: ${String(err)}`);
+  assert.match(err.message, /broke off|connection|registry/i);
+  assert.deepEqual(await tags(), before, 'something was installed');
+  const left = (await readdir(home.paths.snapshots)).filter((n) => n.startsWith('.'));
+  assert.deepEqual(left, [], 'a staging dir was left');
   const blobs = join(home.paths.home, 'cache', 'packs', 'blobs');
-  await mkdir(blobs, { recursive: true });
-  const partial = join(blobs, `${big.digest.slice(7)}.partial`);
-  await writeFile(partial, blob.subarray(0, Math.floor(blob.length / 2)));
+  const partials = (await readdir(blobs)).filter((n) => n.endsWith('.partial'));
+  assert.equal(partials.length, 1, 'the broken-off blob is kept to resume');
   const pulled = await packs().pull({ reference: `${reg.host}/team/env:b1` });
-  assert.equal(pulled.bytes_resumed, Math.floor(blob.length / 2));
+  assert.ok(pulled.bytes_resumed > 0, JSON.stringify(pulled));
   assert.deepEqual(pulled.reused, ['base']);
-  await assert.rejects(stat(partial));
+  assert.deepEqual(
+    (await readdir(blobs)).filter((n) => n.endsWith('.partial')),
+    [],
+  );
   await truncate(packOfB2(), 1000); // a truncated pack: refused, not installed
   await refused(async () => packs().unpack(packOfB2(), { tag: 'cut' }), 'pack_invalid', /./);
   await s.snapshots.remove('base', { cascade: true });
