@@ -1,6 +1,6 @@
 /**
  * The packet filter, as nftables scripts: one host table (`inet forkd` in the root
- * namespace: sandboxes may reach nothing of the host but their DNS proxy, nor each other,
+ * namespace: sandboxes may reach nothing of the host but their DNS and name proxies, nor each other,
  * and are masqueraded out) and one policy table per sandbox namespace, applied to the
  * sockets QEMU's user networking opens there. Every denial jumps to one chain that counts it
  * and refuses at once: TCP reset, else ICMP administratively prohibited.
@@ -9,6 +9,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { run } from '../../util/exec.js';
+import { NAME_PROXY_PORT } from './names.js';
 import { FORWARDING_FILE, inNetns, NETNS_SUBNET, VETH_PREFIX, type Netns } from './netns.js';
 
 const TABLE = 'inet forkd';
@@ -52,6 +53,11 @@ export interface EgressRules {
   deny: RuleList;
   /** Every address of the host, refused like loopback. */
   hostAddresses: string[];
+  /**
+   * TCP ports whose connections no address rule decided go to the name proxy (SNI / Host
+   * judged there) instead of the last verdict; empty: no proxy.
+   */
+  steerPorts: number[];
 }
 
 /** The sets DNS answers fill, by verdict; `_svc` ones pair the address with a port. */
@@ -76,14 +82,35 @@ function sets(side: 'allow' | 'deny', list: RuleList): string[] {
   ];
 }
 
-function verdicts(side: 'allow' | 'deny'): string[] {
-  const v = side === 'allow' ? 'accept' : 'jump deny';
+/** The matches of one side's sets, each to be followed by a verdict. */
+function setMatches(side: 'allow' | 'deny'): string[] {
   const dns = DNS_SETS[side];
   return [
-    `ip daddr @${side}_net ${v}`,
-    `ip daddr . th dport @${side}_svc ${v}`,
-    `ip daddr @${dns.ip} ${v}`,
-    `ip daddr . th dport @${dns.svc} ${v}`,
+    `ip daddr @${side}_net`,
+    `ip daddr . th dport @${side}_svc`,
+    `ip daddr @${dns.ip}`,
+    `ip daddr . th dport @${dns.svc}`,
+  ];
+}
+
+function verdicts(side: 'allow' | 'deny'): string[] {
+  const v = side === 'allow' ? 'accept' : 'jump deny';
+  return setMatches(side).map((m) => `${m} ${v}`);
+}
+
+/**
+ * The redirect to the name proxy, in the nat hook (before the filter): a connection to a
+ * steered port whose address the filter would decide anyway (always denied, on a list,
+ * private) is left to it; the rest goes to the proxy, which judges its SNI / Host.
+ */
+function steerRules(ns: Netns, r: EgressRules, always: string[]): string[] {
+  if (r.steerPorts.length === 0) return [];
+  const ports = `{ ${r.steerPorts.join(', ')} }`;
+  return [
+    `tcp dport != ${ports} return`,
+    `ip daddr { ${[...always, ...PRIVATE_RANGES].join(', ')} } return`,
+    ...[...setMatches('deny'), ...setMatches('allow')].map((m) => `${m} return`),
+    `meta l4proto tcp dnat ip to ${ns.hostIp}:${NAME_PROXY_PORT}`,
   ];
 }
 
@@ -95,6 +122,7 @@ export function policyScript(ns: Netns, r: EgressRules): string {
     'ct state established,related accept',
     'meta nfproto ipv6 jump deny',
     `ip daddr ${ns.hostIp} meta l4proto { tcp, udp } th dport ${DNS_PORT} accept`,
+    `ip daddr ${ns.hostIp} tcp dport ${NAME_PROXY_PORT} ct status dnat accept`,
     `ip daddr { ${always.join(', ')} } jump deny`,
     ...(r.none ? ['jump deny'] : []),
     ...verdicts('deny'),
@@ -108,10 +136,12 @@ export function policyScript(ns: Netns, r: EgressRules): string {
     `table ${TABLE} {`,
     '  counter denied {}',
     ...[...sets('allow', r.allow), ...sets('deny', r.deny)].map((s) => `  ${s}`),
-    // Every DNS query (UDP or TCP) goes to this namespace's proxy, whatever server the guest asked.
-    '  chain dns {',
+    // Every DNS query (UDP or TCP) goes to this namespace's proxy, whatever server the guest
+    // asked; web connections no address rule decides go to the name proxy.
+    '  chain steer {',
     '    type nat hook output priority -100;',
     `    meta l4proto { tcp, udp } th dport 53 dnat ip to ${ns.hostIp}:${DNS_PORT}`,
+    ...steerRules(ns, r, always).map((l) => `    ${l}`),
     '  }',
     '  chain deny {',
     '    counter name "denied"',
@@ -175,6 +205,7 @@ export function hostScript(): string {
     '    type filter hook input priority filter - 10; policy accept;',
     `    iifname ${veth} ct state established,related accept`,
     `    iifname ${veth} meta l4proto { tcp, udp } th dport ${DNS_PORT} accept`,
+    `    iifname ${veth} tcp dport ${NAME_PROXY_PORT} accept`,
     `    iifname ${veth} meta l4proto tcp reject with tcp reset`,
     `    iifname ${veth} reject with icmpx admin-prohibited`,
     '  }',
