@@ -56,6 +56,16 @@ async function fork(egress?: Parameters<TestServices['snapshots']['fork']>[0]['e
 
 const denied = async (id: string) => (await s.network!.state(id)).denied;
 
+/** The daemon's /metrics text, as a scraper gets it. */
+async function scrape(): Promise<string> {
+  const app = await buildApp(s.services, { requireAuth: false });
+  try {
+    return (await app.inject({ url: '/metrics' })).body;
+  } finally {
+    await app.close();
+  }
+}
+
 before(async () => {
   home = await makeTestHome();
   world = await startWorld();
@@ -172,6 +182,16 @@ test('allow-list by CIDR and by hostname; deny-list wins; PATCH applies; egress 
   await refused(byName as string, GET('http://b.test/hello'));
   await refused(byName as string, GET('https://b.test/hello'));
   assert.equal((await denied(byName as string)) - named, 2, 'named refusals were not counted');
+  const audited = s.store.audit
+    .recent(200)
+    .filter((e) => e.target === byName && e.code === 'egress_denied')
+    .map((e) => e.route);
+  for (const what of [`HTTP b.test to ${WORLD.b}:80`, `TLS b.test to ${WORLD.b}:443`]) {
+    assert.ok(audited.includes(`${what} refused`), `${what} not audited: ${audited.join('; ')}`);
+  }
+  const metrics = await scrape();
+  const gauge = `forkd_sandbox_egress_denied{sandbox="${byName}"} ${await denied(byName as string)}`;
+  assert.ok(metrics.includes(gauge), `metrics lack ${gauge}`);
   // A denied address stays denied whatever name the connection carries.
   await s.network!.patch(byName as string, { deny_out: ['203.0.113.0/24'] });
   await refused(byName as string, GET('https://a.test/hello'));
