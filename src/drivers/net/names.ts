@@ -1,17 +1,19 @@
 /**
- * The name proxy's mechanics: a TCP listener at the host end of a sandbox's veth that its
- * namespace steers web connections to (those no address rule decided, when the policy names
- * hostnames). It peeks the name the client sends first (the TLS ClientHello's SNI, or the
- * HTTP request's `Host`), asks the caller whether that name may pass, and then either
- * splices the connection to where it was going or resets it. Where it was going comes from
- * the namespace's connection tracking (`/proc/PID/net/nf_conntrack` of a process in it):
- * the redirect rewrote the destination, and Node has no SO_ORIGINAL_DST.
+ * The name proxy's mechanics: web connections a sandbox's namespace steers to the host end
+ * of its veth (those no address rule decided, when the policy names hostnames). It peeks
+ * the name the client sends first (the TLS ClientHello's SNI, or the HTTP request's
+ * `Host`), asks the caller whether that name may pass, and then either splices the
+ * connection to where it was going or resets it. Where it was going comes from the
+ * namespace's connection tracking (`/proc/PID/net/nf_conntrack` of a process in it): the
+ * redirect rewrote the destination, and Node has no SO_ORIGINAL_DST.
+ *
+ * The steered connections arrive on the DNS proxy's TCP port, which hands over those
+ * conntrack places elsewhere than port 53: the host table every forkd version installs
+ * lets that port in from a veth, so a daemon of another version sharing the table (it is
+ * one per host) cannot shut the proxy out.
  */
 import { readFile } from 'node:fs/promises';
-import { connect, createServer, type Server, type Socket } from 'node:net';
-
-/** The port every namespace's name proxy listens on, at the host end of its veth. */
-export const NAME_PROXY_PORT = 15380;
+import { connect, type Socket } from 'node:net';
 
 export interface Endpoint {
   host: string;
@@ -22,12 +24,6 @@ export interface Endpoint {
 export interface Peeked {
   proto: 'tls' | 'http' | 'other';
   name?: string;
-}
-
-/** The caller's side: where a connection was going, and whether its name may pass there. */
-export interface NameProxyHandler {
-  destination(from: Endpoint): Promise<Endpoint | undefined>;
-  decide(peeked: Peeked, to: Endpoint): boolean;
 }
 
 /** Bounds: a guest can hold neither many sockets nor idle ones, nor make the proxy buffer. */
@@ -172,46 +168,31 @@ function splice(c: Socket, to: Endpoint, head: Buffer): void {
   up.on('close', () => c.destroyed || c.end());
 }
 
-async function serve(c: Socket, at: Endpoint, handler: NameProxyHandler): Promise<void> {
-  c.on('error', () => c.destroy());
-  c.setTimeout(IDLE_MS, () => c.destroy());
-  const from = { host: c.remoteAddress ?? '', port: c.remotePort ?? 0 };
-  const to = await handler.destination(from).catch(() => undefined);
-  // Not a redirected connection (the guest dialled the proxy itself): nothing to splice to.
-  if (!to || (to.host === at.host && to.port === at.port)) return void c.resetAndDestroy();
-  const { peeked, head } = await peek(c);
-  if (c.destroyed) return;
-  if (!handler.decide(peeked, to)) return void c.resetAndDestroy();
-  splice(c, to, head);
-}
-
-/** One sandbox's name proxy: a listener and the connections it holds. */
+/**
+ * One sandbox's name proxy: the connections its namespace steered to the host end of its
+ * veth (on the DNS port, see {@link NameProxy.serve}), each judged by its name and then
+ * spliced or reset.
+ */
 export class NameProxy {
-  private constructor(
-    private readonly server: Server,
-    private readonly clients: Set<Socket>,
-  ) {}
+  private readonly clients = new Set<Socket>();
 
-  static listen(at: Endpoint, handler: NameProxyHandler): Promise<NameProxy> {
-    const clients = new Set<Socket>();
-    const server = createServer((c) => {
-      clients.add(c);
-      c.on('close', () => clients.delete(c));
-      void serve(c, { host: at.host, port: server.address() ? port(server) : at.port }, handler);
-    });
-    server.maxConnections = MAX_CONNECTIONS;
-    return new Promise((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(at.port, at.host, () => {
-        server.off('error', reject);
-        server.on('error', () => undefined);
-        resolve(new NameProxy(server, clients));
-      });
-    });
-  }
+  constructor(private readonly decide: (peeked: Peeked, to: Endpoint) => boolean) {}
 
-  get port(): number {
-    return port(this.server);
+  /**
+   * Judge and carry a steered connection going to `to`: peek its name, then splice it there
+   * or reset it. Over {@link MAX_CONNECTIONS} at once, it is reset unread.
+   */
+  serve(c: Socket, to: Endpoint): void {
+    if (this.clients.size >= MAX_CONNECTIONS) return void c.resetAndDestroy();
+    this.clients.add(c);
+    c.on('close', () => this.clients.delete(c));
+    c.on('error', () => c.destroy());
+    c.setTimeout(IDLE_MS, () => c.destroy());
+    void peek(c).then(({ peeked, head }) => {
+      if (c.destroyed) return;
+      if (!this.decide(peeked, to)) return void c.resetAndDestroy();
+      splice(c, to, head);
+    });
   }
 
   /** Connections open now (spliced or being peeked). */
@@ -220,11 +201,9 @@ export class NameProxy {
   }
 
   close(): void {
-    this.server.close();
     for (const c of this.clients) c.destroy();
   }
 }
 
-function port(server: Server): number {
-  return (server.address() as { port: number }).port;
-}
+/** Most connections one sandbox's name proxy holds at once. */
+export const NAME_PROXY_MAX = MAX_CONNECTIONS;

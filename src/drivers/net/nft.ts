@@ -1,15 +1,16 @@
 /**
  * The packet filter, as nftables scripts: one host table (`inet forkd` in the root
- * namespace: sandboxes may reach nothing of the host but their DNS and name proxies, nor each other,
- * and are masqueraded out) and one policy table per sandbox namespace, applied to the
- * sockets QEMU's user networking opens there. Every denial jumps to one chain that counts it
+ * namespace: sandboxes may reach nothing of the host but their DNS proxy's port, where the
+ * name proxy's connections arrive too, nor each other, and are masqueraded out; shared by
+ * every daemon on the host, whatever its version, so it keeps to lines every version has)
+ * and one policy table per sandbox namespace, applied to the sockets QEMU's user
+ * networking opens there. Every denial jumps to one chain that counts it
  * and refuses at once: TCP reset, else ICMP administratively prohibited.
  */
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { run } from '../../util/exec.js';
-import { NAME_PROXY_PORT } from './names.js';
 import { FORWARDING_FILE, inNetns, NETNS_SUBNET, VETH_PREFIX, type Netns } from './netns.js';
 
 const TABLE = 'inet forkd';
@@ -101,7 +102,9 @@ function verdicts(side: 'allow' | 'deny'): string[] {
 /**
  * The redirect to the name proxy, in the nat hook (before the filter): a connection to a
  * steered port whose address the filter would decide anyway (always denied, on a list,
- * private) is left to it; the rest goes to the proxy, which judges its SNI / Host.
+ * private) is left to it; the rest goes to the proxy, which judges its SNI / Host. The
+ * proxy is on the DNS port (the DNS proxy hands it what conntrack places elsewhere than
+ * port 53): the filter below and the host table let that port in already.
  */
 function steerRules(ns: Netns, r: EgressRules, always: string[]): string[] {
   if (r.steerPorts.length === 0) return [];
@@ -110,7 +113,7 @@ function steerRules(ns: Netns, r: EgressRules, always: string[]): string[] {
     `tcp dport != ${ports} return`,
     `ip daddr { ${[...always, ...PRIVATE_RANGES].join(', ')} } return`,
     ...[...setMatches('deny'), ...setMatches('allow')].map((m) => `${m} return`),
-    `meta l4proto tcp dnat ip to ${ns.hostIp}:${NAME_PROXY_PORT}`,
+    `meta l4proto tcp dnat ip to ${ns.hostIp}:${DNS_PORT}`,
   ];
 }
 
@@ -122,7 +125,6 @@ export function policyScript(ns: Netns, r: EgressRules): string {
     'ct state established,related accept',
     'meta nfproto ipv6 jump deny',
     `ip daddr ${ns.hostIp} meta l4proto { tcp, udp } th dport ${DNS_PORT} accept`,
-    `ip daddr ${ns.hostIp} tcp dport ${NAME_PROXY_PORT} ct status dnat accept`,
     `ip daddr { ${always.join(', ')} } jump deny`,
     ...(r.none ? ['jump deny'] : []),
     ...verdicts('deny'),
@@ -205,7 +207,6 @@ export function hostScript(): string {
     '    type filter hook input priority filter - 10; policy accept;',
     `    iifname ${veth} ct state established,related accept`,
     `    iifname ${veth} meta l4proto { tcp, udp } th dport ${DNS_PORT} accept`,
-    `    iifname ${veth} tcp dport ${NAME_PROXY_PORT} accept`,
     `    iifname ${veth} meta l4proto tcp reject with tcp reset`,
     `    iifname ${veth} reject with icmpx admin-prohibited`,
     '  }',

@@ -19,7 +19,7 @@ import {
 } from '../../drivers/net/dns.js';
 import {
   conntrackOriginal,
-  NAME_PROXY_PORT,
+  NAME_PROXY_MAX,
   NameProxy,
   type Endpoint,
   type Peeked,
@@ -378,15 +378,24 @@ export class NetworkService {
     if (this.isolation === 'netns' && (await listNetns()).length === 0) await removeHostTable();
   }
 
-  /** The DNS proxy and the name proxy at the host end of the sandbox's veth. */
+  /**
+   * The DNS proxy at the host end of the sandbox's veth, and the name proxy behind its TCP
+   * port: a connection conntrack places elsewhere than port 53 was steered there by the
+   * namespace and is the name proxy's.
+   */
   private async listenProxies(id: string, a: Attached, ns: Netns): Promise<void> {
-    a.dns = await DnsListener.listen({ host: ns.hostIp, port: DNS_PORT }, (m, q) =>
-      this.answer(id, m, q),
-    );
-    const at = { host: ns.hostIp, port: NAME_PROXY_PORT };
-    a.names = await NameProxy.listen(at, {
-      destination: (from) => this.originalDestination(a, ns, from, at),
-      decide: (peeked, to) => this.decideNamed(id, a, peeked, to),
+    const names = new NameProxy((peeked, to) => this.decideNamed(id, a, peeked, to));
+    a.names = names;
+    const at = { host: ns.hostIp, port: DNS_PORT };
+    a.dns = await DnsListener.listen(at, (m, q) => this.answer(id, m, q), {
+      max: NAME_PROXY_MAX,
+      take: async (c) => {
+        const from = { host: c.remoteAddress ?? '', port: c.remotePort ?? 0 };
+        const to = await this.originalDestination(a, ns, from, at);
+        if (!to || to.port === DNS_PORT) return false;
+        names.serve(c, to);
+        return true;
+      },
     });
   }
 

@@ -1,13 +1,15 @@
 /**
  * The name proxy without a sandbox: the name in a real ClientHello (Node's TLS client) and
- * in an HTTP request, what is neither, the original destination from a conntrack line, and
- * a proxy on loopback splicing an allowed name and resetting a refused one.
+ * in an HTTP request, what is neither, the original destination from a conntrack line, a
+ * proxy on loopback splicing an allowed name and resetting a refused one, and the DNS
+ * proxy's TCP port handing it steered connections while answering DNS clients.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { connect, createServer, type AddressInfo, type Server } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
+import { DnsListener, frame, refusedReply } from '../../../src/drivers/net/dns.js';
 import {
   NameProxy,
   originalFrom,
@@ -79,55 +81,74 @@ async function echoServer(): Promise<{ server: Server; port: number }> {
 }
 
 /** Send `data` through the proxy; what came back, or the error that ended it. */
-async function through(proxyPort: number, data: string): Promise<string> {
+async function through(proxyPort: number, data: string, anyAnswer = false): Promise<string> {
   const c = connect(proxyPort, '127.0.0.1');
   let out = '';
   c.on('data', (b: Buffer) => {
-    out += b.toString();
-    if (out.length >= data.length) c.end();
+    out += b.toString('latin1');
+    if (anyAnswer || out.length >= data.length) c.end();
   });
-  c.write(data);
+  c.write(Buffer.from(data, 'latin1'));
   return new Promise((resolve, reject) => {
     c.on('error', (e) => reject(e));
     c.on('close', () => resolve(out));
   });
 }
 
-test('a proxy on loopback splices an allowed name to its destination and resets a refused one', async () => {
+/** A listener on loopback whose connections the proxy serves as if steered to `to`. */
+async function steering(proxy: NameProxy, to: Endpoint): Promise<Server> {
+  const server = createServer((c) => proxy.serve(c, to));
+  await listening(server);
+  return server;
+}
+
+test('the proxy splices an allowed name to its destination and resets a refused one', async () => {
   const echo = await echoServer();
   const decided: string[] = [];
-  const proxy = await NameProxy.listen(
-    { host: '127.0.0.1', port: 0 },
-    {
-      destination: async (): Promise<Endpoint> => ({ host: '127.0.0.1', port: echo.port }),
-      decide: (p) => (decided.push(`${p.proto} ${p.name}`), p.name === 'a.test'),
-    },
-  );
+  const proxy = new NameProxy((p, to) => {
+    decided.push(`${p.proto} ${p.name} ${to.port === echo.port}`);
+    return p.name === 'a.test';
+  });
+  const server = await steering(proxy, { host: '127.0.0.1', port: echo.port });
+  const port = (server.address() as AddressInfo).port;
   try {
     const ok = 'GET / HTTP/1.1\r\nHost: a.test\r\n\r\nbody';
-    assert.equal(await through(proxy.port, ok), ok);
-    await assert.rejects(
-      through(proxy.port, 'GET / HTTP/1.1\r\nHost: b.test\r\n\r\n'),
-      /ECONNRESET/,
-    );
-    assert.deepEqual(decided, ['http a.test', 'http b.test']);
+    assert.equal(await through(port, ok), ok);
+    await assert.rejects(through(port, 'GET / HTTP/1.1\r\nHost: b.test\r\n\r\n'), /ECONNRESET/);
+    assert.deepEqual(decided, ['http a.test true', 'http b.test true']);
   } finally {
     proxy.close();
+    server.close();
     echo.server.close();
   }
 });
 
-test('a connection the proxy cannot place (not redirected) is reset without being read', async () => {
-  const proxy = await NameProxy.listen(
+test("the DNS proxy's TCP port hands steered connections to the name proxy, answers the rest", async () => {
+  const echo = await echoServer();
+  const proxy = new NameProxy(() => true);
+  let steered = true;
+  const dns = await DnsListener.listen(
     { host: '127.0.0.1', port: 0 },
-    { destination: async () => undefined, decide: () => true },
+    async (q) => refusedReply(q),
+    {
+      max: 4,
+      take: async (c) => {
+        if (steered) proxy.serve(c, { host: '127.0.0.1', port: echo.port });
+        return steered;
+      },
+    },
   );
-  const port = proxy.port;
   try {
-    await assert.rejects(through(port, 'GET / HTTP/1.1\r\nHost: a.test\r\n\r\n'), /ECONNRESET/);
+    const req = 'GET / HTTP/1.1\r\nHost: a.test\r\n\r\n';
+    assert.equal(await through(dns.port, req), req);
+    steered = false; // conntrack says port 53: a DNS client
+    const query = Buffer.from('00010100000100000000000001610474657374000001000' + '1', 'hex');
+    const answer = await through(dns.port, frame(query).toString('latin1'), true);
+    // After the 2-byte length: the reply's RCODE (low nibble of byte 3) is REFUSED.
+    assert.equal((Buffer.from(answer, 'latin1')[5] as number) & 0x0f, 5, 'REFUSED over TCP');
   } finally {
+    dns.close();
     proxy.close();
+    echo.server.close();
   }
-  // The proxy is gone with close: nothing listens any more.
-  await assert.rejects(through(port, 'x'), /ECONNREFUSED/);
 });

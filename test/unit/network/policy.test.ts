@@ -132,11 +132,13 @@ test('steering: only a policy naming hostnames sends web ports (and named ones) 
   assert.match(script, /tcp dport != \{ 80, 443, 8443 \} return/);
   // Deny lists, allow lists, private ranges and the always-denied stay with the filter.
   const steer = script.slice(script.indexOf('chain steer'), script.indexOf('chain deny'));
-  assert.ok(steer.indexOf('@deny_net return') < steer.indexOf('dnat ip to 10.231.0.13:15380'));
+  assert.ok(
+    steer.indexOf('@deny_net return') < steer.indexOf('meta l4proto tcp dnat ip to 10.231.0.13:53'),
+  );
   assert.match(steer, /ip daddr \{ 0\.0\.0\.0\/8, .*10\.0\.0\.0\/8.* \} return/);
   assert.deepEqual(egressRules(NO_EGRESS, []).steerPorts, []);
   assert.doesNotMatch(
     policyScript(ns, egressRules(OPEN_EGRESS, [])),
-    /dnat ip to 10\.231\.0\.13:15380/,
+    /meta l4proto tcp dnat ip to 10\.231\.0\.13:53/,
   );
 });
