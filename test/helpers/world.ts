@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { run } from '../../src/util/exec.js';
+import { selfSignedCert } from './certs.js';
 
 export const WORLD = {
   a: '198.51.100.2',
@@ -60,25 +61,8 @@ export async function startWorld(): Promise<World> {
         'route add default via 198.51.100.1',
       ].join('\n'),
     });
-    const tls = {
-      WORLD_TLS_KEY: join(tlsDir, 'key.pem'),
-      WORLD_TLS_CERT: join(tlsDir, 'cert.pem'),
-    };
-    await run('openssl', [
-      'req',
-      '-x509',
-      '-newkey',
-      'rsa:2048',
-      '-nodes',
-      '-days',
-      '1',
-      '-subj',
-      '/CN=world.test',
-      '-keyout',
-      tls.WORLD_TLS_KEY,
-      '-out',
-      tls.WORLD_TLS_CERT,
-    ]);
+    const made = await selfSignedCert(tlsDir, 'world.test');
+    const tls = { WORLD_TLS_KEY: made.key, WORLD_TLS_CERT: made.cert };
     const script = fileURLToPath(new URL('./world-server.js', import.meta.url));
     const records = Object.entries(WORLD.names).map(([n, ip]) => `${n}=${ip}`);
     server = spawn(

@@ -1,6 +1,6 @@
 /**
- * The network service: which mode this host gets (a namespace per sandbox as root, user
- * networking with `restrict` otherwise), a small pool of namespaces made ahead so a fork
+ * The network service: which mode this host gets (a namespace per sandbox as root, plain
+ * user networking otherwise), a small pool of namespaces made ahead so a fork
  * does not wait for one, each sandbox's policy (enforced in its namespace, changed at run
  * time), its DNS proxy and name proxy (TLS SNI / HTTP Host), its denial count, and its
  * published ports.
