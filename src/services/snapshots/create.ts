@@ -20,7 +20,7 @@ import {
   resolveResources,
   type Sandbox,
 } from '../sandboxes/sandbox.js';
-import type { Limiter } from '../limits.js';
+import type { Limiter, Placement } from '../limits.js';
 import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import type { NetworkService } from '../network/service.js';
 import { warmContexts } from './hooks.js';
@@ -60,10 +60,7 @@ export async function createSnapshot(
     sb = await bootSandbox(ctx.paths, {
       id,
       net,
-      placement: ctx.limiter && {
-        limiter: ctx.limiter,
-        limits: await ctx.limiter.resolve(undefined, res),
-      },
+      placement: ctx.limiter && (await parentPlacement(ctx.limiter, res)),
       image,
       memoryMiB: req.memory_mib,
       cpus: req.cpus,
@@ -112,6 +109,19 @@ export async function createSnapshot(
     await rm(staging, { recursive: true, force: true });
     throw await asDiskFull(e, ctx.paths.snapshots, `snapshot create of ${req.tag}`);
   }
+}
+
+/**
+ * The parent VM's cgroup: the daemon's default memory and pids limits, but no CPU quota.
+ * Booted under a quota, the captured guest kept a clock that lagged the host's by seconds
+ * in its children (snapshots/fork.test's clock check failed in two of two runs with it,
+ * passed without): its kernel's timekeeping must not be throttled while it starts.
+ */
+async function parentPlacement(
+  limiter: Limiter,
+  res: { memoryMiB: number; cpus: number },
+): Promise<Placement> {
+  return { limiter, limits: { ...(await limiter.resolve(undefined, res)), cpu: null } };
 }
 
 /** Warm-up commands, long-lived starts, then the readiness check. */
