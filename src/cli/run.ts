@@ -4,11 +4,12 @@
  * when one runs (create → exec → kill), else in this process.
  */
 import type { Command } from 'commander';
-import { Sandbox as DaemonSandbox, type Forkd } from '@forkd/sdk';
+import { Sandbox as DaemonSandbox, type Forkd, type LimitsOptions } from '@forkd/sdk';
 import type { Sandbox } from '../services/sandboxes/sandbox.js';
 import { commandFailed, findDaemon, forwardsStdin, pumpStdin } from './client.js';
 import { commandExit, EXIT } from './exit.js';
 import { attach } from './exec.js';
+import { limitOptions, parseLimitFlags, type LimitFlags } from './limits.js';
 import { action, drained } from './output.js';
 import {
   collect,
@@ -20,7 +21,7 @@ import {
   usage,
 } from './parse.js';
 
-interface RunOptions {
+interface RunOptions extends LimitFlags {
   image?: string;
   memory: string;
   cpus: string;
@@ -36,6 +37,8 @@ interface RunRequest {
   memoryMiB: number;
   cpus: number;
   env: Record<string, string>;
+  /** Its QEMU's cgroup limits (absent: the defaults, as for a daemon's sandbox). */
+  limits?: LimitsOptions;
   timeoutS?: number;
   forwardStdin: boolean;
   /** From the image config when no command is given. */
@@ -50,7 +53,7 @@ interface Booted {
 }
 
 export function register(cmd: Command): void {
-  cmd
+  limitOptions(cmd, "the sandbox's")
     .argument(
       '[command...]',
       "command and arguments (after --); default: the image's Entrypoint + Cmd",
@@ -102,6 +105,7 @@ function runRequest(opts: RunOptions): RunRequest {
     memoryMiB: parseMemory(opts.memory),
     cpus: parseCpus(opts.cpus),
     env: parseEnv(opts.env),
+    limits: parseLimitFlags(opts),
     timeoutS: parseCommandTimeout(opts.timeout),
     forwardStdin: forwardsStdin(opts.stdin),
   };
@@ -143,17 +147,27 @@ async function bootInProcess(
   req: RunRequest,
   signal: AbortSignal,
 ): Promise<Booted> {
-  const [{ paths }, { DEFAULT_IMAGE }, { bootSandbox, destroySandbox }] = await Promise.all([
-    import('../config.js'),
-    import('../services/images/index.js'),
-    import('../services/sandboxes/sandbox.js'),
-  ]);
-  const sandbox = await bootSandbox(paths(), {
+  const [{ paths }, { DEFAULT_IMAGE }, sandboxes, { Limiter, runCgroupParent }] = await Promise.all(
+    [
+      import('../config.js'),
+      import('../services/images/index.js'),
+      import('../services/sandboxes/sandbox.js'),
+      import('../services/limits.js'),
+    ],
+  );
+  const { bootSandbox, destroySandbox, resolveResources } = sandboxes;
+  const p = paths();
+  // The same cgroup and default limits as a daemon's sandbox, under a parent of its own.
+  const limiter = new Limiter({ home: p.home, parent: runCgroupParent(p.home) });
+  const asked = req.limits && { ...req.limits, memory: req.limits.memory?.toString() };
+  const limits = await limiter.resolve(asked, resolveResources(req));
+  const sandbox = await bootSandbox(p, {
     image: req.image ?? DEFAULT_IMAGE,
     memoryMiB: req.memoryMiB,
     cpus: req.cpus,
     env: req.env,
     signal,
+    placement: { limiter, limits },
   });
   return {
     run: () => runIn(sandbox, argv, req),
@@ -175,6 +189,7 @@ async function bootThroughDaemon(
     memoryMib: req.memoryMiB,
     cpus: req.cpus,
     env: req.env,
+    limits: req.limits,
   });
   if (signal.aborted) {
     await sandbox.kill().catch(() => undefined);

@@ -176,7 +176,8 @@ export const SandboxNetwork = Type.Object(
     mode: NetworkMode,
     isolation: Type.Optional(
       Type.Union([Type.Literal('netns'), Type.Literal('user')], {
-        description: '`netns`: own namespace, policy enforced; `user`: rootless, restrict',
+        description:
+          "`netns`: own namespace, policy enforced; `user`: rootless user networking in the daemon's namespace, no policy",
       }),
     ),
     egress: Egress,

@@ -254,7 +254,8 @@ async function checkLiveBranch(): Promise<Outcome> {
 }
 
 async function checkNetns(): Promise<Outcome> {
-  const fallback = 'nat networking falls back to plain user networking, host loopback blocked';
+  const fallback =
+    "nat networking falls back to QEMU user networking in the daemon's namespace: the host's loopback (10.0.2.2) and network are reachable, no egress policy";
   if (process.getuid?.() !== 0) return warn(`not root: ${fallback}`, 'run forkd as root');
   try {
     await run('unshare', ['--net', 'true']);

@@ -209,6 +209,17 @@ export function cgroupParentName(home: string): string {
   return `forkd-${createHash('sha256').update(home).digest('hex').slice(0, 10)}`;
 }
 
+/** The cgroup parent of the VMs `forkd run` boots without a daemon on `home`. */
+export function runCgroupParent(home: string): string {
+  return `${cgroupParentName(home)}-run`;
+}
+
+/** Where a VM's QEMU is accounted: a cgroup of `limiter`, with these limits. */
+export interface Placement {
+  limiter: Limiter;
+  limits: StoredLimits;
+}
+
 /** What the host can enforce, for `forkd doctor` and the Limiter. */
 export type Enforcement =
   { version: CgroupVersion; layout: CgroupLayout } | { version: null; reason: string };
@@ -258,12 +269,18 @@ export class Limiter {
       home: string;
       defaults?: LimitDefaults;
       log?: LimiterLog;
-      /** Tests of the layers above, `forkd run`: no cgroups at all. */
+      /** Tests of the layers above: no cgroups at all. */
       disabled?: boolean;
+      /**
+       * The parent cgroup's name, default {@link cgroupParentName} of `home`. `forkd run`
+       * uses its own ({@link runCgroupParent}): a daemon's start-up sweep of its parent must
+       * not meet the VMs of runs that are no sandboxes of it.
+       */
+      parent?: string;
     },
   ) {
     this.defaults = opts.defaults ?? AUTO_DEFAULTS;
-    this.parent = cgroupParentName(opts.home);
+    this.parent = opts.parent ?? cgroupParentName(opts.home);
   }
 
   /** What this host enforces (probed once). */

@@ -1,16 +1,20 @@
 /**
  * The test "outside world", run by world.ts inside a network namespace the test made: an
- * HTTP server on :80 (`/hello`, `/bytes?mb=N` streaming N MiB of zeros) and a DNS server on
- * :53 answering A records from argv (`name=ip` …), NXDOMAIN for anything else.
+ * HTTP server on :80 and the same over TLS on :443 (`/hello`, `/bytes?mb=N` streaming N MiB
+ * of zeros; the key and certificate world.ts made are in WORLD_TLS_KEY / WORLD_TLS_CERT)
+ * and a DNS server on :53 answering A records from argv (`name=ip` …), NXDOMAIN for
+ * anything else.
  */
 import { createSocket } from 'node:dgram';
-import { createServer } from 'node:http';
+import { readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 
 const records = new Map(process.argv.slice(2).map((kv) => kv.split('=') as [string, string]));
 
 const CHUNK = Buffer.alloc(64 * 1024);
 
-createServer((req, res) => {
+function serve(req: IncomingMessage, res: ServerResponse) {
   const url = new URL(req.url ?? '/', 'http://world');
   if (url.pathname === '/hello') return res.end(`hello from ${req.headers.host}\n`);
   if (url.pathname === '/bytes') {
@@ -28,7 +32,18 @@ createServer((req, res) => {
   }
   res.statusCode = 404;
   res.end('not found\n');
-}).listen(80, '0.0.0.0');
+}
+
+createServer(serve).listen(80, '0.0.0.0');
+const tls = { key: process.env.WORLD_TLS_KEY, cert: process.env.WORLD_TLS_CERT };
+if (tls.key && tls.cert) {
+  // The guests' client is busybox 1.35's wget: its TLS 1.2 ClientHello has no
+  // signature_algorithms extension, so the server must sign with SHA-1 (RFC 5246 §7.4.1.4.1),
+  // which OpenSSL 3 refuses from security level 1 up ("no suitable signature algorithm",
+  // alert 40). Level 0 lets this test server talk to it; nothing else changes.
+  const opts = { key: readFileSync(tls.key), cert: readFileSync(tls.cert) };
+  createTlsServer({ ...opts, ciphers: 'DEFAULT:@SECLEVEL=0' }, serve).listen(443, '0.0.0.0');
+}
 
 /** The name of the first question, lower case. */
 function questionName(msg: Buffer): { name: string; end: number } {

@@ -1,13 +1,18 @@
 /**
  * A test's own "outside world": a network namespace reached from the host over a veth,
  * holding two test hosts (198.51.100.2 and 203.0.113.2, documentation ranges that nothing
- * real uses) that serve HTTP and DNS (world-server.ts). Sandboxes reach it through forkd's
+ * real uses) that serve HTTP, HTTPS (a self-signed certificate made here) and DNS
+ * (world-server.ts). Sandboxes reach it through forkd's
  * NAT exactly as they would reach the internet; `close` removes every trace of it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { run } from '../../src/util/exec.js';
+import { selfSignedCert } from './certs.js';
 
 export const WORLD = {
   a: '198.51.100.2',
@@ -26,6 +31,7 @@ export async function startWorld(): Promise<World> {
   const name = `fkdworld-${process.pid}`;
   const veth = `fkdw-${process.pid % 100000}`;
   let server: ChildProcess | undefined;
+  const tlsDir = await mkdtemp(join(tmpdir(), 'fkdworld-'));
   const close = async () => {
     if (server?.pid && server.exitCode === null) {
       server.kill('SIGKILL');
@@ -34,6 +40,7 @@ export async function startWorld(): Promise<World> {
     await run('ip', ['link', 'del', veth]).catch(() => undefined);
     await run('ip', ['route', 'del', '203.0.113.0/24']).catch(() => undefined);
     await run('ip', ['netns', 'del', name]).catch(() => undefined);
+    await rm(tlsDir, { recursive: true, force: true });
   };
   try {
     await run('ip', ['netns', 'add', name]);
@@ -54,6 +61,8 @@ export async function startWorld(): Promise<World> {
         'route add default via 198.51.100.1',
       ].join('\n'),
     });
+    const made = await selfSignedCert(tlsDir, 'world.test');
+    const tls = { WORLD_TLS_KEY: made.key, WORLD_TLS_CERT: made.cert };
     const script = fileURLToPath(new URL('./world-server.js', import.meta.url));
     const records = Object.entries(WORLD.names).map(([n, ip]) => `${n}=${ip}`);
     server = spawn(
@@ -61,6 +70,7 @@ export async function startWorld(): Promise<World> {
       [`--net=/run/netns/${name}`, '--', process.execPath, script, ...records],
       {
         stdio: ['ignore', 'pipe', 'inherit'],
+        env: { ...process.env, ...tls },
       },
     );
     await new Promise<void>((resolve, reject) => {

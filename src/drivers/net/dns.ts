@@ -170,7 +170,6 @@ export function frame(msg: Buffer): Buffer {
 function serveTcp(c: TcpSocket, handler: DnsHandler): void {
   let pending: Buffer = Buffer.alloc(0);
   c.setTimeout(TCP_IDLE_MS, () => c.destroy());
-  c.on('error', () => c.destroy());
   c.on('data', (chunk) => {
     pending = takeFrames(Buffer.concat([pending, chunk]), (msg) => {
       void reply(Buffer.from(msg), handler).then((r) => {
@@ -178,6 +177,16 @@ function serveTcp(c: TcpSocket, handler: DnsHandler): void {
       });
     });
   });
+}
+
+/**
+ * Connections of the TCP listener that are not DNS (the name proxy's): `take` serves one
+ * and says true, or says false and it is answered as DNS; at most `max` of them besides
+ * the DNS clients.
+ */
+export interface TcpDivert {
+  take(c: TcpSocket): Promise<boolean>;
+  max: number;
 }
 
 /** One UDP socket and one TCP listener on the same address, answering through `handler`. */
@@ -188,13 +197,18 @@ export class DnsListener {
     private readonly clients: Set<TcpSocket>,
   ) {}
 
-  static async listen(at: DnsEndpoint, handler: DnsHandler): Promise<DnsListener> {
+  static async listen(
+    at: DnsEndpoint,
+    handler: DnsHandler,
+    divert?: TcpDivert,
+  ): Promise<DnsListener> {
     const sock = await listenUdp(at, handler);
     const clients = new Set<TcpSocket>();
     try {
       // Port 0 (tests): TCP takes the port UDP got.
       const port = at.port || sock.address().port;
-      return new DnsListener(sock, await listenTcp({ ...at, port }, handler, clients), clients);
+      const tcp = await listenTcp({ ...at, port }, handler, clients, divert);
+      return new DnsListener(sock, tcp, clients);
     } catch (e) {
       sock.close();
       throw e;
@@ -228,14 +242,33 @@ function listenUdp(at: DnsEndpoint, handler: DnsHandler): Promise<Socket> {
   });
 }
 
-function listenTcp(at: DnsEndpoint, handler: DnsHandler, clients: Set<TcpSocket>): Promise<Server> {
+function listenTcp(
+  at: DnsEndpoint,
+  handler: DnsHandler,
+  clients: Set<TcpSocket>,
+  divert?: TcpDivert,
+): Promise<Server> {
+  let dnsClients = 0;
+  const asDns = (c: TcpSocket) => {
+    if (c.destroyed) return;
+    if (dnsClients >= TCP_MAX_CLIENTS) return void c.destroy();
+    dnsClients++;
+    c.on('close', () => dnsClients--);
+    serveTcp(c, handler);
+  };
   return new Promise((resolve, reject) => {
     const server = createServer((c) => {
       clients.add(c);
       c.on('close', () => clients.delete(c));
-      serveTcp(c, handler);
+      c.on('error', () => c.destroy());
+      if (!divert) return asDns(c);
+      // Unread bytes wait in the socket while `take` finds out what the connection is.
+      void divert.take(c).then(
+        (taken) => taken || asDns(c),
+        () => asDns(c),
+      );
     });
-    server.maxConnections = TCP_MAX_CLIENTS;
+    server.maxConnections = TCP_MAX_CLIENTS + (divert?.max ?? 0);
     server.once('error', reject);
     server.listen(at.port, at.host, () => {
       server.off('error', reject);

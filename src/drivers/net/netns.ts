@@ -122,10 +122,18 @@ async function wire(ns: Netns): Promise<void> {
   ]);
 }
 
+/** The processes that run in the namespace (a sandbox's QEMU). */
+export async function netnsPids(ns: Netns): Promise<number[]> {
+  const { stdout } = await run('ip', ['netns', 'pids', ns.name]).catch(() => ({ stdout: '' }));
+  return stdout
+    .split(/\s+/)
+    .filter((p) => /^\d+$/.test(p))
+    .map(Number);
+}
+
 /** Whether any process runs in the namespace (an adopted sandbox's QEMU). */
 export async function netnsInUse(ns: Netns): Promise<boolean> {
-  const { stdout } = await run('ip', ['netns', 'pids', ns.name]).catch(() => ({ stdout: '' }));
-  return stdout.trim() !== '';
+  return (await netnsPids(ns)).length > 0;
 }
 
 /** Delete a namespace (its veth, rules and conntrack go with it). Idempotent. */

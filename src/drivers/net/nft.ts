@@ -1,8 +1,10 @@
 /**
  * The packet filter, as nftables scripts: one host table (`inet forkd` in the root
- * namespace: sandboxes may reach nothing of the host but their DNS proxy, nor each other,
- * and are masqueraded out) and one policy table per sandbox namespace, applied to the
- * sockets QEMU's user networking opens there. Every denial jumps to one chain that counts it
+ * namespace: sandboxes may reach nothing of the host but their DNS proxy's port, where the
+ * name proxy's connections arrive too, nor each other, and are masqueraded out; shared by
+ * every daemon on the host, whatever its version, so it keeps to lines every version has)
+ * and one policy table per sandbox namespace, applied to the sockets QEMU's user
+ * networking opens there. Every denial jumps to one chain that counts it
  * and refuses at once: TCP reset, else ICMP administratively prohibited.
  */
 import { existsSync } from 'node:fs';
@@ -52,6 +54,11 @@ export interface EgressRules {
   deny: RuleList;
   /** Every address of the host, refused like loopback. */
   hostAddresses: string[];
+  /**
+   * TCP ports whose connections no address rule decided go to the name proxy (SNI / Host
+   * judged there) instead of the last verdict; empty: no proxy.
+   */
+  steerPorts: number[];
 }
 
 /** The sets DNS answers fill, by verdict; `_svc` ones pair the address with a port. */
@@ -76,14 +83,37 @@ function sets(side: 'allow' | 'deny', list: RuleList): string[] {
   ];
 }
 
-function verdicts(side: 'allow' | 'deny'): string[] {
-  const v = side === 'allow' ? 'accept' : 'jump deny';
+/** The matches of one side's sets, each to be followed by a verdict. */
+function setMatches(side: 'allow' | 'deny'): string[] {
   const dns = DNS_SETS[side];
   return [
-    `ip daddr @${side}_net ${v}`,
-    `ip daddr . th dport @${side}_svc ${v}`,
-    `ip daddr @${dns.ip} ${v}`,
-    `ip daddr . th dport @${dns.svc} ${v}`,
+    `ip daddr @${side}_net`,
+    `ip daddr . th dport @${side}_svc`,
+    `ip daddr @${dns.ip}`,
+    `ip daddr . th dport @${dns.svc}`,
+  ];
+}
+
+function verdicts(side: 'allow' | 'deny'): string[] {
+  const v = side === 'allow' ? 'accept' : 'jump deny';
+  return setMatches(side).map((m) => `${m} ${v}`);
+}
+
+/**
+ * The redirect to the name proxy, in the nat hook (before the filter): a connection to a
+ * steered port whose address the filter would decide anyway (always denied, on a list,
+ * private) is left to it; the rest goes to the proxy, which judges its SNI / Host. The
+ * proxy is on the DNS port (the DNS proxy hands it what conntrack places elsewhere than
+ * port 53): the filter below and the host table let that port in already.
+ */
+function steerRules(ns: Netns, r: EgressRules, always: string[]): string[] {
+  if (r.steerPorts.length === 0) return [];
+  const ports = `{ ${r.steerPorts.join(', ')} }`;
+  return [
+    `tcp dport != ${ports} return`,
+    `ip daddr { ${[...always, ...PRIVATE_RANGES].join(', ')} } return`,
+    ...[...setMatches('deny'), ...setMatches('allow')].map((m) => `${m} return`),
+    `meta l4proto tcp dnat ip to ${ns.hostIp}:${DNS_PORT}`,
   ];
 }
 
@@ -108,10 +138,12 @@ export function policyScript(ns: Netns, r: EgressRules): string {
     `table ${TABLE} {`,
     '  counter denied {}',
     ...[...sets('allow', r.allow), ...sets('deny', r.deny)].map((s) => `  ${s}`),
-    // Every DNS query (UDP or TCP) goes to this namespace's proxy, whatever server the guest asked.
-    '  chain dns {',
+    // Every DNS query (UDP or TCP) goes to this namespace's proxy, whatever server the guest
+    // asked; web connections no address rule decides go to the name proxy.
+    '  chain steer {',
     '    type nat hook output priority -100;',
     `    meta l4proto { tcp, udp } th dport 53 dnat ip to ${ns.hostIp}:${DNS_PORT}`,
+    ...steerRules(ns, r, always).map((l) => `    ${l}`),
     '  }',
     '  chain deny {',
     '    counter name "denied"',

@@ -2,7 +2,7 @@
  * Egress policy, as the user writes it and as the filter enforces it: parse and check each
  * `allow_out`/`deny_out` entry (CIDR, IP, `host:port`, hostname or `*.domain`), merge an
  * override over an inherited policy, turn a policy into the namespace's rules, and decide
- * what the DNS proxy does with a name. No I/O here.
+ * what the DNS proxy and the name proxy (TLS SNI, HTTP Host) do with a name. No I/O here.
  */
 import { isIPv4, isIPv6 } from 'node:net';
 import type { EgressRules, RuleList, Service } from '../../drivers/net/nft.js';
@@ -118,7 +118,20 @@ export function egressRules(e: Egress, hostAddresses: string[]): EgressRules {
     allow: ruleList(e.allow_out, 'allow_out'),
     deny: ruleList(e.deny_out, 'deny_out'),
     hostAddresses,
+    steerPorts: e.none ? [] : steerPorts(e),
   };
+}
+
+/** Ports the name proxy inspects: none when no entry is a hostname, else web and named ones. */
+function steerPorts(e: Egress): number[] {
+  const hosts = [
+    ...e.allow_out.map((x) => parseEntry('allow_out', x)),
+    ...e.deny_out.map((x) => parseEntry('deny_out', x)),
+  ].filter((x) => x.kind === 'host');
+  if (hosts.length === 0) return [];
+  const ports = new Set([80, 443]);
+  for (const h of hosts) if (h.port !== undefined) ports.add(h.port);
+  return [...ports].sort((a, b) => a - b);
 }
 
 function matches(pattern: string, name: string): boolean {
@@ -153,4 +166,18 @@ export function decideName(e: Egress, name: string): DnsDecision {
   const allow = hostMatches(e.allow_out, 'allow_out', name);
   const refuse = e.none || deny.includes(undefined) || (!e.allow_internet && allow.length === 0);
   return { refuse, allow, deny };
+}
+
+/**
+ * A connection the name proxy holds (its address matched no rule): the name the client sent
+ * (SNI or Host) is judged as a DNS query for it would be, with the entries' ports; a
+ * connection without a name, like one to an unlisted address, passes only with internet.
+ */
+export function decideConnection(e: Egress, name: string | undefined, port: number): boolean {
+  if (e.none) return false;
+  if (name === undefined) return e.allow_internet;
+  const d = decideName(e, name);
+  const names = (ports: (number | undefined)[]) => ports.some((p) => p === undefined || p === port);
+  if (names(d.deny)) return false;
+  return names(d.allow) || e.allow_internet;
 }

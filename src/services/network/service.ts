@@ -1,10 +1,11 @@
 /**
- * The network service: which mode this host gets (a namespace per sandbox as root, user
- * networking with `restrict` otherwise), a small pool of namespaces made ahead so a fork
+ * The network service: which mode this host gets (a namespace per sandbox as root, plain
+ * user networking otherwise), a small pool of namespaces made ahead so a fork
  * does not wait for one, each sandbox's policy (enforced in its namespace, changed at run
- * time), its DNS proxy, its denial count, and its published ports. A published port's
- * connection wakes a parked sandbox first (the sandbox service's waker); a hibernated one
- * keeps its host listeners while its namespace goes, and gets them back on its wake.
+ * time), its DNS proxy and name proxy (TLS SNI / HTTP Host), its denial count, and its
+ * published ports. A published port's connection wakes a parked sandbox first (the sandbox
+ * service's waker); a hibernated one keeps its host listeners while its namespace goes, and
+ * gets them back on its wake.
  */
 import { networkInterfaces } from 'node:os';
 import type { VmNet } from '../../drivers/qemu/cmdline.js';
@@ -19,6 +20,13 @@ import {
   type DnsQuestion,
 } from '../../drivers/net/dns.js';
 import {
+  conntrackOriginal,
+  NAME_PROXY_MAX,
+  NameProxy,
+  type Endpoint,
+  type Peeked,
+} from '../../drivers/net/names.js';
+import {
   createNetns,
   deleteNetns,
   listNetns,
@@ -26,6 +34,7 @@ import {
   netnsInUse,
   netnsOf,
   netnsOfPid,
+  netnsPids,
   readNetnsState,
   recordOwner,
   writeNetnsState,
@@ -44,6 +53,7 @@ import {
 import { ForkdError } from '../../errors.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import {
+  decideConnection,
   decideName,
   egressRules,
   mergeEgress,
@@ -76,7 +86,7 @@ export interface NetworkServiceOptions {
   poolSize?: number;
   /** Where the DNS proxy forwards (default: the host's first nameserver). */
   upstream?: DnsEndpoint;
-  /** Called once per DNS refusal and per sandbox end with denials (the audit log). */
+  /** Called once per DNS or name refusal and per sandbox end with denials (the audit log). */
   onDenied?: (sandbox: string, what: string) => void;
 }
 
@@ -85,7 +95,11 @@ interface Attached {
   egress: Egress;
   ns?: Netns;
   dns?: DnsListener;
-  dnsDenied: number;
+  names?: NameProxy;
+  /** A process in the namespace (its QEMU), whose conntrack table the name proxy reads. */
+  nsPid?: number;
+  /** DNS queries and named connections the proxies refused (the filter counts the rest). */
+  proxyDenied: number;
   ports: PortForwards;
 }
 
@@ -116,7 +130,8 @@ export class NetworkService {
     if (process.getuid?.() !== 0) {
       return {
         isolation: 'user',
-        reason: 'not root: user networking, host loopback blocked (restrict)',
+        reason:
+          "not root: QEMU user networking in the daemon's namespace (the guest reaches what the host reaches; its gateway 10.0.2.2 is the host's loopback)",
       };
     }
     if (!(await nftAvailable())) {
@@ -173,20 +188,20 @@ export class NetworkService {
     // A hibernated sandbox waking up keeps the host listeners it held while parked.
     const ports = this.sandboxes.get(id)?.ports ?? new PortForwards();
     if (mode === 'none') {
-      this.sandboxes.set(id, { mode, egress: NO_EGRESS, dnsDenied: 0, ports });
+      this.sandboxes.set(id, { mode, egress: NO_EGRESS, proxyDenied: 0, ports });
       return undefined;
     }
     if (this.mode !== 'netns') {
-      this.sandboxes.set(id, { mode, egress: OPEN_EGRESS, dnsDenied: 0, ports });
+      this.sandboxes.set(id, { mode, egress: OPEN_EGRESS, proxyDenied: 0, ports });
       return {};
     }
     const ns = this.pool.shift() ?? (await createNetns(this.taken()));
     this.refill();
-    const a: Attached = { mode, egress, ns, dnsDenied: 0, ports };
+    const a: Attached = { mode, egress, ns, proxyDenied: 0, ports };
     this.sandboxes.set(id, a);
     try {
       await applyPolicy(ns, egressRules(egress, hostAddresses()));
-      await this.listenDns(id, a, ns);
+      await this.listenProxies(id, a, ns);
       await this.save(id);
     } catch (e) {
       await this.release(id);
@@ -217,14 +232,14 @@ export class NetworkService {
   async adopt(id: string, vm: Vm): Promise<void> {
     const ports = new PortForwards();
     if (!vm.spec.net) {
-      this.sandboxes.set(id, { mode: 'none', egress: NO_EGRESS, dnsDenied: 0, ports });
+      this.sandboxes.set(id, { mode: 'none', egress: NO_EGRESS, proxyDenied: 0, ports });
       return;
     }
     const ns = this.mode === 'netns' ? await netnsOfPid(vm.pid) : undefined;
     if (!ns) {
       if (this.mode === 'netns')
         this.log.warn({ sandbox: id }, 'a re-adopted sandbox runs in no namespace of forkd');
-      this.sandboxes.set(id, { mode: 'nat', egress: OPEN_EGRESS, dnsDenied: 0, ports });
+      this.sandboxes.set(id, { mode: 'nat', egress: OPEN_EGRESS, proxyDenied: 0, ports });
       return;
     }
     const saved = savedOf(await readNetnsState(ns), id);
@@ -238,11 +253,11 @@ export class NetworkService {
       mode: 'nat',
       egress: saved?.egress ?? OPEN_EGRESS,
       ns,
-      dnsDenied: 0,
+      proxyDenied: 0,
       ports,
     };
     this.sandboxes.set(id, a);
-    await this.listenDns(id, a, ns);
+    await this.listenProxies(id, a, ns);
     for (const p of saved?.ports ?? []) {
       await this.publish(id, vm, p.port, { hostPort: p.host_port, bind: p.host }).catch(
         (e: unknown) =>
@@ -284,7 +299,7 @@ export class NetworkService {
 
   async state(id: string): Promise<NetworkState> {
     const a = this.attached(id);
-    const denied = a.dnsDenied + (a.ns ? await deniedCount(a.ns) : 0);
+    const denied = a.proxyDenied + (a.ns ? await deniedCount(a.ns) : 0);
     const st: NetworkState = { mode: a.mode, egress: a.egress, denied, ports: a.ports.list() };
     if (a.mode === 'nat') {
       st.isolation = a.ns ? 'netns' : 'user';
@@ -356,14 +371,14 @@ export class NetworkService {
     if (!a) return;
     a.ports.park();
     await this.dropNamespace(id, a);
-    this.sandboxes.set(id, { mode: a.mode, egress: a.egress, dnsDenied: 0, ports: a.ports });
+    this.sandboxes.set(id, { mode: a.mode, egress: a.egress, proxyDenied: 0, ports: a.ports });
   }
 
   /** Its DNS proxy stops and its namespace goes; its denials are reported first. */
   private async dropNamespace(id: string, a: Attached): Promise<void> {
-    const denied = a.dnsDenied + (a.ns ? await deniedCount(a.ns) : 0);
+    const denied = a.proxyDenied + (a.ns ? await deniedCount(a.ns) : 0);
     if (denied > 0) this.opts.onDenied?.(id, `${denied} connection(s) or DNS queries refused`);
-    a.dns?.close();
+    closeProxies(a);
     if (a.ns) await deleteNetns(a.ns);
   }
 
@@ -372,7 +387,7 @@ export class NetworkService {
    * host ports (a connection wakes it); a port taken meanwhile is dropped (logged).
    */
   async holdParked(id: string, mode: NetworkMode, egress: Egress, ports: PublishedPort[]) {
-    const a: Attached = { mode, egress, dnsDenied: 0, ports: new PortForwards() };
+    const a: Attached = { mode, egress, proxyDenied: 0, ports: new PortForwards() };
     this.sandboxes.set(id, a);
     for (const p of ports) {
       await a.ports
@@ -414,7 +429,7 @@ export class NetworkService {
     this.closed = true;
     await this.filling;
     for (const a of this.sandboxes.values()) {
-      a.dns?.close();
+      closeProxies(a);
       await a.ports.detach();
     }
     this.sandboxes.clear();
@@ -427,10 +442,51 @@ export class NetworkService {
     if (this.isolation === 'netns' && (await listNetns()).length === 0) await removeHostTable();
   }
 
-  private async listenDns(id: string, a: Attached, ns: Netns): Promise<void> {
-    a.dns = await DnsListener.listen({ host: ns.hostIp, port: DNS_PORT }, (m, q) =>
-      this.answer(id, m, q),
-    );
+  /**
+   * The DNS proxy at the host end of the sandbox's veth, and the name proxy behind its TCP
+   * port: a connection conntrack places elsewhere than port 53 was steered there by the
+   * namespace and is the name proxy's.
+   */
+  private async listenProxies(id: string, a: Attached, ns: Netns): Promise<void> {
+    const names = new NameProxy((peeked, to) => this.decideNamed(id, a, peeked, to));
+    a.names = names;
+    const at = { host: ns.hostIp, port: DNS_PORT };
+    a.dns = await DnsListener.listen(at, (m, q) => this.answer(id, m, q), {
+      max: NAME_PROXY_MAX,
+      take: async (c) => {
+        const from = { host: c.remoteAddress ?? '', port: c.remotePort ?? 0 };
+        const to = await this.originalDestination(a, ns, from, at);
+        if (!to || to.port === DNS_PORT) return false;
+        names.serve(c, to);
+        return true;
+      },
+    });
+  }
+
+  /** Where a steered connection was going, from the namespace's conntrack (its QEMU's view). */
+  private async originalDestination(
+    a: Attached,
+    ns: Netns,
+    from: Endpoint,
+    proxy: Endpoint,
+  ): Promise<Endpoint | undefined> {
+    for (let tries = 0; tries < 2; tries++) {
+      a.nsPid ??= (await netnsPids(ns))[0];
+      if (a.nsPid === undefined) return undefined;
+      const to = await conntrackOriginal(a.nsPid, from, proxy).catch(() => null);
+      if (to !== null) return to;
+      a.nsPid = undefined; // that process ended (a re-adopted QEMU's pid changed): look again
+    }
+    return undefined;
+  }
+
+  /** The name proxy's verdict (the policy's, by name), counted and audited when it refuses. */
+  private decideNamed(id: string, a: Attached, peeked: Peeked, to: Endpoint): boolean {
+    if (decideConnection(a.egress, peeked.name, to.port)) return true;
+    a.proxyDenied++;
+    const what = peeked.name ? `${peeked.proto.toUpperCase()} ${peeked.name}` : 'no name';
+    this.opts.onDenied?.(id, `${what} to ${to.host}:${to.port} refused`);
+    return false;
   }
 
   /** Keep what a restarted daemon needs next to the sandbox's namespace. */
@@ -446,7 +502,7 @@ export class NetworkService {
     if (!a) return refusedReply(query);
     const d = decideName(a.egress, q.name);
     if (d.refuse) {
-      a.dnsDenied++;
+      a.proxyDenied++;
       this.opts.onDenied?.(id, `DNS ${q.name} refused`);
       return refusedReply(query);
     }
@@ -494,6 +550,11 @@ export class NetworkService {
       }
     })().finally(() => (this.filling = undefined));
   }
+}
+
+function closeProxies(a: Attached): void {
+  a.dns?.close();
+  a.names?.close();
 }
 
 /** Every IPv4 address of the host (always denied to sandboxes). */

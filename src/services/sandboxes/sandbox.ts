@@ -19,6 +19,7 @@ import { GUEST_NET, type VmNet, type VmSpec } from '../../drivers/qemu/cmdline.j
 import { locateGuest } from '../guest.js';
 import { checkRange } from '../checks.js';
 import { getImage, imageEnv } from '../images/index.js';
+import type { Limiter, Placement } from '../limits.js';
 
 /** What a caller asks for when booting a sandbox from an image. */
 export interface BootRequest {
@@ -38,6 +39,11 @@ export interface BootRequest {
   net?: VmNet;
   /** Called right after QEMU is spawned, before it is waited for (its cgroup). */
   onSpawn?(pid: number): Promise<void>;
+  /**
+   * A VM that is no daemon sandbox (`forkd run`, `snapshot create`'s boot): its QEMU joins
+   * a cgroup of its own with these limits, removed by {@link destroySandbox} or a failed boot.
+   */
+  placement?: Placement;
 }
 
 /** A running sandbox: its VM and a connected agent. */
@@ -46,6 +52,8 @@ export interface Sandbox {
   dir: string;
   vm: Vm;
   agent: AgentClient;
+  /** Holds its cgroup when it was booted with a placement. */
+  limiter?: Limiter;
 }
 
 /**
@@ -131,20 +139,26 @@ export async function bootSandbox(p: Paths, req: BootRequest): Promise<Sandbox> 
     await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
     const spec = { ...sandboxVmSpec(dir, { ...res, accel }), net: req.net };
     await createOverlay(spec.disk, image.path, 'raw');
+    const { placement } = req;
     vm = await Vm.start(
       {
         ...spec,
         boot: { kernel: guest.kernel, initramfs: guest.initramfs, tscKhz: await hostTscKhz() },
       },
-      { onSpawn: req.onSpawn },
+      {
+        onSpawn: placement
+          ? (pid) => placement.limiter.place(id, placement.limits, pid)
+          : req.onSpawn,
+      },
     );
     req.onStarted?.(vm);
     req.signal?.throwIfAborted();
     // An OCI image's Env is the sandbox's default environment; the request's wins.
     const agent = await connectGuest(vm, id, { ...req, env: { ...imageEnv(image), ...req.env } });
-    return { id, dir, vm, agent };
+    return { id, dir, vm, agent, limiter: placement?.limiter };
   } catch (e) {
     await vm?.kill();
+    await req.placement?.limiter.remove(id);
     await rm(dir, { recursive: true, force: true });
     throw e;
   }
@@ -186,9 +200,10 @@ export async function connectGuest(
   }
 }
 
-/** End a sandbox: close the agent, end QEMU, remove its directory. */
+/** End a sandbox: close the agent, end QEMU, remove its cgroup (if it had one) and directory. */
 export async function destroySandbox(sb: Sandbox): Promise<void> {
   sb.agent.close();
   await sb.vm.kill();
+  await sb.limiter?.remove(sb.id);
   await rm(sb.dir, { recursive: true, force: true });
 }

@@ -13,7 +13,14 @@ import { captureVm } from '../../drivers/qemu/capture.js';
 import { ForkdError } from '../../errors.js';
 import { locateGuest } from '../guest.js';
 import { DEFAULT_IMAGE } from '../images/index.js';
-import { bootSandbox, destroySandbox, newSandboxId, type Sandbox } from '../sandboxes/sandbox.js';
+import {
+  bootSandbox,
+  destroySandbox,
+  newSandboxId,
+  resolveResources,
+  type Sandbox,
+} from '../sandboxes/sandbox.js';
+import type { Limiter, Placement } from '../limits.js';
 import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import type { NetworkService } from '../network/service.js';
 import { warmContexts } from './hooks.js';
@@ -24,6 +31,8 @@ export interface CreateContext {
   paths: Paths;
   /** The parent's NIC and policy (without it the parent has network `none`). */
   network?: NetworkService;
+  /** The parent's QEMU runs in a cgroup of its own with the daemon's default limits. */
+  limiter?: Limiter;
   qemuVersion: string;
   onProgress: (message: string) => void;
   signal?: AbortSignal;
@@ -47,9 +56,11 @@ export async function createSnapshot(
     const egress: Egress | undefined =
       ctx.network && mode === 'nat' ? mergeEgress(OPEN_EGRESS, req.egress) : undefined;
     const net = await ctx.network?.lease(id, mode, egress);
+    const res = resolveResources({ memoryMiB: req.memory_mib, cpus: req.cpus });
     sb = await bootSandbox(ctx.paths, {
       id,
       net,
+      placement: ctx.limiter && (await parentPlacement(ctx.limiter, res)),
       image,
       memoryMiB: req.memory_mib,
       cpus: req.cpus,
@@ -70,6 +81,7 @@ export async function createSnapshot(
     );
     const { bytes } = await cap.pages;
     await sb.vm.kill();
+    await sb.limiter?.remove(sb.id);
     await rename(join(sb.dir, 'overlay.qcow2'), join(staging, SNAPSHOT_FILES.disk));
     ctx.onProgress(`captured ${(bytes / 1048576).toFixed(0)} MiB of written memory; checksumming`);
     const manifest = await publishSnapshot(ctx.paths, staging, {
@@ -97,6 +109,19 @@ export async function createSnapshot(
     await rm(staging, { recursive: true, force: true });
     throw await asDiskFull(e, ctx.paths.snapshots, `snapshot create of ${req.tag}`);
   }
+}
+
+/**
+ * The parent VM's cgroup: the daemon's default memory and pids limits, but no CPU quota.
+ * Booted under a quota, the captured guest kept a clock that lagged the host's by seconds
+ * in its children (snapshots/fork.test's clock check failed in two of two runs with it,
+ * passed without): its kernel's timekeeping must not be throttled while it starts.
+ */
+async function parentPlacement(
+  limiter: Limiter,
+  res: { memoryMiB: number; cpus: number },
+): Promise<Placement> {
+  return { limiter, limits: { ...(await limiter.resolve(undefined, res)), cpu: null } };
 }
 
 /** Warm-up commands, long-lived starts, then the readiness check. */

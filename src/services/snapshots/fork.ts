@@ -23,7 +23,7 @@ import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
 import { OPEN_EGRESS } from '../network/policy.js';
 import type { NetworkService } from '../network/service.js';
-import type { Limiter } from '../limits.js';
+import type { Limiter, Placement } from '../limits.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import {
   connectGuest,
@@ -51,11 +51,6 @@ export interface PreparedChild {
   limiter?: Limiter;
 }
 
-/** Where a child's QEMU is accounted: its cgroup, with these limits. */
-export interface Placement {
-  limiter: Limiter;
-  limits: StoredLimits;
-}
 
 /**
  * Start a child's QEMU, waiting for its state, in its cgroup when `placement` is given;

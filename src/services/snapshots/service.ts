@@ -139,6 +139,7 @@ export class SnapshotManager implements SnapshotService {
         onProgress: onProgress ?? (() => undefined),
         signal,
         network: this.opts.network,
+        limiter: this.opts.limiter,
       });
       this.registry.markReady(req.tag, manifest);
       this.log.info({ snapshot: req.tag, parent, principal: caller.principal }, 'snapshot created');

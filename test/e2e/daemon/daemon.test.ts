@@ -12,8 +12,8 @@ import { request as httpsRequest } from 'node:https';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { run } from '../../../src/util/exec.js';
 import { forkd } from '../../helpers/cli.js';
+import { selfSignedCert } from '../../helpers/certs.js';
 import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
 import { call, startDaemonProcess, stopDaemonProcess, type DaemonProcess } from './process.js';
 
@@ -132,7 +132,9 @@ test('TCP without a token file refuses to start; TLS with a token serves and aud
   const token = '0123456789abcdef0123456789';
   const tokenFile = join(home.dir, 'tokens');
   await writeFile(tokenFile, `ci:${token}\n`, { mode: 0o600 });
-  const { cert, key } = await selfSignedCert(home.dir);
+  const { cert, key } = await selfSignedCert(home.dir, 'localhost', {
+    extra: ['-addext', 'subjectAltName=IP:127.0.0.1'],
+  });
   const port = await freePort();
   const auditFile = join(home.dir, 'audit.jsonl');
   daemon = await startDaemonProcess(home, [
@@ -157,17 +159,6 @@ test('TCP without a token file refuses to start; TLS with a token serves and aud
     JSON.stringify(audit),
   );
 });
-
-async function selfSignedCert(dir: string): Promise<{ cert: string; key: string }> {
-  const cert = join(dir, 'cert.pem');
-  const key = join(dir, 'key.pem');
-  await run('openssl', [
-    ...['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1'],
-    ...['-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1'],
-    ...['-keyout', key, '-out', cert],
-  ]);
-  return { cert, key };
-}
 
 async function freePort(): Promise<number> {
   const server = createServer();

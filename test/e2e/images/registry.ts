@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RegistryClient, MEDIA } from '../../../src/drivers/registry/index.js';
 import { run } from '../../../src/util/exec.js';
+import { selfSignedCert } from '../../helpers/certs.js';
 
 export interface TestRegistry {
   host: string;
@@ -95,23 +96,9 @@ export async function startRegistry(auth: AuthMode = { kind: 'none' }): Promise<
 
 /** A token server: basic-auth checked, answers an RS256 JWT with the scope asked. */
 async function startTokenServer(dir: string, user: string, password: string) {
-  const key = join(dir, 'token.key');
-  const certFile = join(dir, 'token.crt');
-  await run('openssl', [
-    'req',
-    '-x509',
-    '-newkey',
-    'rsa:2048',
-    '-nodes',
-    '-keyout',
-    key,
-    '-out',
-    certFile,
-    '-days',
-    '1',
-    '-subj',
-    '/CN=forkd-test-token',
-  ]);
+  const { key, cert: certFile } = await selfSignedCert(dir, 'forkd-test-token', {
+    name: 'token',
+  });
   const pem = await readFile(key, 'utf8');
   const der = (await readFile(certFile, 'utf8')).replace(/-----[^-]+-----|\s/g, '');
   const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');

@@ -4,7 +4,8 @@
  * its own) and checks what a user would: DNS and HTTP from a `nat` sandbox, no NIC with
  * `none`, forks and branch children online at once with the same guest address, the host,
  * loopback, metadata and other sandboxes out of reach (refused at once, counted), allow and
- * deny lists, a run-time change, published ports, and nothing left behind.
+ * deny lists (hostnames by DNS and, for names the guest resolves itself, by TLS SNI and
+ * HTTP Host), a run-time change, published ports, and nothing left behind.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -54,6 +55,16 @@ async function fork(egress?: Parameters<TestServices['snapshots']['fork']>[0]['e
 }
 
 const denied = async (id: string) => (await s.network!.state(id)).denied;
+
+/** The daemon's /metrics text, as a scraper gets it. */
+async function scrape(): Promise<string> {
+  const app = await buildApp(s.services, { requireAuth: false });
+  try {
+    return (await app.inject({ url: '/metrics' })).body;
+  } finally {
+    await app.close();
+  }
+}
 
 before(async () => {
   home = await makeTestHome();
@@ -163,6 +174,28 @@ test('allow-list by CIDR and by hostname; deny-list wins; PATCH applies; egress 
   await refused(byName as string, GET('http://b.test/hello')); // DNS REFUSED
   await refused(byName as string, GET(`http://${WORLD.b}/hello`));
 
+  // Names the guest resolves itself (/etc/hosts, no DNS) are judged by SNI / HTTP Host.
+  await sh(s, byName as string, `echo '${WORLD.b} a.test b.test' >> /etc/hosts`);
+  const named = await denied(byName as string);
+  assert.equal(await sh(s, byName as string, GET('http://a.test/hello')), 'hello from a.test\n');
+  assert.equal(await sh(s, byName as string, GET('https://a.test/hello')), 'hello from a.test\n');
+  await refused(byName as string, GET('http://b.test/hello'));
+  await refused(byName as string, GET('https://b.test/hello'));
+  assert.equal((await denied(byName as string)) - named, 2, 'named refusals were not counted');
+  const audited = s.store.audit
+    .recent(200)
+    .filter((e) => e.target === byName && e.code === 'egress_denied')
+    .map((e) => e.route);
+  for (const what of [`HTTP b.test to ${WORLD.b}:80`, `TLS b.test to ${WORLD.b}:443`]) {
+    assert.ok(audited.includes(`${what} refused`), `${what} not audited: ${audited.join('; ')}`);
+  }
+  const metrics = await scrape();
+  const gauge = `forkd_sandbox_egress_denied{sandbox="${byName}"} ${await denied(byName as string)}`;
+  assert.ok(metrics.includes(gauge), `metrics lack ${gauge}`);
+  // A denied address stays denied whatever name the connection carries.
+  await s.network!.patch(byName as string, { deny_out: ['203.0.113.0/24'] });
+  await refused(byName as string, GET('https://a.test/hello'));
+
   await refused(denyWins as string, GET(`http://${WORLD.a}/hello`));
   assert.match(await sh(s, denyWins as string, GET(`http://${WORLD.b}/hello`)), /hello/);
 
@@ -218,6 +251,9 @@ test('after a daemon restart a sandbox still resolves under its policy and its p
 
   assert.equal(await sh(s, id, GET('http://a.test/hello')), 'hello from a.test\n');
   await refused(id, GET('http://b.test/hello'));
+  // The restarted daemon's name proxy judges SNI again.
+  await sh(s, id, `echo '${WORLD.b} a.test' >> /etc/hosts`);
+  assert.equal(await sh(s, id, GET('https://a.test/hello')), 'hello from a.test\n');
   const after = await s.network!.state(id);
   assert.deepEqual(after.egress.allow_out, ['a.test']);
   assert.deepEqual(after.ports, [pub]);

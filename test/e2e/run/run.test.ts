@@ -1,12 +1,15 @@
 /**
  * `forkd run` end to end: each case boots a real microVM (TCG here) from the busybox image
- * through the CLI, and every case checks that nothing is left behind.
+ * through the CLI, and every case checks that nothing is left behind; one checks the VM's
+ * cgroup and limits while it runs.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { forkd } from '../../helpers/cli.js';
+import { cgroupState, homeCgroup, type CgroupState } from '../../helpers/cgroups.js';
 
 let home: TestHome;
 before(async () => {
@@ -56,11 +59,30 @@ test('20 MB of output arrives intact and stdout/stderr stay apart', async () => 
   await assertNoLeftovers(home);
 });
 
-test('--timeout kills the command and exits 124', async () => {
-  const r = await run(['--timeout', '2', '--', 'sleep', '60']);
-  assert.equal(r.code, 124);
+test('--timeout kills the command and exits 124; the VM ran in a cgroup with the limits asked for', async () => {
+  const limits = ['--memory-limit', '600M', '--cpu-limit', '0.5', '--pids-limit', '100'];
+  const running = run(['--timeout', '2', ...limits, '--', 'sleep', '60']);
+  // While it runs (boot and the 2 s of sleep), its QEMU is in a cgroup of its own.
+  const parent = await homeCgroup(home.paths.home, true);
+  assert.ok(parent, 'this host has cgroups');
+  let seen: CgroupState | undefined;
+  let done = false;
+  void running.finally(() => (done = true));
+  while (!seen && !done) {
+    const [name] = await parent.children().catch(() => []);
+    const st = name ? await cgroupState(parent, name).catch(() => undefined) : undefined;
+    if (st?.procs.length) seen = st;
+    else await sleep(100);
+  }
+  const r = await running;
+  assert.equal(r.code, 124, r.stderr);
   assert.match(r.stderr, /timed out after 2 s/);
-  await assertNoLeftovers(home);
+  assert.ok(seen, 'no cgroup with a process was seen while forkd run ran');
+  assert.deepEqual(
+    { ...seen, procs: seen.procs.length },
+    { memoryBytes: 600 * 1024 * 1024, cpu: 0.5, pids: 100, procs: 1 },
+  );
+  await assertNoLeftovers(home); // its cgroup (and the parent) went with it
 });
 
 test('bad input is refused before anything boots', async () => {

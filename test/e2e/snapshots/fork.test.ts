@@ -2,6 +2,7 @@
  * Snapshots and fork-from-warm end to end with real VMs (TCG here): a parent warmed with a
  * file and a running counter is captured; its forks start warm, isolated from each other,
  * with their own identity and a correct clock; broken and unknown snapshots are refused.
+ * The parent runs in a cgroup with the daemon's default limits while it warms up.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,6 +11,9 @@ import { join } from 'node:path';
 import { isForkdError } from '../../../src/errors.js';
 import { configureTuning, vmTuning } from '../../../src/drivers/qemu/tuning.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
+import { cgroupState, homeCgroup, type CgroupState } from '../../helpers/cgroups.js';
+import { AUTO_DEFAULTS, QEMU_OVERHEAD_MIB } from '../../../src/services/limits.js';
+import { DEFAULTS as RESOURCE_DEFAULTS } from '../../../src/contract/rules.js';
 import {
   caller,
   closeAndCheck,
@@ -25,9 +29,22 @@ let counterAtCapture = 0;
 const COUNTER =
   'echo $$ > /tmp/counter.pid; i=0; while true; do i=$((i+1)); echo $i > /tmp/cnt; sleep 0.05; done';
 
+/** The daemon's defaults, one changed as `--default-pids 300` would. */
+const DEFAULTS = { ...AUTO_DEFAULTS, pids: 300 };
+/** The cgroup of the snapshot's parent VM, seen while it warmed up. */
+let warmUp: Promise<{ name: string; state: CgroupState }> | undefined;
+
+async function onlyCgroup(): Promise<{ name: string; state: CgroupState }> {
+  const parent = await homeCgroup(home.paths.home);
+  assert.ok(parent, 'this host has cgroups');
+  const names = await parent.children();
+  assert.equal(names.length, 1, `one cgroup while the parent warms up: ${names.join(', ')}`);
+  return { name: names[0] as string, state: await cgroupState(parent, names[0] as string) };
+}
+
 before(async () => {
   home = await makeTestHome();
-  s = await startServices(home);
+  s = await startServices(home, { limitDefaults: DEFAULTS });
   await s.snapshots.create(
     {
       tag: 'warm',
@@ -36,6 +53,11 @@ before(async () => {
       wait_for: 'test "$(cat /tmp/cnt 2>/dev/null)" -ge 5',
     },
     caller,
+    (m) => {
+      if (!m.startsWith('warm:') || warmUp) return;
+      warmUp = onlyCgroup();
+      warmUp.catch(() => undefined); // asserted in its test
+    },
   );
   counterAtCapture = 5;
 });
@@ -48,6 +70,22 @@ const forkN = async (n: number) => {
   assert.equal(r.sandboxes.length, n);
   return r.sandboxes.map((sb) => sb.id);
 };
+
+test("snapshot create's parent VM ran in a cgroup with the daemon's default memory and pids limits, gone after", async () => {
+  assert.ok(warmUp, 'the warm-up was not seen');
+  const { name, state } = await warmUp;
+  assert.equal(state.procs.length, 1, 'its QEMU was in it');
+  assert.deepEqual(
+    { memoryBytes: state.memoryBytes, cpu: state.cpu, pids: state.pids },
+    {
+      memoryBytes: (RESOURCE_DEFAULTS.memoryMiB + QEMU_OVERHEAD_MIB) * 1024 * 1024,
+      cpu: null, // no quota while its guest boots (create.ts: its clock would lag)
+      pids: 300,
+    },
+  );
+  const parent = await homeCgroup(home.paths.home);
+  assert.equal((await parent?.children())?.includes(name), false, 'its cgroup is gone');
+});
 
 test('every fork sees the warm-up file and the counter process already running', async () => {
   const ids = await forkN(2);

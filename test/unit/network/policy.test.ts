@@ -1,12 +1,15 @@
 /**
  * The egress policy without I/O: which entries parse (and how a bad one is named), how an
- * override merges over an inherited policy, what the DNS proxy does with a name, and the
- * rules a policy becomes.
+ * override merges over an inherited policy, what the DNS proxy and the name proxy do with
+ * a name, and the rules a policy becomes (the nftables script included).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isForkdError } from '../../../src/errors.js';
+import { policyScript } from '../../../src/drivers/net/nft.js';
+import { netnsOf } from '../../../src/drivers/net/netns.js';
 import {
+  decideConnection,
   decideName,
   egressRules,
   mergeEgress,
@@ -92,4 +95,50 @@ test('rules: CIDRs and host:port entries go to their sets, hostnames wait for DN
   const r = egressRules(p, ['192.0.2.2']);
   assert.deepEqual(r.allow, { nets: ['10.0.0.0/8'], services: [{ net: '1.2.3.4', port: 80 }] });
   assert.deepEqual(r.hostAddresses, ['192.0.2.2']);
+});
+
+test('named connections (SNI / Host): judged like DNS, with ports; no name needs internet', () => {
+  const p = mergeEgress(OPEN_EGRESS, {
+    allow_internet: false,
+    allow_out: ['a.test', 'api.test:443'],
+    deny_out: ['bad.a.test'],
+  });
+  assert.equal(decideConnection(p, 'a.test', 443), true);
+  assert.equal(decideConnection(p, 'api.test', 443), true);
+  assert.equal(decideConnection(p, 'api.test', 80), false);
+  assert.equal(decideConnection(p, 'b.test', 443), false);
+  assert.equal(decideConnection(p, undefined, 443), false);
+  const open = mergeEgress(OPEN_EGRESS, { deny_out: ['b.test', 'c.test:80'] });
+  assert.equal(decideConnection(open, 'b.test', 443), false);
+  assert.equal(decideConnection(open, 'c.test', 443), true);
+  assert.equal(decideConnection(open, 'c.test', 80), false);
+  assert.equal(decideConnection(open, undefined, 443), true);
+  assert.equal(decideConnection(NO_EGRESS, 'a.test', 443), false);
+});
+
+test('steering: only a policy naming hostnames sends web ports (and named ones) to the proxy', () => {
+  const ns = netnsOf(3);
+  assert.deepEqual(egressRules(OPEN_EGRESS, []).steerPorts, []);
+  assert.deepEqual(
+    egressRules(mergeEgress(OPEN_EGRESS, { allow_out: ['10.0.0.0/8'] }), []).steerPorts,
+    [],
+  );
+  const named = egressRules(
+    mergeEgress(OPEN_EGRESS, { allow_out: ['a.test:8443'], deny_out: ['192.0.2.0/24'] }),
+    [],
+  );
+  assert.deepEqual(named.steerPorts, [80, 443, 8443]);
+  const script = policyScript(ns, named);
+  assert.match(script, /tcp dport != \{ 80, 443, 8443 \} return/);
+  // Deny lists, allow lists, private ranges and the always-denied stay with the filter.
+  const steer = script.slice(script.indexOf('chain steer'), script.indexOf('chain deny'));
+  assert.ok(
+    steer.indexOf('@deny_net return') < steer.indexOf('meta l4proto tcp dnat ip to 10.231.0.13:53'),
+  );
+  assert.match(steer, /ip daddr \{ 0\.0\.0\.0\/8, .*10\.0\.0\.0\/8.* \} return/);
+  assert.deepEqual(egressRules(NO_EGRESS, []).steerPorts, []);
+  assert.doesNotMatch(
+    policyScript(ns, egressRules(OPEN_EGRESS, [])),
+    /meta l4proto tcp dnat ip to 10\.231\.0\.13:53/,
+  );
 });
