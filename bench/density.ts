@@ -6,7 +6,8 @@
  *  - `exec true` p50 on one of them while N idle, and fork → first exec p50 (single forks
  *    as a user makes them, pool as the daemon sets it by default);
  *  - the climb: fork 10 more at a time, until `exec true` p50 on a running one passes
- *    100 ms, or --max sandboxes, or --minutes; `--park` pauses each batch first.
+ *    100 ms, or --max sandboxes, or --minutes; `--park` pauses each batch first, and at the
+ *    top wakes some of them: first `exec true` from paused and from hibernated at that scale.
  * Tuning comes from the environment as the daemon's flags would set it (FORKD_TCG_TB_MIB,
  * FORKD_MERGE_MEMORY). With merging, KSM is turned on at forkd's advised rate if it was off
  * and put back as it was at the end.
@@ -137,14 +138,48 @@ async function forkToExec(env: BenchServices, tag: string, n = 15): Promise<numb
   return out;
 }
 
+/** What the host has left: memory available, load average, this process's open fds. */
+async function hostLeft(): Promise<string> {
+  const meminfo = await readFile('/proc/meminfo', 'utf8');
+  const avail = Number(/^MemAvailable:\s+(\d+)/m.exec(meminfo)?.[1] ?? NaN) / 1024 / 1024;
+  const load = (await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ');
+  const fds = (await readdir('/proc/self/fd')).length;
+  return `host: ${avail.toFixed(1)} GiB available, load ${load}, ${fds} fds open here`;
+}
+
+/**
+ * At the top of a parked climb: the first `exec true` of parked sandboxes, each woken once
+ * from paused (`cont` + clock push + the exec), then from hibernated (restore + the exec).
+ */
+async function wakeAtScale(env: BenchServices, parked: string[], n = 10): Promise<void> {
+  const pick = parked.slice(-n);
+  const fromPaused: number[] = [];
+  for (const id of pick) fromPaused.push(await execTrue(env, id));
+  console.log(`  first exec true from paused, ${parked.length} parked: ${summary(fromPaused)}`);
+  const hib = pick.slice(0, Math.ceil(n / 2));
+  for (const id of hib) await env.sandboxes.pause(id, { tier: 'hibernated' });
+  const fromHibernated: number[] = [];
+  for (const id of hib) fromHibernated.push(await execTrue(env, id));
+  console.log(`  first exec true from hibernated: ${summary(fromHibernated)}`);
+}
+
 /** Fork STEP at a time (paused when parking) until exec p50 on a running one passes 100 ms. */
 async function climb(env: BenchServices, tag: string, park: boolean): Promise<void> {
   const deadline = Date.now() + MINUTES * 60_000;
   const [probe] = await fork(env, tag, 1);
   const ids: string[] = [probe as string];
+  let stop = `--max ${MAX} reached`;
   try {
-    while (ids.length < MAX && Date.now() < deadline) {
-      const batch = await fork(env, tag, STEP);
+    while (ids.length < MAX) {
+      if (Date.now() >= deadline) {
+        stop = `--minutes ${MINUTES} passed`;
+        break;
+      }
+      const batch = await fork(env, tag, STEP).catch((e: unknown) => {
+        stop = `a fork failed: ${e instanceof Error ? e.message : String(e)}`;
+        return undefined;
+      });
+      if (!batch) break;
       ids.push(...batch);
       if (park) await Promise.all(batch.map((id) => env.sandboxes.pause(id)));
       await sleep(2000);
@@ -153,8 +188,13 @@ async function climb(env: BenchServices, tag: string, park: boolean): Promise<vo
       console.log(
         `  ${ids.length} sandboxes${park ? ` (${ids.length - 1} paused)` : ''}: exec true p50 ${p50.toFixed(1)} ms, PSS total ${(mem / 1024).toFixed(2)} GiB`,
       );
-      if (p50 > 100) break;
+      if (p50 > 100) {
+        stop = 'exec true p50 passed 100 ms';
+        break;
+      }
     }
+    console.log(`  stopped at ${ids.length}: ${stop}; ${await hostLeft()}`);
+    if (park) await wakeAtScale(env, ids.slice(1));
   } finally {
     await killAll(env, ids);
   }
