@@ -4,7 +4,8 @@
  *  - PSS per idle child at N = 10 and 100 (smaps_rollup summed / N), per guest size, with
  *    ksmd's CPU and pages_sharing while they idle (when the run merges memory);
  *  - `exec true` p50 on one of them while N idle, and fork → first exec p50 (single forks
- *    as a user makes them, pool as the daemon sets it by default);
+ *    as a user makes them, and a fan-out of --fanout children in one request; pool as the
+ *    daemon sets it by default);
  *  - the climb: fork 10 more at a time, until `exec true` p50 on a running one passes
  *    100 ms, or --max sandboxes, or --minutes; `--park` pauses each batch first, and at the
  *    top wakes some of them: first `exec true` from paused and from hibernated at that scale.
@@ -12,7 +13,7 @@
  * FORKD_MERGE_MEMORY). With merging, KSM is turned on at forkd's advised rate if it was off
  * and put back as it was at the end.
  * Usage: node dist/bench/density.js [--n 10,100] [--memory 256,1024] [--climb]
- *        [--park] [--max 200] [--minutes 10] [--skip-pss] [--forks 15]
+ *        [--park] [--max 200] [--minutes 10] [--skip-pss] [--forks 15] [--fanout 20]
  */
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -29,6 +30,7 @@ const MEMORIES = opt('--memory', '256').split(',').map(Number);
 const MAX = Number(opt('--max', '200'));
 const MINUTES = Number(opt('--minutes', '10'));
 const FORKS = Number(opt('--forks', '15'));
+const FANOUT = Number(opt('--fanout', '20'));
 const STEP = 10;
 
 async function pss(pid: number): Promise<number> {
@@ -138,6 +140,29 @@ async function forkToExec(env: BenchServices, tag: string, n = 15): Promise<numb
   return out;
 }
 
+/**
+ * Fan-out as a user makes it: one fork request for n children, then `exec true` in each at
+ * once; per child, the time from the request to its exec answered, and the wall clock / n.
+ */
+async function fanOut(env: BenchServices, tag: string, n: number): Promise<string> {
+  const t0 = performance.now();
+  const r = await env.snapshots.fork({ snapshot: tag, n }, caller);
+  const ids = r.sandboxes.map((s) => s.id);
+  try {
+    if (r.failed.length) throw new Error(`fork failed: ${JSON.stringify(r.failed[0])}`);
+    const each = await Promise.all(
+      ids.map(async (id) => {
+        await execTrue(env, id);
+        return performance.now() - t0;
+      }),
+    );
+    const wall = Math.max(...each);
+    return `${summary(each)}; all ${n} answered in ${wall.toFixed(0)} ms, ${(wall / n).toFixed(1)} ms per child`;
+  } finally {
+    await killAll(env, ids);
+  }
+}
+
 /** What the host has left: memory available, load average, this process's open fds. */
 async function hostLeft(): Promise<string> {
   const meminfo = await readFile('/proc/meminfo', 'utf8');
@@ -237,6 +262,12 @@ async function main() {
     console.log(
       `fork → first exec answered (single forks, 1/s): ${summary(await forkToExec(env, tag, FORKS))}`,
     );
+    if (FANOUT > 0) {
+      await sleep(2000); // the default pool refills after the single forks
+      console.log(
+        `fork → first exec, fan-out of ${FANOUT} in one request (from the request): ${await fanOut(env, tag, FANOUT)}`,
+      );
+    }
     if (args.includes('--climb')) {
       console.log(`climb (step ${STEP}, max ${MAX}, ${MINUTES} min), running:`);
       await climb(env, tag, false);
