@@ -13,7 +13,7 @@
  * FORKD_MERGE_MEMORY). With merging, KSM is turned on at forkd's advised rate if it was off
  * and put back as it was at the end.
  * Usage: node dist/bench/density.js [--n 10,100] [--memory 256,1024] [--climb]
- *        [--park] [--max 200] [--minutes 10] [--skip-pss] [--forks 15] [--fanout 20]
+ *        [--park | --park-only] [--max 200] [--minutes 10] [--skip-pss] [--forks 15] [--fanout 20]
  */
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -259,9 +259,11 @@ async function main() {
       }
     }
     const tag = `d${MEMORIES[0]}`;
-    console.log(
-      `fork → first exec answered (single forks, 1/s): ${summary(await forkToExec(env, tag, FORKS))}`,
-    );
+    if (FORKS > 0) {
+      console.log(
+        `fork → first exec answered (single forks, 1/s): ${summary(await forkToExec(env, tag, FORKS))}`,
+      );
+    }
     if (FANOUT > 0) {
       await sleep(2000); // the default pool refills after the single forks
       console.log(
@@ -269,9 +271,12 @@ async function main() {
       );
     }
     if (args.includes('--climb')) {
-      console.log(`climb (step ${STEP}, max ${MAX}, ${MINUTES} min), running:`);
-      await climb(env, tag, false);
-      if (args.includes('--park')) {
+      console.log(`climb (step ${STEP}, max ${MAX}, ${MINUTES} min)`);
+      if (!args.includes('--park-only')) {
+        console.log('climb, running:');
+        await climb(env, tag, false);
+      }
+      if (args.includes('--park') || args.includes('--park-only')) {
         console.log('climb, parked (all paused but the probe):');
         await climb(env, tag, true);
       }
