@@ -14,6 +14,7 @@
  * and put back as it was at the end.
  * Usage: node dist/bench/density.js [--n 10,100] [--memory 256,1024] [--climb]
  *        [--park | --park-only] [--max 200] [--minutes 10] [--skip-pss] [--forks 15] [--fanout 20]
+ *        [--ksm-wait 300]
  */
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -31,6 +32,8 @@ const MAX = Number(opt('--max', '200'));
 const MINUTES = Number(opt('--minutes', '10'));
 const FORKS = Number(opt('--forks', '15'));
 const FANOUT = Number(opt('--fanout', '20'));
+/** How long PSS waits for merging (two full KSM scans; 100 children take minutes). */
+const KSM_WAIT_S = Number(opt('--ksm-wait', '300'));
 const STEP = 10;
 
 async function pss(pid: number): Promise<number> {
@@ -43,6 +46,11 @@ async function cpuSeconds(pid: number): Promise<number> {
   const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+/** KSM's completed full scans of the mergeable memory (0 without KSM). */
+async function fullScans(): Promise<number> {
+  return Number(await readFile('/sys/kernel/mm/ksm/full_scans', 'utf8').catch(() => '0'));
 }
 
 /** ksmd's pid (a kernel thread: read only, to account its CPU). */
@@ -96,7 +104,7 @@ async function killAll(env: BenchServices, ids: string[]) {
 }
 
 /**
- * Let N children idle; with merging, until pages_sharing stops growing (≤ 60 s). Returns
+ * Let N children idle; with merging, until KSM made two full scans (≤ --ksm-wait s). Returns
  * PSS per child and, with merging, ksmd's share of a core over that time.
  */
 async function idlePss(ids: number[]): Promise<string> {
@@ -105,11 +113,14 @@ async function idlePss(ids: number[]): Promise<string> {
   const cpu0 = ksmd ? await cpuSeconds(ksmd) : 0;
   const t0 = performance.now();
   await sleep(3000);
-  let last = -1;
-  for (let i = 0; merging && i < 20; i++) {
-    const sharing = (await readKsm())?.pagesSharing ?? 0;
-    if (sharing > 0 && sharing <= last * 1.02) break;
-    last = sharing;
+  // KSM merges a page on its second full scan after the page appeared, and a pause between
+  // two scan passes looks like a plateau of pages_sharing: wait for two full scans.
+  const scans0 = await fullScans();
+  while (
+    merging &&
+    (await fullScans()) < scans0 + 2 &&
+    performance.now() - t0 < KSM_WAIT_S * 1000
+  ) {
     await sleep(3000);
   }
   const secs = (performance.now() - t0) / 1000;
