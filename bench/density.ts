@@ -4,14 +4,17 @@
  *  - PSS per idle child at N = 10 and 100 (smaps_rollup summed / N), per guest size, with
  *    ksmd's CPU and pages_sharing while they idle (when the run merges memory);
  *  - `exec true` p50 on one of them while N idle, and fork → first exec p50 (single forks
- *    as a user makes them, pool as the daemon sets it by default);
+ *    as a user makes them, and a fan-out of --fanout children in one request; pool as the
+ *    daemon sets it by default);
  *  - the climb: fork 10 more at a time, until `exec true` p50 on a running one passes
- *    100 ms, or --max sandboxes, or --minutes; `--park` pauses each batch first.
+ *    100 ms, or --max sandboxes, or --minutes; `--park` pauses each batch first, and at the
+ *    top wakes some of them: first `exec true` from paused and from hibernated at that scale.
  * Tuning comes from the environment as the daemon's flags would set it (FORKD_TCG_TB_MIB,
  * FORKD_MERGE_MEMORY). With merging, KSM is turned on at forkd's advised rate if it was off
  * and put back as it was at the end.
  * Usage: node dist/bench/density.js [--n 10,100] [--memory 256,1024] [--climb]
- *        [--park] [--max 200] [--minutes 10] [--skip-pss] [--forks 15]
+ *        [--park | --park-only] [--max 200] [--minutes 10] [--skip-pss] [--forks 15] [--fanout 20]
+ *        [--ksm-wait 300]
  */
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -28,6 +31,9 @@ const MEMORIES = opt('--memory', '256').split(',').map(Number);
 const MAX = Number(opt('--max', '200'));
 const MINUTES = Number(opt('--minutes', '10'));
 const FORKS = Number(opt('--forks', '15'));
+const FANOUT = Number(opt('--fanout', '20'));
+/** How long PSS waits for merging (two full KSM scans; 100 children take minutes). */
+const KSM_WAIT_S = Number(opt('--ksm-wait', '300'));
 const STEP = 10;
 
 async function pss(pid: number): Promise<number> {
@@ -40,6 +46,11 @@ async function cpuSeconds(pid: number): Promise<number> {
   const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+/** KSM's completed full scans of the mergeable memory (0 without KSM). */
+async function fullScans(): Promise<number> {
+  return Number(await readFile('/sys/kernel/mm/ksm/full_scans', 'utf8').catch(() => '0'));
 }
 
 /** ksmd's pid (a kernel thread: read only, to account its CPU). */
@@ -93,7 +104,7 @@ async function killAll(env: BenchServices, ids: string[]) {
 }
 
 /**
- * Let N children idle; with merging, until pages_sharing stops growing (≤ 60 s). Returns
+ * Let N children idle; with merging, until KSM made two full scans (≤ --ksm-wait s). Returns
  * PSS per child and, with merging, ksmd's share of a core over that time.
  */
 async function idlePss(ids: number[]): Promise<string> {
@@ -102,11 +113,14 @@ async function idlePss(ids: number[]): Promise<string> {
   const cpu0 = ksmd ? await cpuSeconds(ksmd) : 0;
   const t0 = performance.now();
   await sleep(3000);
-  let last = -1;
-  for (let i = 0; merging && i < 20; i++) {
-    const sharing = (await readKsm())?.pagesSharing ?? 0;
-    if (sharing > 0 && sharing <= last * 1.02) break;
-    last = sharing;
+  // KSM merges a page on its second full scan after the page appeared, and a pause between
+  // two scan passes looks like a plateau of pages_sharing: wait for two full scans.
+  const scans0 = await fullScans();
+  while (
+    merging &&
+    (await fullScans()) < scans0 + 2 &&
+    performance.now() - t0 < KSM_WAIT_S * 1000
+  ) {
     await sleep(3000);
   }
   const secs = (performance.now() - t0) / 1000;
@@ -137,14 +151,71 @@ async function forkToExec(env: BenchServices, tag: string, n = 15): Promise<numb
   return out;
 }
 
+/**
+ * Fan-out as a user makes it: one fork request for n children, then `exec true` in each at
+ * once; per child, the time from the request to its exec answered, and the wall clock / n.
+ */
+async function fanOut(env: BenchServices, tag: string, n: number): Promise<string> {
+  const t0 = performance.now();
+  const r = await env.snapshots.fork({ snapshot: tag, n }, caller);
+  const ids = r.sandboxes.map((s) => s.id);
+  try {
+    if (r.failed.length) throw new Error(`fork failed: ${JSON.stringify(r.failed[0])}`);
+    const each = await Promise.all(
+      ids.map(async (id) => {
+        await execTrue(env, id);
+        return performance.now() - t0;
+      }),
+    );
+    const wall = Math.max(...each);
+    return `${summary(each)}; all ${n} answered in ${wall.toFixed(0)} ms, ${(wall / n).toFixed(1)} ms per child`;
+  } finally {
+    await killAll(env, ids);
+  }
+}
+
+/** What the host has left: memory available, load average, this process's open fds. */
+async function hostLeft(): Promise<string> {
+  const meminfo = await readFile('/proc/meminfo', 'utf8');
+  const avail = Number(/^MemAvailable:\s+(\d+)/m.exec(meminfo)?.[1] ?? NaN) / 1024 / 1024;
+  const load = (await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ');
+  const fds = (await readdir('/proc/self/fd')).length;
+  return `host: ${avail.toFixed(1)} GiB available, load ${load}, ${fds} fds open here`;
+}
+
+/**
+ * At the top of a parked climb: the first `exec true` of parked sandboxes, each woken once
+ * from paused (`cont` + clock push + the exec), then from hibernated (restore + the exec).
+ */
+async function wakeAtScale(env: BenchServices, parked: string[], n = 10): Promise<void> {
+  const pick = parked.slice(-n);
+  const fromPaused: number[] = [];
+  for (const id of pick) fromPaused.push(await execTrue(env, id));
+  console.log(`  first exec true from paused, ${parked.length} parked: ${summary(fromPaused)}`);
+  const hib = pick.slice(0, Math.ceil(n / 2));
+  for (const id of hib) await env.sandboxes.pause(id, { tier: 'hibernated' });
+  const fromHibernated: number[] = [];
+  for (const id of hib) fromHibernated.push(await execTrue(env, id));
+  console.log(`  first exec true from hibernated: ${summary(fromHibernated)}`);
+}
+
 /** Fork STEP at a time (paused when parking) until exec p50 on a running one passes 100 ms. */
 async function climb(env: BenchServices, tag: string, park: boolean): Promise<void> {
   const deadline = Date.now() + MINUTES * 60_000;
   const [probe] = await fork(env, tag, 1);
   const ids: string[] = [probe as string];
+  let stop = `--max ${MAX} reached`;
   try {
-    while (ids.length < MAX && Date.now() < deadline) {
-      const batch = await fork(env, tag, STEP);
+    while (ids.length < MAX) {
+      if (Date.now() >= deadline) {
+        stop = `--minutes ${MINUTES} passed`;
+        break;
+      }
+      const batch = await fork(env, tag, STEP).catch((e: unknown) => {
+        stop = `a fork failed: ${e instanceof Error ? e.message : String(e)}`;
+        return undefined;
+      });
+      if (!batch) break;
       ids.push(...batch);
       if (park) await Promise.all(batch.map((id) => env.sandboxes.pause(id)));
       await sleep(2000);
@@ -153,8 +224,13 @@ async function climb(env: BenchServices, tag: string, park: boolean): Promise<vo
       console.log(
         `  ${ids.length} sandboxes${park ? ` (${ids.length - 1} paused)` : ''}: exec true p50 ${p50.toFixed(1)} ms, PSS total ${(mem / 1024).toFixed(2)} GiB`,
       );
-      if (p50 > 100) break;
+      if (p50 > 100) {
+        stop = 'exec true p50 passed 100 ms';
+        break;
+      }
     }
+    console.log(`  stopped at ${ids.length}: ${stop}; ${await hostLeft()}`);
+    if (park) await wakeAtScale(env, ids.slice(1));
   } finally {
     await killAll(env, ids);
   }
@@ -194,13 +270,24 @@ async function main() {
       }
     }
     const tag = `d${MEMORIES[0]}`;
-    console.log(
-      `fork → first exec answered (single forks, 1/s): ${summary(await forkToExec(env, tag, FORKS))}`,
-    );
+    if (FORKS > 0) {
+      console.log(
+        `fork → first exec answered (single forks, 1/s): ${summary(await forkToExec(env, tag, FORKS))}`,
+      );
+    }
+    if (FANOUT > 0) {
+      await sleep(2000); // the default pool refills after the single forks
+      console.log(
+        `fork → first exec, fan-out of ${FANOUT} in one request (from the request): ${await fanOut(env, tag, FANOUT)}`,
+      );
+    }
     if (args.includes('--climb')) {
-      console.log(`climb (step ${STEP}, max ${MAX}, ${MINUTES} min), running:`);
-      await climb(env, tag, false);
-      if (args.includes('--park')) {
+      console.log(`climb (step ${STEP}, max ${MAX}, ${MINUTES} min)`);
+      if (!args.includes('--park-only')) {
+        console.log('climb, running:');
+        await climb(env, tag, false);
+      }
+      if (args.includes('--park') || args.includes('--park-only')) {
         console.log('climb, parked (all paused but the probe):');
         await climb(env, tag, true);
       }

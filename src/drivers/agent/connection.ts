@@ -83,8 +83,28 @@ export function quiet<T>(p: Promise<T>): Promise<T> {
 /** Errors worth another dial: the socket is not there yet or nobody listens yet. */
 const RETRYABLE_DIAL = new Set(['ENOENT', 'ECONNREFUSED', 'EAGAIN', 'ECONNRESET']);
 const DIAL_RETRY_MS = 50;
-/** While connecting, the guest may not have opened its port yet: say sync again. */
-const SYNC_RESEND_MS = 1000;
+/**
+ * While connecting, the guest may not have opened its port yet, or (right after a restore)
+ * may have missed the first sync: say it again, soon at first and then less often, so a
+ * missed sync costs tens of milliseconds, not a second, and a booting guest is not flooded.
+ */
+const SYNC_RESEND_FIRST_MS = 25;
+const SYNC_RESEND_MAX_MS = 1000;
+
+/** Calls `send` after 25, 50, 100 … ms, then every second, until the returned stop is called. */
+function resendWithBackoff(send: () => void): () => void {
+  let delay = SYNC_RESEND_FIRST_MS;
+  let timer: NodeJS.Timeout;
+  const arm = () => {
+    timer = setTimeout(() => {
+      send();
+      delay = Math.min(delay * 2, SYNC_RESEND_MAX_MS);
+      arm();
+    }, delay);
+  };
+  arm();
+  return () => clearTimeout(timer);
+}
 
 /** Dials a unix socket until it accepts, the deadline passes, or `signal` aborts. */
 export async function dial(path: string, timeoutMs: number, signal?: AbortSignal): Promise<Socket> {
@@ -198,8 +218,8 @@ export class AgentConnection {
     this.syncWaiter = waiter;
     const sync = encodeSync(nonce);
     this.write(sync);
-    const resend = opts.resend
-      ? setInterval(() => this.closed || this.write(sync), SYNC_RESEND_MS)
+    const stopResending = opts.resend
+      ? resendWithBackoff(() => this.closed || this.write(sync))
       : undefined;
     const disarm = watchdog(opts, waiter.reject, (ms) =>
       unreachable(`got no answer to sync within ${ms} ms`, { timeoutMs: ms }),
@@ -207,7 +227,7 @@ export class AgentConnection {
     try {
       await waiter.promise;
     } finally {
-      clearInterval(resend);
+      stopResending?.();
       disarm();
       if (this.syncWaiter === waiter) this.syncWaiter = undefined;
     }

@@ -134,6 +134,31 @@ test('connect gives up with agent_unreachable when the agent never answers sync'
   );
 });
 
+test('a missed sync is said again within tens of milliseconds', async (t) => {
+  const fake = await fakeAgent(t);
+  fake.server.removeAllListeners('connection');
+  let syncs = 0;
+  fake.server.on('connection', (socket) => {
+    // Like a guest that was restored while the first syncs were on their way: it misses two.
+    const reader = new LineReader((line) => {
+      const msg = parseLine(line);
+      if (msg?.type !== 'sync' || ++syncs < 3) return;
+      reader.reset();
+      socket.removeAllListeners('data');
+      serve(socket, fake, {});
+      socket.write(Buffer.from([SYNC_BYTE]));
+      socket.write(JSON.stringify({ type: 'sync', id: 0, nonce: msg.nonce, protocol: 1, agent: 'fake' }) + '\n');
+    });
+    socket.on('data', (chunk: Buffer) => reader.push(chunk));
+    socket.on('error', () => {});
+  });
+  // Well under the old fixed resend interval of 1 s: the third sync goes out after 75 ms.
+  const client = await AgentClient.connect(fake.path, { timeoutMs: 900 });
+  t.after(() => client.close());
+  await client.ping();
+  assert.ok(syncs >= 3);
+});
+
 test('only a 0xFF-prefixed sync reply with our nonce ends the handshake', async (t) => {
   // Each of these would make connect fail (protocol 2) if the client trusted it.
   const stale = (nonce: unknown) =>
