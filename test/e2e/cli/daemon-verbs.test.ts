@@ -74,7 +74,10 @@ test('create, ps, exec, cp, logs, kill round trip with --json', async () => {
     [[id, 'running', { suite: 'cli' }]],
   );
   const table = await forkd(['ps']);
-  assert.match(table.stdout.toString(), new RegExp(`${id}\\s+running\\s+running\\s+busybox`));
+  assert.match(
+    table.stdout.toString(),
+    new RegExp(`${id}\\s+running\\s+running\\s+never \\(daemon\\)\\s+busybox`),
+  );
 
   const exec = await forkd(['exec', id, '--', 'sh', '-c', 'echo $GREETING; echo oops >&2; exit 5']);
   assert.equal(exec.code, 5);
@@ -223,8 +226,11 @@ test('logs of a stopped sandbox; kill --label; ps shows the snapshot; memory pas
   ok(logs, 'logs of a stopped sandbox');
   assert.match(logs.stdout.toString(), /forkd-agent/);
   const table = (await forkd(['ps'])).stdout.toString();
-  assert.match(table, /^ID\s+STATE\s+TIER\s+IMAGE\s+SNAPSHOT\s+MEMORY/);
-  assert.match(table, new RegExp(`${c}\\s+running\\s+running\\s+busybox\\s+-\\s+256M`));
+  assert.match(table, /^ID\s+STATE\s+TIER\s+IDLE\s+IMAGE\s+SNAPSHOT\s+MEMORY/);
+  assert.match(
+    table,
+    new RegExp(`${c}\\s+running\\s+running\\s+never \\(daemon\\)\\s+busybox\\s+-\\s+256M`),
+  );
   const huge = await forkd(['create', '--memory', '64G']);
   assert.equal(huge.code, 2, huge.stderr);
   assert.match(huge.stderr, /--memory must be between 64M and the host's [\d.]+G \[bad_request\]/);
