@@ -106,22 +106,24 @@ test('limits in v2 and v1 terms; none is max / -1', () => {
   assert.deepEqual(limitWrites('v2', limits), [
     { hierarchy: 'memory', file: 'memory.max', value: '335544320' },
     { hierarchy: 'cpu', file: 'cpu.max', value: '50000 100000' },
+    { hierarchy: 'cpu', file: 'cpu.weight', value: '50' },
     { hierarchy: 'pids', file: 'pids.max', value: '128' },
   ]);
   assert.deepEqual(limitWrites('v1', limits), [
     { hierarchy: 'memory', file: 'memory.limit_in_bytes', value: '335544320' },
     { hierarchy: 'cpu', file: 'cpu.cfs_period_us', value: '100000' },
     { hierarchy: 'cpu', file: 'cpu.cfs_quota_us', value: '50000' },
+    { hierarchy: 'cpu', file: 'cpu.shares', value: '512' },
     { hierarchy: 'pids', file: 'pids.max', value: '128' },
   ]);
   const none = { memoryBytes: null, cpuCores: null, pids: null };
   assert.deepEqual(
     limitWrites('v2', none).map((w) => w.value),
-    ['max', 'max 100000', 'max'],
+    ['max', 'max 100000', '100', 'max'],
   );
   assert.deepEqual(
     limitWrites('v1', none).map((w) => w.value),
-    ['-1', '100000', '-1', 'max'],
+    ['-1', '100000', '-1', '1024', 'max'],
   );
 });
 
