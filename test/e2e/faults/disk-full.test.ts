@@ -10,7 +10,10 @@
  * space mid-write, fail with `disk_full`, and leave no snapshot (listed, by name or on
  * disk), staging dir or child behind; the source runs on with its files. Filled to 1 MiB
  * (under the 4 MiB forkd keeps), a fork and a branch are refused with `disk_full` before
- * anything is made. Once space is freed the same source branches again.
+ * anything is made. Once space is freed the same source branches again. Last, the branch
+ * (32 MiB of random memory) pushed and pulled as a pack with 8 MiB free: the push fails with
+ * `disk_full` (it compresses each layer in FORKD_HOME first) and publishes no tag; the pull
+ * fails with `disk_full` and installs nothing; with the space back both work.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -31,7 +34,14 @@ import { makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
 import { RegistryClient } from '../../../src/drivers/registry/index.js';
 import { getImage, pullImage } from '../../../src/services/images/index.js';
 import { blobDir } from '../../../src/services/images/cache.js';
-import { layerFromDir, ociImage, push, startRegistry } from '../images/registry.js';
+import { PackManager } from '../../../src/services/packs/service.js';
+import {
+  layerFromDir,
+  ociImage,
+  push,
+  startRegistry,
+  type TestRegistry,
+} from '../images/registry.js';
 
 /** Room for a booted sandbox (overlay, sockets, logs), not for its ~120 MiB of written memory. */
 const TMPFS_MIB = 24;
@@ -48,6 +58,7 @@ let mount: string;
 let home: TestHome;
 let s: TestServices | undefined;
 let source: string;
+let reg: TestRegistry | undefined;
 
 before(async () => {
   mount = await mkdtemp(join(tmpdir(), 'forkd-diskfull-'));
@@ -64,10 +75,12 @@ before(async () => {
   source = await mkdtemp(join(tmpdir(), 'forkd-diskfull-src-'));
   await mkdir(join(source, 'data'));
   await writeFile(join(source, 'data', 'blob.bin'), randomBytes(40 * 1024 * 1024));
+  reg = await startRegistry();
 });
 
 after(async () => {
   try {
+    await reg?.stop();
     await closeAndCheck(s, home);
   } finally {
     await run('umount', [mount]).catch(() => run('umount', ['-l', mount]));
@@ -135,14 +148,13 @@ test(
   'image pull on a full disk: disk_full, no image, no temp blob, space given back',
   { timeout: 180_000 },
   async () => {
-    const reg = await startRegistry();
     const scratch = await mkdtemp(join(tmpdir(), 'forkd-diskfull-push-'));
     try {
       const layer = await layerFromDir(source, join(scratch, 'L'), 'none'); // 40 MiB
-      await push(new RegistryClient(reg.host), 'team/big', '1', ociImage([layer], {}), scratch);
+      await push(new RegistryClient(reg!.host), 'team/big', '1', ociImage([layer], {}), scratch);
       const before = await freeBytes();
       const err = await pullImage(home.paths, {
-        reference: `${reg.host}/team/big:1`,
+        reference: `${reg!.host}/team/big:1`,
         name: 'pulled',
       }).then(
         () => assert.fail('the image fitted on the small disk'),
@@ -161,7 +173,6 @@ test(
       );
       assert.ok((await freeBytes()) >= before - 1024 * 1024, 'the space was not given back');
     } finally {
-      await reg.stop();
       await rm(scratch, { recursive: true, force: true });
     }
   },
@@ -240,9 +251,52 @@ test(
     const again = await s!.branch.branch(src.id, { tag: 'after-full', mode: 'live' }, caller);
     assert.equal(again.snapshot.tag, 'after-full');
     assert.equal(await sh(s!, src.id, 'cat /root/kept'), 'kept\n');
-    await s!.sandboxes.kill(src.id);
-    await s!.snapshots.remove('after-full', { force: true });
-    await s!.snapshots.remove('roomy', { force: true });
+    await s!.sandboxes.kill(src.id); // after-full and roomy stay for the pack case
+  },
+);
+
+test(
+  'pack push and pull on a full disk: disk_full, nothing pushed or installed; with space both work',
+  { timeout: 300_000 },
+  async () => {
+    const packs = s!.services.packs as PackManager;
+    const ref = `${reg!.host}/team/env:after-full`;
+    const packCache = join(home.paths.home, 'cache', 'packs');
+    const noWorkDirs = async () =>
+      assert.deepEqual(
+        (await readdir(packCache).catch(() => [] as string[])).filter((n) => n.startsWith('work')),
+        [],
+        'a push work dir was left',
+      );
+    // after-full holds the source's 32 MiB of random memory: its layer cannot fit in 8 MiB.
+    let filler = await fillDisk();
+    try {
+      const err = await failure(packs.push('after-full', ref), 'a push');
+      assert.ok(isForkdError(err, 'disk_full'), `push: expected disk_full, got ${String(err)}`);
+      await noWorkDirs();
+      await assert.rejects(new RegistryClient(reg!.host).getManifest('team/env', 'after-full'));
+    } finally {
+      await rm(filler, { force: true });
+    }
+    const pushed = await packs.push('after-full', ref);
+    assert.ok(pushed.uploaded > 0, JSON.stringify(pushed));
+    await noWorkDirs();
+
+    await s!.snapshots.remove('roomy', { cascade: true });
+    filler = await fillDisk();
+    try {
+      const err = await failure(packs.pull({ reference: ref }), 'a pull');
+      assert.ok(isForkdError(err, 'disk_full'), `pull: expected disk_full, got ${String(err)}`);
+      assert.match(err.message, /pull of .* ran out of disk space/);
+      assert.deepEqual(await s!.snapshots.list(), [], 'something was installed');
+      assert.deepEqual(await readdir(home.paths.snapshots), [], 'a staging dir was left');
+    } finally {
+      await rm(filler, { force: true });
+    }
+    const pulled = await packs.pull({ reference: ref });
+    assert.deepEqual(pulled.installed, ['roomy', 'after-full']);
+    assert.deepEqual((await s!.snapshots.verify('after-full')).problems, []);
+    await s!.snapshots.remove('roomy', { cascade: true });
   },
 );
 

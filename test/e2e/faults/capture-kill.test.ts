@@ -1,0 +1,119 @@
+/**
+ * The capture helper (native forkd-capture) SIGKILLed mid-command, through a real daemon
+ * whose FORKD_CAPTURE_BIN is a wrapper that runs the real helper and kills the run a test
+ * arms ("pages 2": the second page copy from now) once it has started: during a snapshot
+ * create's page copy, and during a copy branch's page copy made while the source is paused.
+ * Each fails with an error naming the helper and its death, leaves nothing under the tag
+ * (not by name, not listed, not on disk, no staging dir), no QEMU of the create; the
+ * branch's source resumes and runs on with its files, and branches again.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { chmod, mkdtemp, readdir, realpath, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Sandbox, Snapshot, SnapshotNotFoundError } from '@forkd/sdk';
+import { CAPTURE_BINARY } from '../../../src/drivers/qemu/helper.js';
+import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
+import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+
+let home: TestHome;
+let daemon: DaemonProcess | undefined;
+let scratch: string;
+let arm: string;
+
+/** Runs the real helper; the run `$arm` names is SIGKILLed once exec'd, and the wrapper dies the same way. */
+const wrapper = (real: string, armFile: string) => `#!/bin/sh
+real='${real}'; arm='${armFile}'
+if read -r cmd n < "$arm" 2>/dev/null && [ "$cmd" = "$1" ]; then
+  if [ "$n" -gt 1 ]; then echo "$cmd $((n - 1))" > "$arm"; exec "$real" "$@"; fi
+  rm -f "$arm"
+  "$real" "$@" &
+  pid=$!
+  until [ "$(readlink /proc/$pid/exe)" = "$real" ]; do kill -0 $pid 2>/dev/null || break; done
+  kill -9 $pid && echo "$cmd" > "$arm.killed"
+  wait $pid
+  kill -9 $$
+fi
+exec "$real" "$@"
+`;
+
+before(async () => {
+  home = await makeTestHome();
+  scratch = await mkdtemp(join(tmpdir(), 'forkd-capture-kill-'));
+  arm = join(scratch, 'arm');
+  const bin = join(scratch, 'forkd-capture');
+  await writeFile(bin, wrapper(await realpath(CAPTURE_BINARY), arm));
+  await chmod(bin, 0o755);
+  home.env.FORKD_CAPTURE_BIN = bin;
+  daemon = await startDaemon(home);
+});
+
+after(async () => {
+  try {
+    if (daemon) {
+      for (const sb of await Sandbox.list({ url: daemon.url }))
+        await Sandbox.kill(sb.id, { url: daemon.url }).catch(() => undefined);
+      await daemon.stop();
+    }
+    await assertNoLeftovers(home);
+  } finally {
+    await home.cleanup();
+    await rm(scratch, { recursive: true, force: true });
+  }
+});
+
+/** Arm the kill of the `nth` run of `command` from now. */
+async function killRun(command: string, nth: number): Promise<void> {
+  await rm(`${arm}.killed`, { force: true });
+  await writeFile(arm, `${command} ${nth}\n`);
+}
+
+async function assertKilled(): Promise<void> {
+  await stat(`${arm}.killed`).catch(() => assert.fail('the helper was never killed'));
+}
+
+/** The operation's error names the helper and that it was killed. */
+function isHelperDeath(e: unknown): boolean {
+  const err = e as { code?: string; message?: string };
+  assert.match(err.message ?? '', /forkd-capture pages was killed \(SIGKILL\)/, String(e));
+  assert.notEqual(err.code, undefined, 'not a catalog error');
+  return true;
+}
+
+/** Nothing under `tag`: not by name, not listed, not on disk, no staging dir. */
+async function assertNothingUnder(tag: string, listed: string[]): Promise<void> {
+  const url = daemon!.url;
+  await assert.rejects(Snapshot.get(tag, { url }), SnapshotNotFoundError);
+  assert.deepEqual((await Snapshot.list({ url })).map((s) => s.tag).sort(), listed);
+  assert.deepEqual((await readdir(home.paths.snapshots)).sort(), listed, 'left in snapshots/');
+}
+
+test('the helper killed during a snapshot create: a clear error, no snapshot, no QEMU', async () => {
+  await killRun('pages', 1);
+  await assert.rejects(
+    Snapshot.create({ url: daemon!.url, tag: 'cut', warm: ['echo warm > /root/w'] }),
+    isHelperDeath,
+  );
+  await assertKilled();
+  await assertNothingUnder('cut', []);
+  assert.deepEqual(await qemusUnder(home.dir), [], 'the parent QEMU was left');
+  assert.deepEqual(await readdir(home.paths.sandboxes).catch(() => []), [], 'a sandbox dir');
+});
+
+test('the helper killed during a copy branch (source paused): nothing under the tag, the source runs on', async () => {
+  const url = daemon!.url;
+  const src = await Sandbox.create({ url });
+  await src.commands.run('echo kept > /root/kept');
+  await killRun('pages', 2); // the second copy: the one made while the source is paused
+  await assert.rejects(src.branch({ tag: 'cut', mode: 'copy' }), isHelperDeath);
+  await assertKilled();
+  await assertNothingUnder('cut', []);
+  const again = await Sandbox.connect(src.id, { url });
+  assert.equal(again.info.state, 'running');
+  assert.equal((await again.commands.run('cat /root/kept')).stdout, 'kept\n');
+  const ok = await again.branch({ tag: 'after', mode: 'copy' });
+  assert.equal(ok.snapshot.info.tag, 'after');
+  await again.kill();
+  await Snapshot.remove('after', { url });
+});
