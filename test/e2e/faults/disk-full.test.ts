@@ -10,7 +10,9 @@
  * space mid-write, fail with `disk_full`, and leave no snapshot (listed, by name or on
  * disk), staging dir or child behind; the source runs on with its files. Filled to 1 MiB
  * (under the 4 MiB forkd keeps), a fork and a branch are refused with `disk_full` before
- * anything is made. Once space is freed the same source branches again. Last, the branch
+ * anything is made. Once space is freed the same source branches again. With 17 inodes left
+ * (past that refusal) a fork of 4 runs out mid-fork: the children that fitted run, the others
+ * fail with `disk_full` and leave no dir or QEMU (all-or-nothing: none left). Last, the branch
  * (32 MiB of random memory) pushed and pulled as a pack with 8 MiB free: the push fails with
  * `disk_full` (it compresses each layer in FORKD_HOME first) and publishes no tag; the pull
  * fails with `disk_full` and installs nothing; with the space back both work.
@@ -252,6 +254,40 @@ test(
     assert.equal(again.snapshot.tag, 'after-full');
     assert.equal(await sh(s!, src.id, 'cat /root/kept'), 'kept\n');
     await s!.sandboxes.kill(src.id); // after-full and roomy stay for the pack case
+  },
+);
+
+test(
+  'fork of 4 with 17 inodes left (past the refusal): children that fit run, the rest fail disk_full, nothing half-made',
+  { timeout: 300_000 },
+  async () => {
+    // Out of inodes is ENOSPC too, and lands at an exact point: a child makes a handful of
+    // files (its dir, owner file, overlay, sockets, logs), so four of them cannot all fit in
+    // 17 (forkd refuses to start a fork under 16).
+    const f = await statfs(mount);
+    await run('mount', ['-o', `remount,nr_inodes=${f.files - f.ffree + 17}`, mount]);
+    try {
+      const r = await s!.snapshots.fork({ snapshot: 'roomy', n: 4 }, caller);
+      assert.ok(r.failed.length > 0, 'all four children fitted in 17 inodes');
+      for (const x of r.failed) {
+        assert.ok(isForkdError(x.error, 'disk_full'), `expected disk_full, got ${String(x.error)}`);
+      }
+      const kids = r.sandboxes.map((x) => x.id);
+      for (const id of kids) assert.equal(await sh(s!, id, 'echo ok'), 'ok\n');
+      assert.deepEqual((await readdir(home.paths.sandboxes)).sort(), [...kids].sort());
+      assert.equal((await qemusUnder(home.dir)).length, kids.length, "a failed child's QEMU");
+      for (const id of kids) await s!.sandboxes.kill(id);
+
+      const err = await failure(
+        s!.snapshots.fork({ snapshot: 'roomy', n: 4, all_or_nothing: true }, caller),
+        'an all-or-nothing fork',
+      );
+      assert.ok(isForkdError(err, 'disk_full'), `expected disk_full, got ${String(err)}`);
+      assert.deepEqual(await readdir(home.paths.sandboxes), [], 'a child dir was left');
+      assert.deepEqual(await qemusUnder(home.dir), [], 'a child QEMU was left');
+    } finally {
+      await run('mount', ['-o', `remount,nr_inodes=${f.files}`, mount]);
+    }
   },
 );
 
