@@ -5,9 +5,7 @@
  * process and their own identity; memory stays sparse. Pushed then a branch pushed: the
  * second push uploads only the branch's blobs (counted in the registry's storage); removed
  * and pulled back by the branch alone (its parent comes along); a pull the registry cuts
- * off mid-blob fails with a clear error, installs nothing, and the next one resumes; a real
- * daemon SIGKILLed mid-pull (downloading, then between two installs) leaves nothing half
- * installed, no staging dir or process after a restart, and the pull then resumes. Refusals — corrupt file, missing parent, format version, another host — leave
+ * off mid-blob fails with a clear error, installs nothing, and the next one resumes. Refusals — corrupt file, missing parent, format version, another host — leave
  * nothing installed. One snapshot chain is shared by the whole file.
  */
 import { test, before, after } from 'node:test';
@@ -18,10 +16,7 @@ import { join } from 'node:path';
 import { isForkdError } from '../../../src/errors.js';
 import { PackManager } from '../../../src/services/packs/service.js';
 import { run } from '../../../src/util/exec.js';
-import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
-import { forkd } from '../../helpers/cli.js';
-import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
-import { assertNoOrphans, killWhen, namesIn } from '../../helpers/daemon-kill.js';
+import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import {
   caller,
   closeAndCheck,
@@ -267,54 +262,4 @@ test('a registry cutting the pull mid-blob: a clear error, nothing installed; th
   await truncate(packOfB2(), 1000); // a truncated pack: refused, not installed
   await refused(async () => packs().unpack(packOfB2(), { tag: 'cut' }), 'pack_invalid', /./);
   await s.snapshots.remove('base', { cascade: true });
-});
-
-test('the daemon SIGKILLed mid pack pull (downloading, then between installs): nothing half installed, the pull resumes', async () => {
-  const other = await makeTestHome(); // a host without the chain, its own daemon
-  const crash = join(scratch, 'crash');
-  other.env.FORKD_CRASH_FILE = crash;
-  let daemon: DaemonProcess | undefined;
-  const proxy = await cuttingProxy(reg.host, 256 * 1024, 'stall');
-  const cli = (args: string[]) => forkd(args, { env: { ...other.env, FORKD_URL: daemon!.url } });
-  const pull = (from: string) => cli(['pull', `${from}/team/env:b1`, '--json']);
-  const listed = async () =>
-    (JSON.parse((await cli(['snapshots', '--json'])).stdout.toString()) as { tag: string }[])
-      .map((x) => x.tag)
-      .sort();
-  const blobs = join(other.paths.home, 'cache', 'packs', 'blobs');
-  const restart = async () => {
-    daemon = await startDaemon(other);
-    const staging = await namesIn(other.paths.snapshots, (n) => n.startsWith('.'));
-    assert.deepEqual(staging, [], 'a staging dir was left');
-    await assertNoOrphans(other, daemon);
-  };
-  try {
-    daemon = await startDaemon(other);
-    // 1. Killed while a blob downloads (the stalled proxy holds it after 256 KiB).
-    const cut = pull(proxy.host);
-    const partial = async () => (await namesIn(blobs, (n) => n.endsWith('.partial'))).length > 0;
-    await killWhen(daemon, partial, 'the pack download');
-    assert.notEqual((await cut).code, 0, 'the CLI reported success for a pull whose daemon died');
-    await restart();
-    assert.deepEqual(await listed(), [], 'something was installed');
-
-    // 2. Killed by a crash point once the parent is installed, before the branch is.
-    await writeFile(crash, 'pack:installed');
-    assert.notEqual((await pull(reg.host)).code, 0);
-    await daemon.exited;
-    await restart();
-    assert.deepEqual(await listed(), ['base'], 'the parent is whole, the branch absent');
-    const verify = await cli(['snapshot', 'verify', 'base', '--json']);
-    assert.equal(verify.code, 0, verify.stderr);
-
-    // 3. The same pull: it installs the branch on the parent it already has.
-    const ok = await pull(reg.host);
-    assert.equal(ok.code, 0, ok.stderr);
-    assert.deepEqual(await listed(), ['b1', 'base']);
-    assert.deepEqual(await namesIn(blobs, (n) => n.endsWith('.partial')), []);
-  } finally {
-    await proxy.close();
-    await daemon?.stop();
-    await assertNoLeftovers(other).finally(() => other.cleanup());
-  }
 });

@@ -1,11 +1,15 @@
 /**
- * The capture helper (native forkd-capture) SIGKILLed mid-command, through a real daemon
+ * Processes killed mid-operation under a real daemon. The capture helper (forkd-capture)
+ * SIGKILLed mid-command: the daemon's
  * whose FORKD_CAPTURE_BIN is a wrapper that runs the real helper and kills the run a test
  * arms ("pages 2": the second page copy from now) once it has started: during a snapshot
  * create's page copy, and during a copy branch's page copy made while the source is paused.
  * Each fails with an error naming the helper and its death, leaves nothing under the tag
  * (not by name, not listed, not on disk, no staging dir), no QEMU of the create; the
- * branch's source resumes and runs on with its files, and branches again.
+ * branch's source resumes and runs on with its files, and branches again. Then the daemon
+ * itself SIGKILLed during a pack pull from a real loopback registry (mid-download through a
+ * stalling proxy, and by a crash point between the parent's install and the branch's): after
+ * a restart nothing is half installed, no staging dir or process is left, and the pull resumes.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -16,6 +20,10 @@ import { Sandbox, Snapshot, SnapshotNotFoundError } from '@forkd/sdk';
 import { CAPTURE_BINARY } from '../../../src/drivers/qemu/helper.js';
 import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+import { assertNoOrphans, killWhen, namesIn } from '../../helpers/daemon-kill.js';
+import { forkd } from '../../helpers/cli.js';
+import { cuttingProxy } from '../images/cutting-proxy.js';
+import { startRegistry } from '../images/registry.js';
 
 let home: TestHome;
 let daemon: DaemonProcess | undefined;
@@ -46,6 +54,7 @@ before(async () => {
   await writeFile(bin, wrapper(await realpath(CAPTURE_BINARY), arm));
   await chmod(bin, 0o755);
   home.env.FORKD_CAPTURE_BIN = bin;
+  home.env.FORKD_CRASH_FILE = join(scratch, 'crash');
   daemon = await startDaemon(home);
 });
 
@@ -114,6 +123,59 @@ test('the helper killed during a copy branch (source paused): nothing under the 
   assert.equal((await again.commands.run('cat /root/kept')).stdout, 'kept\n');
   const ok = await again.branch({ tag: 'after', mode: 'copy' });
   assert.equal(ok.snapshot.info.tag, 'after');
-  await again.kill();
-  await Snapshot.remove('after', { url });
+  await again.kill(); // 'after' stays for the pack pull
+});
+
+test('the daemon SIGKILLed mid pack pull (downloading, then between installs): nothing half installed, the pull resumes', async () => {
+  const reg = await startRegistry();
+  const proxy = await cuttingProxy(reg.host, 256 * 1024, 'stall');
+  const cli = (args: string[]) => forkd(args, { env: { ...home.env, FORKD_URL: daemon!.url } });
+  const ref = (host: string) => `${host}/team/env:after2`;
+  const pull = (host: string) => cli(['pull', ref(host), '--json']);
+  const listed = async () => (await Snapshot.list({ url: daemon!.url })).map((x) => x.tag).sort();
+  const blobs = join(home.paths.home, 'cache', 'packs', 'blobs');
+  const restart = async () => {
+    daemon = await startDaemon(home);
+    assert.deepEqual(await namesIn(home.paths.snapshots, (n) => n.startsWith('.')), []);
+    await assertNoOrphans(home, daemon);
+  };
+  try {
+    // A chain of two (a branch of a fork of 'after'), pushed, then removed here.
+    const [kid] = await (await Snapshot.get('after', { url: daemon!.url })).forkAll(1);
+    await kid!.commands.run('echo two > /root/2; sync');
+    await kid!.branch({ tag: 'after2', mode: 'copy' });
+    await kid!.kill();
+    const pushed = await cli(['push', 'after2', ref(reg.host), '--json']);
+    assert.equal(pushed.code, 0, pushed.stderr);
+    await Snapshot.remove('after2', { url: daemon!.url });
+    await Snapshot.remove('after', { url: daemon!.url });
+
+    // 1. Killed while a blob downloads (the stalled proxy holds it after 256 KiB).
+    const cut = pull(proxy.host);
+    const partial = async () => (await namesIn(blobs, (n) => n.endsWith('.partial'))).length > 0;
+    await killWhen(daemon!, partial, 'the pack download');
+    assert.notEqual((await cut).code, 0, 'the CLI reported success for a pull whose daemon died');
+    await restart();
+    assert.deepEqual(await listed(), [], 'something was installed');
+
+    // 2. Killed by a crash point once the parent is installed, before the branch is.
+    await writeFile(join(scratch, 'crash'), 'pack:installed');
+    assert.notEqual((await pull(reg.host)).code, 0);
+    await daemon!.exited;
+    await restart();
+    assert.deepEqual(await listed(), ['after'], 'the parent whole, the branch absent');
+    const verify = await cli(['snapshot', 'verify', 'after', '--json']);
+    assert.equal(verify.code, 0, verify.stdout.toString());
+
+    // 3. The same pull: the branch lands on the parent already here.
+    const ok = await pull(reg.host);
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.deepEqual(await listed(), ['after', 'after2']);
+    assert.deepEqual(await namesIn(blobs, (n) => n.endsWith('.partial')), []);
+    await Snapshot.remove('after2', { url: daemon!.url });
+    await Snapshot.remove('after', { url: daemon!.url });
+  } finally {
+    await proxy.close();
+    await reg.stop();
+  }
 });
