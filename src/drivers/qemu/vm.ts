@@ -233,6 +233,9 @@ export class Vm {
     const died = proc.exited.then(async () => {
       throw new ForkdError('boot_failed', `QEMU exited during start-up: ${await tail(files.log)}`);
     });
+    // Handled from the start: QEMU may exit while onSpawn is still placing it (it cannot
+    // write its pid file on a full disk), and an unhandled rejection would end the daemon.
+    died.catch(() => undefined);
     try {
       await opts.onSpawn?.(proc.pid);
       const qmp = await Promise.race([QmpClient.connect(files.qmp), died]);
@@ -240,8 +243,6 @@ export class Vm {
     } catch (e) {
       proc.forceKill();
       throw e;
-    } finally {
-      died.catch(() => undefined);
     }
   }
 
