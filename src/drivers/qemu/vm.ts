@@ -241,8 +241,17 @@ export class Vm {
       const qmp = await Promise.race([QmpClient.connect(files.qmp), died]);
       return new Vm(spec, proc, qmp);
     } catch (e) {
+      // A QEMU that died on its own says why (its log: no room for its pid file); what
+      // failed after (placing a gone pid in its cgroup: ESRCH) would only hide that.
+      const own = await Promise.race([
+        died.then(
+          () => undefined,
+          (d: unknown) => d,
+        ),
+        sleep(1000),
+      ]);
       proc.forceKill();
-      throw e;
+      throw own ?? e;
     }
   }
 
