@@ -146,12 +146,13 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     branch,
     execSlot: () => sandboxes.execSlot(),
   });
+  const images = new ImageStore(paths);
   const services: Services = {
     contexts,
     sandboxes,
     snapshots,
     branch,
-    images: new ImageStore(paths),
+    images,
     audit: store.audit,
     host,
     ...(network ? { network: new SandboxNetworks(network, sandboxes) } : {}),
@@ -172,6 +173,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       const recovered = await sandboxes.start();
       await snapshots.start();
       await branch.start();
+      await images.start();
       return recovered;
     },
     detach: async () => {

@@ -3,6 +3,7 @@
  * and carry its stderr, so a failure says what broke instead of "exit code 1".
  */
 import { execFile, spawn } from 'node:child_process';
+import { basename } from 'node:path';
 import { ForkdError } from '../errors.js';
 
 export interface RunResult {
@@ -67,7 +68,10 @@ export function runStreaming(
     child.on('error', (err) => reject(toolError(file, args, err, tail)));
     child.on('close', (code, signal) => {
       if (code === 0) return resolve();
-      const err = Object.assign(new Error(`exit ${code ?? signal}`), { code: code ?? undefined });
+      const err = Object.assign(new Error(`exit ${code ?? signal}`), {
+        code: code ?? undefined,
+        signal,
+      });
       reject(toolError(file, args, err as NodeJS.ErrnoException, tail));
     });
   });
@@ -84,6 +88,17 @@ function toolError(
       'setup_required',
       `${file} is not installed; run the setup command from the README, then \`forkd doctor\``,
       { tool: file },
+    );
+  }
+  // A signal forkd did not send (no timeout of ours: `killed` unset): the OOM killer, a user.
+  const signal = (err as { signal?: string | null; killed?: boolean }).signal;
+  if (signal && !(err as { killed?: boolean }).killed) {
+    const sub = args[0] && !args[0].startsWith('-') ? ` ${args[0]}` : '';
+    return new ForkdError(
+      'internal',
+      `${basename(file)}${sub} was killed (${signal}) before it finished, by something outside ` +
+        'forkd (the out-of-memory killer, a user)',
+      { tool: file, args, signal },
     );
   }
   const last = stderr.trim().split('\n').slice(-5).join('\n');

@@ -53,6 +53,20 @@ export async function qemusUnder(dir: string): Promise<number[]> {
   return pids;
 }
 
+/**
+ * Pids of processes (other than `except`) started for this home: FORKD_HOME=`dir` in their
+ * environment. After a daemon is SIGKILLed, what its children left running (orphans).
+ */
+export async function processesOf(dir: string, except: number[] = []): Promise<number[]> {
+  const pids: number[] = [];
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name) || except.includes(Number(name))) continue;
+    const env = await readFile(`/proc/${name}/environ`, 'utf8').catch(() => '');
+    if (env.split('\0').includes(`FORKD_HOME=${dir}`)) pids.push(Number(name));
+  }
+  return pids;
+}
+
 /** Safety net for failed tests: end QEMUs this test home started (by pid, never by name). */
 async function killQemusUnder(dir: string): Promise<void> {
   for (const pid of await qemusUnder(dir)) {

@@ -233,15 +233,25 @@ export class Vm {
     const died = proc.exited.then(async () => {
       throw new ForkdError('boot_failed', `QEMU exited during start-up: ${await tail(files.log)}`);
     });
+    // Handled from the start: QEMU may exit while onSpawn is still placing it (it cannot
+    // write its pid file on a full disk), and an unhandled rejection would end the daemon.
+    died.catch(() => undefined);
     try {
       await opts.onSpawn?.(proc.pid);
       const qmp = await Promise.race([QmpClient.connect(files.qmp), died]);
       return new Vm(spec, proc, qmp);
     } catch (e) {
+      // A QEMU that died on its own says why (its log: no room for its pid file); what
+      // failed after (placing a gone pid in its cgroup: ESRCH) would only hide that.
+      const own = await Promise.race([
+        died.then(
+          () => undefined,
+          (d: unknown) => d,
+        ),
+        sleep(1000),
+      ]);
       proc.forceKill();
-      throw e;
-    } finally {
-      died.catch(() => undefined);
+      throw own ?? e;
     }
   }
 

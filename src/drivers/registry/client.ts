@@ -257,6 +257,16 @@ export class RegistryClient {
     );
     const hash = createHash('sha256');
     if (have > 0) for await (const c of createReadStream(partial)) hash.update(c as Buffer);
+    // A partial holding the whole blob (a pull killed between its last byte and the rename)
+    // or more has no range left to ask for: a registry answers 416 to every retry.
+    if (have > 0 && opts.size !== undefined && have >= opts.size) {
+      if (have === opts.size && `sha256:${hash.digest('hex')}` === digest) {
+        await rename(partial, dest);
+        return { resumedBytes: have };
+      }
+      await rm(partial, { force: true });
+      return this.getBlobResumable(repo, digest, dest, opts);
+    }
     const headers: Record<string, string> = have > 0 ? { range: `bytes=${have}-` } : {};
     const res = await this.request({
       method: 'GET',
@@ -264,6 +274,11 @@ export class RegistryClient {
       repo,
       headers,
     });
+    if (res.status === 416 && have > 0) {
+      await res.body?.cancel();
+      await rm(partial, { force: true }); // not a prefix of this blob: start over
+      return this.getBlobResumable(repo, digest, dest, opts);
+    }
     if (!res.ok) throw this.failure(res, `blob ${digest} of ${repo}`);
     const resumed = res.status === 206 ? have : 0;
     const fresh = resumed === 0 ? createHash('sha256') : hash;

@@ -8,6 +8,7 @@ import { join, resolve } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError, isForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
+import { crashPoint } from '../../util/crash.js';
 import { assertImageUnused } from './users.js';
 import { asDiskFull, diskFull, hostIsFull } from '../disk-full.js';
 import {
@@ -81,6 +82,7 @@ export async function buildImage(
     const manifest = await describe(opts.name, files.rootfs, source);
     if (extras.config) manifest.config = extras.config;
     await writeFile(files.manifest, JSON.stringify(manifest, null, 2) + '\n');
+    crashPoint('image:staged');
     await publishStaging(p, staging, opts.name, Boolean(opts.force));
     onProgress(`image ${opts.name} ready`);
     return { ...manifest, path: imageFiles(p, opts.name).rootfs };

@@ -74,6 +74,17 @@ export async function addBlobFromFile(
   });
 }
 
+/** A download's temp blob whose process is gone (a daemon killed mid-pull). */
+const deadTemp = (name: string) =>
+  name.startsWith('.tmp-') && !pidAlive(Number(name.split('-')[1]));
+
+/** Remove the temp blobs of pulls whose process died (the daemon's start, after a crash). */
+export async function sweepTempBlobs(p: Paths): Promise<void> {
+  for (const name of await readdir(blobDir(p)).catch(() => [] as string[])) {
+    if (deadTemp(name)) await rm(join(blobDir(p), name), { force: true });
+  }
+}
+
 /** Remove every cached blob no image records; answers what went. */
 export async function pruneBlobs(p: Paths): Promise<{ blobs: number; bytes: number }> {
   const used = new Set<string>();
@@ -87,7 +98,7 @@ export async function pruneBlobs(p: Paths): Promise<{ blobs: number; bytes: numb
     if (used.has(name)) continue;
     const file = join(blobDir(p), name);
     // A temp file of a pull in progress is left alone (its pid is alive).
-    if (name.startsWith('.tmp-') && pidAlive(Number(name.split('-')[1]))) continue;
+    if (name.startsWith('.tmp-') && !deadTemp(name)) continue;
     const st = await stat(file).catch(() => undefined);
     await rm(file, { force: true });
     blobs++;

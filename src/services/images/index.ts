@@ -9,10 +9,10 @@ import type { ImageT } from '../../contract/schemas.js';
 import type { Paths } from '../../config.js';
 import type { ImageService } from '../contracts.js';
 import { buildImageFromDir } from './build.js';
-import { getImage, listImages, removeImage, type Image } from './store.js';
+import { getImage, listImages, removeImage, sweepDeadStaging, type Image } from './store.js';
 import { pullImage } from './oci.js';
 import { importImage } from './import.js';
-import { pruneBlobs } from './cache.js';
+import { pruneBlobs, sweepTempBlobs } from './cache.js';
 import { login, logout } from './logins.js';
 import type { ImageProgress } from '../contracts.js';
 import type { ImportImageT, LoginT, PruneResultT, PullImageT } from '../../contract/schemas.js';
@@ -54,6 +54,12 @@ function toWire(image: Image): ImageT {
 
 export class ImageStore implements ImageService {
   constructor(private readonly paths: Paths) {}
+
+  /** Sweep what a pull or build cut off by a crash left: temp blobs, staging dirs. Call once before serving. */
+  async start(): Promise<void> {
+    await sweepTempBlobs(this.paths);
+    await sweepDeadStaging(this.paths);
+  }
 
   async list(): Promise<ImageT[]> {
     return (await listImages(this.paths)).map(toWire);

@@ -252,8 +252,12 @@ function nameTaken(name: string): ForkdError {
   );
 }
 
-/** Staging dirs are named after their builder's pid; sweep those whose builder is gone. */
-async function sweepStaleStaging(p: Paths, names: string[]): Promise<void> {
+/**
+ * Staging dirs are named after their builder's pid; sweep those whose builder is gone and
+ * that are older than `minAgeMs` (a listing waits an hour, in case the builder runs in another
+ * pid namespace; the daemon's start passes 0, as it does for snapshots' staging).
+ */
+async function sweepStaleStaging(p: Paths, names: string[], minAgeMs = STALE_MS): Promise<void> {
   for (const n of names.filter((x) => x.startsWith(STAGING_PREFIX))) {
     const pid = Number(n.slice(STAGING_PREFIX.length).split('-')[0]);
     if (pidAlive(pid)) continue;
@@ -262,8 +266,13 @@ async function sweepStaleStaging(p: Paths, names: string[]): Promise<void> {
       (s) => Date.now() - s.mtimeMs,
       () => 0,
     );
-    if (age > STALE_MS) await removeTree(dir).catch(() => undefined);
+    if (age >= minAgeMs) await removeTree(dir).catch(() => undefined);
   }
+}
+
+/** Remove the staging dirs of builds whose process died (the daemon's start, after a crash). */
+export async function sweepDeadStaging(p: Paths): Promise<void> {
+  await sweepStaleStaging(p, await readdir(p.images).catch(() => [] as string[]), 0);
 }
 
 /** Whether a process of that pid exists (EPERM: it does, as another user). */

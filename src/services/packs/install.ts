@@ -9,6 +9,7 @@
 import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
+import { crashPoint } from '../../util/crash.js';
 import { QEMU_IMG } from '../../drivers/qemu/disk.js';
 import { ForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
@@ -230,6 +231,7 @@ async function commit(
       }
       done.push(final);
       ctx.registry.markReady(final, await readManifest(ctx.paths, final));
+      crashPoint('pack:installed');
     }
   } catch (e) {
     for (const tag of done.reverse()) await ctx.registry.delete(tag);

@@ -25,6 +25,7 @@ import {
 } from '../../drivers/registry/index.js';
 import { ForkdError } from '../../errors.js';
 import type { PackService } from '../contracts.js';
+import { asDiskFull } from '../disk-full.js';
 import { credentialsFor } from '../images/oci.js';
 import type { SnapshotManager } from '../snapshots/service.js';
 import { extractMembers, readMember, verifyExtracted, writeArchive } from './archive.js';
@@ -138,6 +139,17 @@ export class PackManager implements PackService {
     onProgress: Progress = quiet,
     signal?: AbortSignal,
   ): Promise<PushResultT> {
+    return this.spaceChecked(`pack push of ${tag}`, () =>
+      this.pushing(tag, reference, onProgress, signal),
+    );
+  }
+
+  private async pushing(
+    tag: string,
+    reference: string,
+    onProgress: Progress,
+    signal?: AbortSignal,
+  ): Promise<PushResultT> {
     const ref = parseReference(reference);
     const m = await this.opts.snapshots.registry.bootable(tag);
     const pack = await collectPack(this.paths, m);
@@ -205,6 +217,16 @@ export class PackManager implements PackService {
   async pull(
     req: PullSnapshotT,
     onProgress: Progress = quiet,
+    signal?: AbortSignal,
+  ): Promise<UnpackResultT> {
+    return this.spaceChecked(`pull of ${req.reference}`, () =>
+      this.pulling(req, onProgress, signal),
+    );
+  }
+
+  private async pulling(
+    req: PullSnapshotT,
+    onProgress: Progress,
     signal?: AbortSignal,
   ): Promise<UnpackResultT> {
     const opts = { tag: req.tag, force: req.force };
@@ -303,6 +325,19 @@ export class PackManager implements PackService {
         `snapshot "${top}" already exists: use --tag NEW, or --force to replace it`,
         { tag: top },
       );
+    }
+  }
+
+  /**
+   * `f`'s failure as `disk_full` when it ran out of space on the filesystem holding
+   * FORKD_HOME (a push compresses each layer there first, a pull downloads and stages there),
+   * told after `f` removed its work and staging dirs.
+   */
+  private async spaceChecked<T>(what: string, f: () => Promise<T>): Promise<T> {
+    try {
+      return await f();
+    } catch (e) {
+      throw await asDiskFull(e, this.paths.home, what);
     }
   }
 

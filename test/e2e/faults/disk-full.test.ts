@@ -10,7 +10,12 @@
  * space mid-write, fail with `disk_full`, and leave no snapshot (listed, by name or on
  * disk), staging dir or child behind; the source runs on with its files. Filled to 1 MiB
  * (under the 4 MiB forkd keeps), a fork and a branch are refused with `disk_full` before
- * anything is made. Once space is freed the same source branches again.
+ * anything is made. Once space is freed the same source branches again. With 17 inodes left
+ * (past that refusal) a fork of 4 runs out mid-fork: the children that fitted run, the others
+ * fail with `disk_full` and leave no dir or QEMU (all-or-nothing: none left). Last, the branch
+ * (32 MiB of random memory) pushed and pulled as a pack with 8 MiB free: the push fails with
+ * `disk_full` (it compresses each layer in FORKD_HOME first) and publishes no tag; the pull
+ * fails with `disk_full` and installs nothing; with the space back both work.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -31,7 +36,14 @@ import { makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
 import { RegistryClient } from '../../../src/drivers/registry/index.js';
 import { getImage, pullImage } from '../../../src/services/images/index.js';
 import { blobDir } from '../../../src/services/images/cache.js';
-import { layerFromDir, ociImage, push, startRegistry } from '../images/registry.js';
+import { PackManager } from '../../../src/services/packs/service.js';
+import {
+  layerFromDir,
+  ociImage,
+  push,
+  startRegistry,
+  type TestRegistry,
+} from '../images/registry.js';
 
 /** Room for a booted sandbox (overlay, sockets, logs), not for its ~120 MiB of written memory. */
 const TMPFS_MIB = 24;
@@ -48,6 +60,7 @@ let mount: string;
 let home: TestHome;
 let s: TestServices | undefined;
 let source: string;
+let reg: TestRegistry | undefined;
 
 before(async () => {
   mount = await mkdtemp(join(tmpdir(), 'forkd-diskfull-'));
@@ -64,10 +77,12 @@ before(async () => {
   source = await mkdtemp(join(tmpdir(), 'forkd-diskfull-src-'));
   await mkdir(join(source, 'data'));
   await writeFile(join(source, 'data', 'blob.bin'), randomBytes(40 * 1024 * 1024));
+  reg = await startRegistry();
 });
 
 after(async () => {
   try {
+    await reg?.stop();
     await closeAndCheck(s, home);
   } finally {
     await run('umount', [mount]).catch(() => run('umount', ['-l', mount]));
@@ -135,14 +150,13 @@ test(
   'image pull on a full disk: disk_full, no image, no temp blob, space given back',
   { timeout: 180_000 },
   async () => {
-    const reg = await startRegistry();
     const scratch = await mkdtemp(join(tmpdir(), 'forkd-diskfull-push-'));
     try {
       const layer = await layerFromDir(source, join(scratch, 'L'), 'none'); // 40 MiB
-      await push(new RegistryClient(reg.host), 'team/big', '1', ociImage([layer], {}), scratch);
+      await push(new RegistryClient(reg!.host), 'team/big', '1', ociImage([layer], {}), scratch);
       const before = await freeBytes();
       const err = await pullImage(home.paths, {
-        reference: `${reg.host}/team/big:1`,
+        reference: `${reg!.host}/team/big:1`,
         name: 'pulled',
       }).then(
         () => assert.fail('the image fitted on the small disk'),
@@ -161,7 +175,6 @@ test(
       );
       assert.ok((await freeBytes()) >= before - 1024 * 1024, 'the space was not given back');
     } finally {
-      await reg.stop();
       await rm(scratch, { recursive: true, force: true });
     }
   },
@@ -240,11 +253,104 @@ test(
     const again = await s!.branch.branch(src.id, { tag: 'after-full', mode: 'live' }, caller);
     assert.equal(again.snapshot.tag, 'after-full');
     assert.equal(await sh(s!, src.id, 'cat /root/kept'), 'kept\n');
-    await s!.sandboxes.kill(src.id);
-    await s!.snapshots.remove('after-full', { force: true });
-    await s!.snapshots.remove('roomy', { force: true });
+    await s!.sandboxes.kill(src.id); // after-full and roomy stay for the pack case
   },
 );
+
+test(
+  'fork of 4 with 17 inodes left (past the refusal): children that fit run, the rest fail disk_full, nothing half-made',
+  { timeout: 300_000 },
+  async (t) => {
+    // Out of inodes is ENOSPC too, and lands at an exact point: a child makes a handful of
+    // files (its dir, owner file, overlay, sockets, logs), so four of them cannot all fit in
+    // 17 (forkd refuses to start a fork under 16).
+    const f = await statfs(mount);
+    await run('mount', ['-o', `remount,nr_inodes=${f.files - f.ffree + 17}`, mount]);
+    try {
+      const r = await s!.snapshots.fork({ snapshot: 'roomy', n: 4 }, caller);
+      assert.ok(r.failed.length > 0, 'all four children fitted in 17 inodes');
+      assertDiskFull(r.failed);
+      const kids = r.sandboxes.map((x) => x.id);
+      t.diagnostic(`${kids.length} children ran, ${r.failed.length} failed`);
+      for (const id of kids) assert.equal(await sh(s!, id, 'echo ok'), 'ok\n');
+      assert.deepEqual((await readdir(home.paths.sandboxes)).sort(), [...kids].sort());
+      assert.equal((await qemusUnder(home.dir)).length, kids.length, "a failed child's QEMU");
+      for (const id of kids) await s!.sandboxes.kill(id);
+
+      // All or nothing: the failures answered, no child kept (or refused up front, if what
+      // the killed children left keeps the inodes under 16).
+      const aon = await s!.snapshots
+        .fork({ snapshot: 'roomy', n: 4, all_or_nothing: true }, caller)
+        .catch((e: unknown) => e);
+      t.diagnostic(
+        isForkdError(aon) ? `all or nothing: ${aon.message}` : 'all or nothing: answered',
+      );
+      if (isForkdError(aon)) assert.equal(aon.code, 'disk_full', aon.message);
+      else {
+        const o = aon as typeof r;
+        assert.deepEqual(o.sandboxes, [], 'an all-or-nothing fork kept a child');
+        assert.ok(o.failed.length > 0, 'all four children fitted in 17 inodes');
+        assertDiskFull(o.failed);
+      }
+      assert.deepEqual(await readdir(home.paths.sandboxes), [], 'a child dir was left');
+      assert.deepEqual(await qemusUnder(home.dir), [], 'a child QEMU was left');
+    } finally {
+      await run('mount', ['-o', `remount,nr_inodes=${f.files}`, mount]);
+    }
+  },
+);
+
+test(
+  'pack push and pull on a full disk: disk_full, nothing pushed or installed; with space both work',
+  { timeout: 300_000 },
+  async () => {
+    const packs = s!.services.packs as PackManager;
+    const ref = `${reg!.host}/team/env:after-full`;
+    const packCache = join(home.paths.home, 'cache', 'packs');
+    const noWorkDirs = async () =>
+      assert.deepEqual(
+        (await readdir(packCache).catch(() => [] as string[])).filter((n) => n.startsWith('work')),
+        [],
+        'a push work dir was left',
+      );
+    // after-full holds the source's 32 MiB of random memory: its layer cannot fit in 8 MiB.
+    let filler = await fillDisk();
+    try {
+      const err = await failure(packs.push('after-full', ref), 'a push');
+      assert.ok(isForkdError(err, 'disk_full'), `push: expected disk_full, got ${String(err)}`);
+      await noWorkDirs();
+      await assert.rejects(new RegistryClient(reg!.host).getManifest('team/env', 'after-full'));
+    } finally {
+      await rm(filler, { force: true });
+    }
+    const pushed = await packs.push('after-full', ref);
+    assert.ok(pushed.uploaded > 0, JSON.stringify(pushed));
+    await noWorkDirs();
+
+    await s!.snapshots.remove('roomy', { cascade: true });
+    filler = await fillDisk();
+    try {
+      const err = await failure(packs.pull({ reference: ref }), 'a pull');
+      assert.ok(isForkdError(err, 'disk_full'), `pull: expected disk_full, got ${String(err)}`);
+      assert.match(err.message, /pull of .* ran out of disk space/);
+      assert.deepEqual(await s!.snapshots.list(), [], 'something was installed');
+      assert.deepEqual(await readdir(home.paths.snapshots), [], 'a staging dir was left');
+    } finally {
+      await rm(filler, { force: true });
+    }
+    const pulled = await packs.pull({ reference: ref });
+    assert.deepEqual(pulled.installed, ['roomy', 'after-full']);
+    assert.deepEqual((await s!.snapshots.verify('after-full')).problems, []);
+    await s!.snapshots.remove('roomy', { cascade: true });
+  },
+);
+
+/** Every failed child of a fork failed with `disk_full`. */
+function assertDiskFull(failed: { error: unknown }[]): void {
+  for (const x of failed) {
+    assert.ok(isForkdError(x.error, 'disk_full'), `expected disk_full, got ${String(x.error)}`);
+  }
+}
 
 /** A failed branch left nothing under `tag`: not by name, not listed, not on disk. */
 async function assertNoSnapshot(tag: string): Promise<void> {

@@ -1,0 +1,187 @@
+/**
+ * Processes killed mid-operation under a real daemon. The capture helper (forkd-capture)
+ * SIGKILLed mid-command: the daemon's
+ * whose FORKD_CAPTURE_BIN is a wrapper that runs the real helper and kills the run a test
+ * arms ("pages 2": the second page copy from now) once it has started: during a snapshot
+ * create's page copy, and during a copy branch's page copy made while the source is paused.
+ * Each fails with an error naming the helper and its death, leaves nothing under the tag
+ * (not by name, not listed, not on disk, no staging dir), no QEMU of the create; the
+ * branch's source resumes and runs on with its files, and branches again. Then the daemon
+ * itself SIGKILLed during a pack pull from a real loopback registry (mid-download through a
+ * stalling proxy, and by a crash point between the parent's install and the branch's): after
+ * a restart nothing is half installed, no staging dir or process is left, and the pull resumes.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { chmod, mkdtemp, readdir, realpath, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Sandbox, Snapshot, SnapshotNotFoundError } from '@forkd/sdk';
+import { CAPTURE_BINARY } from '../../../src/drivers/qemu/helper.js';
+import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
+import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+import { assertNoOrphans, killWhen, namesIn } from '../../helpers/daemon-kill.js';
+import { forkd } from '../../helpers/cli.js';
+import { cuttingProxy } from '../images/cutting-proxy.js';
+import { startRegistry } from '../images/registry.js';
+
+let home: TestHome;
+let daemon: DaemonProcess | undefined;
+let scratch: string;
+let arm: string;
+
+/** Runs the real helper; the run `$arm` names is SIGKILLed once exec'd, and the wrapper dies the same way. */
+const wrapper = (real: string, armFile: string) => `#!/bin/sh
+real='${real}'; arm='${armFile}'
+if read -r cmd n < "$arm" 2>/dev/null && [ "$cmd" = "$1" ]; then
+  if [ "$n" -gt 1 ]; then echo "$cmd $((n - 1))" > "$arm"; exec "$real" "$@"; fi
+  rm -f "$arm"
+  "$real" "$@" &
+  pid=$!
+  until [ "$(readlink /proc/$pid/exe)" = "$real" ]; do kill -0 $pid 2>/dev/null || break; done
+  kill -9 $pid && echo "$cmd" > "$arm.killed"
+  wait $pid
+  kill -9 $$
+fi
+exec "$real" "$@"
+`;
+
+before(async () => {
+  home = await makeTestHome();
+  scratch = await mkdtemp(join(tmpdir(), 'forkd-capture-kill-'));
+  arm = join(scratch, 'arm');
+  const bin = join(scratch, 'forkd-capture');
+  await writeFile(bin, wrapper(await realpath(CAPTURE_BINARY), arm));
+  await chmod(bin, 0o755);
+  home.env.FORKD_CAPTURE_BIN = bin;
+  home.env.FORKD_CRASH_FILE = join(scratch, 'crash');
+  daemon = await startDaemon(home);
+});
+
+after(async () => {
+  try {
+    if (daemon) {
+      for (const sb of await Sandbox.list({ url: daemon.url }))
+        await Sandbox.kill(sb.id, { url: daemon.url }).catch(() => undefined);
+      await daemon.stop();
+    }
+    await assertNoLeftovers(home);
+  } finally {
+    await home.cleanup();
+    await rm(scratch, { recursive: true, force: true });
+  }
+});
+
+/** Arm the kill of the `nth` run of `command` from now. */
+async function killRun(command: string, nth: number): Promise<void> {
+  await rm(`${arm}.killed`, { force: true });
+  await writeFile(arm, `${command} ${nth}\n`);
+}
+
+async function assertKilled(): Promise<void> {
+  await stat(`${arm}.killed`).catch(() => assert.fail('the helper was never killed'));
+}
+
+/** The operation's error names the helper and that it was killed. */
+function isHelperDeath(e: unknown): boolean {
+  const err = e as { code?: string; message?: string };
+  assert.match(err.message ?? '', /forkd-capture pages was killed \(SIGKILL\)/, String(e));
+  assert.notEqual(err.code, undefined, 'not a catalog error');
+  return true;
+}
+
+/** Nothing under `tag`: not by name, not listed, not on disk, no staging dir. */
+async function assertNothingUnder(tag: string, listed: string[]): Promise<void> {
+  const url = daemon!.url;
+  await assert.rejects(Snapshot.get(tag, { url }), SnapshotNotFoundError);
+  assert.deepEqual((await Snapshot.list({ url })).map((s) => s.tag).sort(), listed);
+  assert.deepEqual((await readdir(home.paths.snapshots)).sort(), listed, 'left in snapshots/');
+}
+
+test('the helper killed during a snapshot create: a clear error, no snapshot, no QEMU', async () => {
+  await killRun('pages', 1);
+  await assert.rejects(
+    Snapshot.create({ url: daemon!.url, tag: 'cut', warm: ['echo warm > /root/w'] }),
+    isHelperDeath,
+  );
+  await assertKilled();
+  await assertNothingUnder('cut', []);
+  assert.deepEqual(await qemusUnder(home.dir), [], 'the parent QEMU was left');
+  assert.deepEqual(await readdir(home.paths.sandboxes).catch(() => []), [], 'a sandbox dir');
+});
+
+test('the helper killed during a copy branch (source paused): nothing under the tag, the source runs on', async () => {
+  const url = daemon!.url;
+  const src = await Sandbox.create({ url });
+  await src.commands.run('echo kept > /root/kept');
+  await killRun('pages', 2); // the second copy: the one made while the source is paused
+  await assert.rejects(src.branch({ tag: 'cut', mode: 'copy' }), isHelperDeath);
+  await assertKilled();
+  await assertNothingUnder('cut', []);
+  const again = await Sandbox.connect(src.id, { url });
+  assert.equal(again.info.state, 'running');
+  assert.equal((await again.commands.run('cat /root/kept')).stdout, 'kept\n');
+  const ok = await again.branch({ tag: 'after', mode: 'copy' });
+  assert.equal(ok.snapshot.info.tag, 'after');
+  await again.kill(); // 'after' stays for the pack pull
+});
+
+test('the daemon SIGKILLed mid pack pull (downloading, then between installs): nothing half installed, the pull resumes', async () => {
+  const reg = await startRegistry();
+  const proxy = await cuttingProxy(reg.host, 256 * 1024, 'stall');
+  const cli = (args: string[]) => forkd(args, { env: { ...home.env, FORKD_URL: daemon!.url } });
+  const ref = (host: string) => `${host}/team/env:after2`;
+  const pull = (host: string) => cli(['pull', ref(host), '--json']);
+  const listed = async () => (await Snapshot.list({ url: daemon!.url })).map((x) => x.tag).sort();
+  const blobs = join(home.paths.home, 'cache', 'packs', 'blobs');
+  const restart = async () => {
+    daemon = await startDaemon(home);
+    assert.deepEqual(await namesIn(home.paths.snapshots, (n) => n.startsWith('.')), []);
+    await assertNoOrphans(home, daemon);
+  };
+  try {
+    // A chain of two (a branch of a fork of 'after'), pushed, then removed here.
+    const [kid] = await (await Snapshot.get('after', { url: daemon!.url })).forkAll(1);
+    await kid!.commands.run('echo two > /root/2; sync');
+    await kid!.branch({ tag: 'after2', mode: 'copy' });
+    await kid!.kill();
+    const pushed = await cli(['push', 'after2', ref(reg.host), '--json']);
+    assert.equal(pushed.code, 0, pushed.stderr);
+    await Snapshot.remove('after2', { url: daemon!.url });
+    await Snapshot.remove('after', { url: daemon!.url });
+
+    // 1. Killed while a blob downloads (the stalled proxy holds it after 256 KiB).
+    const cut = pull(proxy.host);
+    const partial = async () => (await namesIn(blobs, (n) => n.endsWith('.partial'))).length > 0;
+    await killWhen(daemon!, partial, 'the pack download');
+    assert.notEqual((await cut).code, 0, 'the CLI reported success for a pull whose daemon died');
+    await restart();
+    assert.deepEqual(await listed(), [], 'something was installed');
+
+    // 2. Killed by a crash point once the parent is installed, before the branch is.
+    await writeFile(join(scratch, 'crash'), 'pack:installed');
+    const installing = await pull(reg.host);
+    const died = await Promise.race([
+      daemon!.exited.then(() => true),
+      sleep(30_000).then(() => false),
+    ]);
+    assert.ok(died, `the crash point was not reached: ${installing.stderr}`);
+    assert.notEqual(installing.code, 0);
+    await restart();
+    assert.deepEqual(await listed(), ['after'], 'the parent whole, the branch absent');
+    const verify = await cli(['snapshot', 'verify', 'after', '--json']);
+    assert.equal(verify.code, 0, verify.stdout.toString());
+
+    // 3. The same pull: the branch lands on the parent already here.
+    const ok = await pull(reg.host);
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.deepEqual(await listed(), ['after', 'after2']);
+    assert.deepEqual(await namesIn(blobs, (n) => n.endsWith('.partial')), []);
+    await Snapshot.remove('after2', { url: daemon!.url });
+    await Snapshot.remove('after', { url: daemon!.url });
+  } finally {
+    await proxy.close();
+    await reg.stop();
+  }
+});
