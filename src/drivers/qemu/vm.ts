@@ -17,6 +17,8 @@ import { launcherPrefix, vmTuning } from './tuning.js';
 export const INCOMING_FD = 3;
 
 export const QEMU_BINARY = process.env.FORKD_QEMU ?? 'qemu-system-x86_64';
+/** The kernel's flag for a task that has begun to exit (include/linux/sched.h). */
+const PF_EXITING = 0x4;
 
 /** How a QEMU process ended; both null when it was adopted (not our child: no status). */
 export interface VmExit {
@@ -180,13 +182,15 @@ export class Vm {
 
   /**
    * Whether QEMU is gone, asked of the kernel: just after a SIGKILL `alive` may still say
-   * true (the exit is noticed a moment later) while the process is already a zombie.
+   * true (the exit is noticed a moment later) while the process is already a zombie, or
+   * still exiting (PF_EXITING: tearing down a large address space takes a while, longer
+   * with a live branch's frozen fork sharing it).
    */
   async gone(): Promise<boolean> {
     if (!this.alive) return true;
     const stat = await readFile(`/proc/${this.pid}/stat`, 'utf8').catch(() => '');
-    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-    return state === '' || state === 'Z' || state === 'X';
+    const [state = '', , , , , , flags = '0'] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return state === '' || state === 'Z' || state === 'X' || (Number(flags) & PF_EXITING) !== 0;
   }
 
   /** Resolves when QEMU exits, however that happens. */
