@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { readdir } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { DaemonProcess } from './daemon-process.js';
-import { processesOf, type TestHome } from './home.js';
+import { describePids, processesOf, type TestHome } from './home.js';
 
 /** Poll `ready` (every 50 ms, up to `ms`), then SIGKILL `d` and wait for its exit. */
 export async function killWhen(
@@ -32,8 +32,9 @@ export async function namesIn(dir: string, pick: (name: string) => boolean): Pro
 
 /** No process of `home` runs but `daemon` (a child of the killed one would be an orphan). */
 export async function assertNoOrphans(home: TestHome, daemon?: DaemonProcess): Promise<void> {
+  const left = await processesOf(home.dir, daemon ? [daemon.pid] : []);
   assert.deepEqual(
-    await processesOf(home.dir, daemon ? [daemon.pid] : []),
+    await describePids(left),
     [],
     'a process of the killed daemon was left running',
   );

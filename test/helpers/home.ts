@@ -54,17 +54,42 @@ export async function qemusUnder(dir: string): Promise<number[]> {
 }
 
 /**
- * Pids of processes (other than `except`) started for this home: FORKD_HOME=`dir` in their
- * environment. After a daemon is SIGKILLed, what its children left running (orphans).
+ * Pids of processes started for this home (FORKD_HOME=`dir` in their environment), other
+ * than `except` and their descendants. After a daemon is SIGKILLed, what its children left
+ * running (orphans); what a restarted daemon runs itself does not count.
  */
 export async function processesOf(dir: string, except: number[] = []): Promise<number[]> {
   const pids: number[] = [];
   for (const name of await readdir('/proc')) {
-    if (!/^\d+$/.test(name) || except.includes(Number(name))) continue;
+    if (!/^\d+$/.test(name)) continue;
     const env = await readFile(`/proc/${name}/environ`, 'utf8').catch(() => '');
-    if (env.split('\0').includes(`FORKD_HOME=${dir}`)) pids.push(Number(name));
+    if (!env.split('\0').includes(`FORKD_HOME=${dir}`)) continue;
+    if (!(await descendsFrom(Number(name), except))) pids.push(Number(name));
   }
   return pids;
+}
+
+/** Whether `pid` is one of `roots` or a descendant of one (walking ppid up to init). */
+async function descendsFrom(pid: number, roots: number[]): Promise<boolean> {
+  for (let p = pid, hops = 0; p > 1 && hops < 64; hops++) {
+    if (roots.includes(p)) return true;
+    const stat = await readFile(`/proc/${p}/stat`, 'utf8').catch(() => '');
+    // The command name may hold spaces or parentheses: the fields follow the last ')'.
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    if (!Number.isInteger(ppid)) return false;
+    p = ppid;
+  }
+  return false;
+}
+
+/** `pid: command line` of each pid still running, for a failure message. */
+export async function describePids(pids: number[]): Promise<string[]> {
+  return Promise.all(
+    pids.map(async (pid) => {
+      const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '(gone)');
+      return `${pid}: ${cmd.split('\0').join(' ').trim()}`;
+    }),
+  );
 }
 
 /** Safety net for failed tests: end QEMUs this test home started (by pid, never by name). */
