@@ -1,7 +1,8 @@
 /**
  * A stand-in for a daemon that is SIGKILLed (network/leftovers.test.ts): it starts the
- * network service (host table, IPv4 forwarding, a pool of one namespace), prints the
- * namespace's name once it exists, and waits to be killed without cleaning anything up.
+ * network service (host table, IPv4 forwarding, a pool of one namespace, or none with the
+ * argument `0`), prints the namespace's name once it exists (`none` without one), and
+ * waits to be killed without cleaning anything up.
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -18,8 +19,9 @@ async function mine(): Promise<string | undefined> {
   return undefined;
 }
 
-await new NetworkService({ poolSize: 1 }).start();
-const deadline = Date.now() + 20_000;
+const poolSize = process.argv[2] === '0' ? 0 : 1;
+await new NetworkService({ poolSize }).start();
+const deadline = Date.now() + (poolSize ? 20_000 : 0);
 let name = await mine();
 while (!name && Date.now() < deadline) {
   await sleep(100);

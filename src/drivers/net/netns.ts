@@ -9,6 +9,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, readlink, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { run } from '../../util/exec.js';
+import { alive, HOST_STATE_DIR, withHostLock } from './host-lock.js';
 
 /** Where `ip netns` keeps its namespaces (bind mounts). */
 export const NETNS_DIR = '/run/netns';
@@ -20,7 +21,7 @@ export const VETH_PREFIX = 'fkdh-';
  * the host's, shared by every daemon on it, and a daemon's start-up sweep must not take
  * the pool of another one that is running (a second FORKD_HOME, a test's daemon).
  */
-export const NETNS_OWNERS = '/run/forkd-netns';
+export const NETNS_OWNERS = HOST_STATE_DIR;
 /** Every namespace's /30 comes out of this /16 (16 384 of them). */
 export const NETNS_SUBNET = '10.231.0.0/16';
 const MAX_INDEX = 16_383;
@@ -67,21 +68,33 @@ export function inNetns(ns: Netns, file: string, args: string[], input?: string)
 }
 
 /**
- * Make a fresh namespace with the lowest free index; `ip netns add` fails on a name that
- * exists, so two daemons racing for an index both end up with their own.
+ * Make a fresh namespace with the lowest free index. It is added and its owner recorded
+ * under the host lock: another daemon's start-up sweep (also under it) would otherwise see
+ * an ownerless namespace and delete it.
  */
 export async function createNetns(taken: Set<number>): Promise<Netns> {
+  const ns = await withHostLock(() => claimIndex(taken));
+  try {
+    await wire(ns);
+    return ns;
+  } catch (e) {
+    await deleteNetns(ns);
+    throw e;
+  }
+}
+
+/** Add the lowest free namespace and record this process as its owner (under the lock). */
+async function claimIndex(taken: Set<number>): Promise<Netns> {
   for (let i = 0; i <= MAX_INDEX; i++) {
     if (taken.has(i) || existsSync(netnsOf(i).path)) continue;
     const ns = netnsOf(i);
     try {
       await run('ip', ['netns', 'add', ns.name]);
     } catch {
-      continue; // someone else took it meanwhile
+      continue; // a daemon of an older forkd (no lock) took it meanwhile
     }
     try {
       await recordOwner(ns);
-      await wire(ns);
       return ns;
     } catch (e) {
       await deleteNetns(ns);
@@ -196,13 +209,7 @@ export const FORWARDING_FILE = join(NETNS_OWNERS, 'ip_forward');
 export async function ownedByOther(ns: Netns): Promise<boolean> {
   const text = await readFile(join(NETNS_OWNERS, ns.name), 'utf8').catch(() => '');
   const pid = Number(text.trim());
-  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
+  return Number.isInteger(pid) && pid > 0 && pid !== process.pid && alive(pid);
 }
 
 function runInput(file: string, args: string[], input?: string) {

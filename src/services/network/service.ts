@@ -40,6 +40,7 @@ import {
   writeNetnsState,
   type Netns,
 } from '../../drivers/net/netns.js';
+import { addUser, otherUsers, removeUser, withHostLock } from '../../drivers/net/host-lock.js';
 import {
   addDnsElements,
   applyPolicy,
@@ -154,12 +155,15 @@ export class NetworkService {
   async start(): Promise<void> {
     this.isolation = (await NetworkService.detect()).isolation;
     if (this.isolation !== 'netns') return;
-    for (const index of await listNetns()) {
-      const ns = netnsOf(index);
-      if (!(await netnsInUse(ns)) && !(await ownedByOther(ns))) await deleteNetns(ns);
-    }
-    if ((await listNetns()).length === 0) await removeHostTable();
-    await installHostTable();
+    await withHostLock(async () => {
+      for (const index of await listNetns()) {
+        const ns = netnsOf(index);
+        if (!(await netnsInUse(ns)) && !(await ownedByOther(ns))) await deleteNetns(ns);
+      }
+      if (await hostTableUnused()) await removeHostTable();
+      await addUser();
+      await installHostTable();
+    });
     this.refill();
   }
 
@@ -437,9 +441,13 @@ export class NetworkService {
     await this.dropHostTableIfUnused();
   }
 
-  /** The host table goes with the host's last forkd namespace (any daemon's). */
+  /** The host table goes with the host's last forkd namespace and its last live daemon. */
   private async dropHostTableIfUnused(): Promise<void> {
-    if (this.isolation === 'netns' && (await listNetns()).length === 0) await removeHostTable();
+    if (this.isolation !== 'netns') return;
+    await withHostLock(async () => {
+      await removeUser();
+      if (await hostTableUnused()) await removeHostTable();
+    });
   }
 
   /**
@@ -584,4 +592,12 @@ function savedOf(raw: unknown, id: string): SavedNetwork | undefined {
 
 function sameEgress(a: Egress, b: Egress): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
+}
+
+/**
+ * No forkd namespace is left on the host and no other live daemon uses the table (one that
+ * has started but not made its first namespace yet counts). Call under the host lock.
+ */
+async function hostTableUnused(): Promise<boolean> {
+  return (await listNetns()).length === 0 && (await otherUsers()).length === 0;
 }

@@ -1,10 +1,11 @@
 /**
  * What a SIGKILLed daemon leaves of forkd's networking on the host (its pool's namespaces,
  * the `inet forkd` table, IPv4 forwarding turned on) is undone by the next daemon's start
- * and close, and forwarding ends as the host had it. No VM: a process that starts the
- * network service (helpers/net-holder.ts) stands in for the daemon.
+ * and close, and forwarding ends as the host had it; a daemon that stops leaves the table
+ * to another that still runs. No VM: a process that starts the network service
+ * (helpers/net-holder.ts) stands in for the daemon.
  */
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -17,14 +18,21 @@ import { run } from '../../../src/util/exec.js';
 import { assertNoNetworkLeft } from '../../helpers/netcheck.js';
 
 const forwarding = async () => (await run('sysctl', ['-n', 'net.ipv4.ip_forward'])).stdout.trim();
+const script = fileURLToPath(new URL('../../helpers/net-holder.js', import.meta.url));
+
+/** A stand-in daemon (its pool size given), once it has started: it and what it printed. */
+async function standIn(t: TestContext, poolSize: 0 | 1) {
+  const holder = spawn(process.execPath, [script, String(poolSize)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  t.after(() => holder.exitCode === null && holder.kill('SIGKILL'));
+  const [line] = (await once(holder.stdout, 'data')) as [Buffer];
+  return { holder, printed: line.toString().trim() };
+}
 
 test('the next start undoes what a SIGKILLed daemon left: namespaces, table, forwarding', async (t) => {
   const before = existsSync(FORWARDING_FILE) ? undefined : await forwarding();
-  const script = fileURLToPath(new URL('../../helpers/net-holder.js', import.meta.url));
-  const holder = spawn(process.execPath, [script], { stdio: ['ignore', 'pipe', 'inherit'] });
-  t.after(() => holder.exitCode === null && holder.kill('SIGKILL'));
-  const [line] = (await once(holder.stdout, 'data')) as [Buffer];
-  const left = line.toString().trim();
+  const { holder, printed: left } = await standIn(t, 1);
   assert.match(left, /^fkd-\d+$/, 'the stand-in daemon made no namespace');
   holder.kill('SIGKILL');
   await once(holder, 'exit');
@@ -43,4 +51,21 @@ test('the next start undoes what a SIGKILLed daemon left: namespaces, table, for
   // Forwarding is what the host had before forkd (unless another daemon still needs it on).
   if (before !== undefined && !(await hostTableExists())) assert.equal(await forwarding(), before);
   assert.equal(existsSync(FORWARDING_FILE) && !(await hostTableExists()), false);
+});
+
+test('a daemon that stops leaves the table to another that runs but has no namespace yet', async (t) => {
+  const { holder, printed } = await standIn(t, 0);
+  assert.equal(printed, 'none');
+  const other = new NetworkService({ poolSize: 1 });
+  await other.start();
+  await other.close();
+  assert.ok(await hostTableExists(), 'a stopping daemon removed the table a running one uses');
+  assert.equal(await forwarding(), '1', 'a stopping daemon turned forwarding off under another');
+
+  holder.kill('SIGKILL');
+  await once(holder, 'exit');
+  const next = new NetworkService({ poolSize: 0 });
+  await next.start();
+  await next.close();
+  await assertNoNetworkLeft();
 });
