@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { forkdHome, paths, type Paths } from '../../src/config.js';
 import { cgroupsLeft, removeCgroups } from './cgroups.js';
+import { sweepDeadNetns } from './netcheck.js';
 
 /** The home `scripts/setup.sh` prepared (kernel + busybox image). */
 export const BASE_HOME = process.env.FORKD_TEST_BASE_HOME ?? forkdHome();
@@ -37,6 +38,7 @@ export async function makeTestHome(opts: { under?: string } = {}): Promise<TestH
     cleanup: async () => {
       await killQemusUnder(dir);
       await removeCgroups(p.home);
+      await sweepDeadNetns();
       await rm(dir, { recursive: true, force: true });
     },
   };

@@ -205,11 +205,17 @@ export async function netnsOfPid(pid: number): Promise<Netns | undefined> {
 /** Where the IPv4 forwarding setting forkd found is kept until the last namespace goes. */
 export const FORWARDING_FILE = join(NETNS_OWNERS, 'ip_forward');
 
-/** True when another process that is still alive made the namespace (another daemon's). */
-export async function ownedByOther(ns: Netns): Promise<boolean> {
+/** The pid of the process that made the namespace (or took its sandbox over), if recorded. */
+export async function ownerOf(ns: Netns): Promise<number | undefined> {
   const text = await readFile(join(NETNS_OWNERS, ns.name), 'utf8').catch(() => '');
   const pid = Number(text.trim());
-  return Number.isInteger(pid) && pid > 0 && pid !== process.pid && alive(pid);
+  return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+}
+
+/** True when another process that is still alive made the namespace (another daemon's). */
+export async function ownedByOther(ns: Netns): Promise<boolean> {
+  const pid = await ownerOf(ns);
+  return pid !== undefined && pid !== process.pid && alive(pid);
 }
 
 function runInput(file: string, args: string[], input?: string) {
