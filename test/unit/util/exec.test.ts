@@ -35,7 +35,8 @@ test('a timeout of ours is not reported as a kill from outside', async () => {
 test('a missing tool is setup_required naming it', async () => {
   await assert.rejects(
     run('forkd-no-such-tool', []),
-    (e: unknown) => isForkdError(e, 'setup_required') && /forkd-no-such-tool is not installed/.test(e.message),
+    (e: unknown) =>
+      isForkdError(e, 'setup_required') && /forkd-no-such-tool is not installed/.test(e.message),
   );
 });
 
@@ -53,10 +54,20 @@ test('a tool and its children die with the process that ran it (a daemon SIGKILL
     // A Node process runs a tool that starts a child of its own; each writes its pid.
     const script = `import { run } from ${JSON.stringify(new URL('../../../src/util/exec.js', import.meta.url).href)};
       run('sh', ['-c', 'sleep 60 & echo $! > ${dir}/child; echo $$ > ${dir}/tool; wait']);`;
-    const node = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: 'ignore' });
+    const node = spawn(process.execPath, ['--input-type=module', '-e', script], {
+      stdio: 'ignore',
+    });
     const pids = async () =>
       Promise.all(['tool', 'child'].map(async (f) => Number(await readFile(join(dir, f), 'utf8'))));
-    for (let i = 0; i < 200 && !(await pids().then((p) => p.every((x) => x > 0), () => false)); i++)
+    for (
+      let i = 0;
+      i < 200 &&
+      !(await pids().then(
+        (p) => p.every((x) => x > 0),
+        () => false,
+      ));
+      i++
+    )
       await sleep(50);
     const [tool, child] = await pids();
     node.kill('SIGKILL');
