@@ -5,8 +5,10 @@
  * A host tool the daemon ran (tar, mkfs.ext4) must die with it, not at the restart.
  */
 import assert from 'node:assert/strict';
-import { readdir, readFile } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { run } from '../../src/util/exec.js';
 import type { DaemonProcess } from './daemon-process.js';
 import { describePids, processesOf, type TestHome } from './home.js';
 
@@ -49,7 +51,8 @@ export async function toolsOf(home: TestHome, names: string[]): Promise<number[]
 
 /**
  * None of `names` runs for `home` within 5 s of its daemon's death (the tools are SIGKILLed
- * as their launcher sees the daemon die; the 5 s cover a loaded host's scheduling only).
+ * as their launcher sees the daemon die; the 5 s cover a loaded host's scheduling only: a
+ * tool held by holdingTools would run 120 s).
  */
 export async function assertToolsGone(home: TestHome, names: string[]): Promise<void> {
   const deadline = Date.now() + 5_000;
@@ -59,4 +62,52 @@ export async function assertToolsGone(home: TestHome, names: string[]): Promise<
     left = await toolsOf(home, names);
   }
   assert.deepEqual(await describePids(left), [], 'a tool outlived the killed daemon');
+}
+
+/** A shim that is the real tool, or when armed runs it and then holds on (see holdingTools). */
+const shim = (real: string, hold: string) => `#!/bin/sh
+real='${real}'; hold='${hold}'; tool=$(basename "$0")
+if [ "$(cat "$hold" 2>/dev/null)" = "$tool" ]; then
+  rm -f "$hold"
+  "$real" "$@"; rc=$?
+  : > "$hold.$tool"
+  sleep 120
+  exit $rc
+fi
+exec "$real" "$@"
+`;
+
+export interface HoldingTools {
+  /** Put first on the daemon's PATH. */
+  bin: string;
+  /** The next run of `tool` holds on once its work is done. */
+  arm(tool: string): Promise<void>;
+  /** Whether an armed run of `tool` did its work and now holds on. */
+  holding(tool: string): Promise<boolean>;
+}
+
+/**
+ * Host tools that a test can make hold on, so it kills the daemon while one runs every time
+ * (a real tar or mkfs.ext4 may finish first, and an orphan that finished looks like one that
+ * died): an armed shim runs the real tool, then waits 120 s in a `sleep` child, as a long
+ * tool would. Unarmed, a shim execs the real tool.
+ */
+export async function holdingTools(dir: string, tools: string[]): Promise<HoldingTools> {
+  const bin = join(dir, 'bin');
+  const hold = join(dir, 'hold');
+  await mkdir(bin, { recursive: true });
+  for (const tool of tools) {
+    const real = (await run('sh', ['-c', 'command -v "$1"', 'sh', tool])).stdout.trim();
+    await writeFile(join(bin, tool), shim(real, hold));
+    await chmod(join(bin, tool), 0o755);
+  }
+  return {
+    bin,
+    arm: (tool) => writeFile(hold, tool),
+    holding: (tool) =>
+      stat(`${hold}.${tool}`).then(
+        () => true,
+        () => false,
+      ),
+  };
 }

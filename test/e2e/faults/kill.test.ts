@@ -29,9 +29,10 @@ import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js
 import {
   assertNoOrphans,
   assertToolsGone,
+  holdingTools,
   killWhen,
   namesIn,
-  toolsOf,
+  type HoldingTools,
 } from '../../helpers/daemon-kill.js';
 import { forkd } from '../../helpers/cli.js';
 import { cuttingProxy } from '../images/cutting-proxy.js';
@@ -42,6 +43,9 @@ let daemon: DaemonProcess | undefined;
 let scratch: string;
 let arm: string;
 let reg: TestRegistry | undefined;
+let tools: HoldingTools;
+/** What a tool the daemon ran may leave running if it outlives the daemon. */
+const TOOLS = ['mkfs.ext4', 'tar', 'zstd', 'sleep', 'forkd-tool-exec'];
 
 /** Runs the real helper; the run `$arm` names is SIGKILLed once exec'd, and the wrapper dies the same way. */
 const wrapper = (real: string, armFile: string) => `#!/bin/sh
@@ -68,6 +72,8 @@ before(async () => {
   await chmod(bin, 0o755);
   home.env.FORKD_CAPTURE_BIN = bin;
   home.env.FORKD_CRASH_FILE = join(scratch, 'crash');
+  tools = await holdingTools(scratch, ['mkfs.ext4', 'tar']);
+  home.env.PATH = `${tools.bin}:${home.env.PATH ?? '/usr/bin:/bin'}`;
   daemon = await startDaemon(home);
 });
 
@@ -167,20 +173,20 @@ test('the helper killed during a copy branch (source paused): nothing under the 
 });
 
 test('the daemon SIGKILLed while mkfs.ext4 builds an image: mkfs dies with it, no staging dir, no image; the build then works', async () => {
-  const tree = join(scratch, 'tree'); // 48 MiB that mkfs.ext4 copies into the image
+  const tree = join(scratch, 'tree'); // 8 MiB that mkfs.ext4 copies into the image
   await mkdir(tree);
-  for (let i = 0; i < 12; i++) await writeFile(join(tree, `f${i}`), randomBytes(4 << 20));
+  for (let i = 0; i < 2; i++) await writeFile(join(tree, `f${i}`), randomBytes(4 << 20));
   const images = () => new Forkd({ url: daemon!.url }).images;
+  await tools.arm('mkfs.ext4');
   const building = images()
     .create({ name: 'cut', fromDir: tree })
     .then(
       () => 'built',
       (e: unknown) => e,
     );
-  const mkfs = ['mkfs.ext4', 'mke2fs'];
-  await killWhen(daemon!, async () => (await toolsOf(home, mkfs)).length > 0, 'mkfs.ext4');
+  await killWhen(daemon!, () => tools.holding('mkfs.ext4'), 'mkfs.ext4');
   assert.notEqual(await building, 'built', 'the build reported success from a killed daemon');
-  await assertToolsGone(home, [...mkfs, 'forkd-tool-exec']);
+  await assertToolsGone(home, TOOLS);
   await restart();
   assert.deepEqual(
     await namesIn(home.paths.images, (n) => n.startsWith('.staging-')),
@@ -203,14 +209,14 @@ test('the daemon SIGKILLed mid pack push (compressing a layer, then before the m
     return res.ok ? (((await res.json()) as { tags?: string[] | null }).tags ?? []) : [];
   };
 
-  // 1. Killed while tar compresses a layer into the push's work dir.
+  // 1. Killed while tar compresses a layer into the push's work dir (the first layer's tar
+  // holds on once it has written it).
+  await tools.arm('tar');
   const cut = push();
-  const tar = ['tar', 'zstd'];
-  const compressing = async () =>
-    (await work()).length > 0 && (await toolsOf(home, tar)).length > 0;
-  await killWhen(daemon!, compressing, 'the layer compression');
+  await killWhen(daemon!, () => tools.holding('tar'), 'the layer compression');
   assert.notEqual((await cut).code, 0, 'the CLI reported success for a push whose daemon died');
-  await assertToolsGone(home, [...tar, 'forkd-tool-exec']);
+  assert.notDeepEqual(await work(), [], 'no work dir when the daemon was killed');
+  await assertToolsGone(home, TOOLS);
   await restart();
   assert.deepEqual(await work(), [], 'the work dir was left');
   assert.deepEqual(await tags(), [], 'a tag of a push that never finished');
