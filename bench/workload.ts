@@ -13,6 +13,8 @@
 import { readdir, readFile, readlink } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isForkdError, type Sandbox, type Snapshot } from '@forkd/sdk';
+import { join } from 'node:path';
+import { NETNS_OWNERS, NETNS_PREFIX } from '../src/drivers/net/netns.js';
 import { run } from '../src/util/exec.js';
 import { percentile } from './stats.js';
 
@@ -139,6 +141,7 @@ export interface DaemonSample {
   /** Apparent size of the home. */
   diskKiB: number;
   qemus: number;
+  /** `fkd-*` network namespaces of this daemon. */
   netns: number;
   availKiB: number;
 }
@@ -178,6 +181,20 @@ async function daemonFds(pid: number, socket: string): Promise<number> {
   return n;
 }
 
+/**
+ * The `fkd-*` network namespaces the daemon `pid` owns (forkd records each one's daemon in
+ * NETNS_OWNERS): the host's count moves with every other daemon on it.
+ */
+async function netnsOf(pid: number): Promise<number> {
+  let n = 0;
+  for (const name of await readdir(NETNS_OWNERS).catch(() => [] as string[])) {
+    if (!name.startsWith(NETNS_PREFIX) || name.endsWith('.json')) continue;
+    const owner = await readFile(join(NETNS_OWNERS, name), 'utf8').catch(() => '');
+    if (Number(owner.trim()) === pid) n++;
+  }
+  return n;
+}
+
 /** Sample the daemon `pid` of the home `dir`, listening on `socket`. */
 export async function sampleDaemon(
   pid: number,
@@ -186,13 +203,12 @@ export async function sampleDaemon(
 ): Promise<DaemonSample> {
   const meminfo = await readFile('/proc/meminfo', 'utf8');
   const du = await run('du', ['-sk', '--apparent-size', dir]);
-  const netns = await readdir('/run/netns').catch(() => [] as string[]);
   return {
     rssKiB: await statusKiB(pid, 'VmRSS'),
     fds: await daemonFds(pid, socket),
     diskKiB: Number(du.stdout.split('\t')[0]),
     qemus: await qemusUnder(dir),
-    netns: netns.filter((n) => n.startsWith('fkd-')).length,
+    netns: await netnsOf(pid),
     availKiB: Number(/^MemAvailable:\s+(\d+)/m.exec(meminfo)?.[1] ?? NaN),
   };
 }
