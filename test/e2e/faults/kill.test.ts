@@ -1,19 +1,22 @@
 /**
  * Processes killed mid-operation under a real daemon. The capture helper (forkd-capture)
- * SIGKILLed mid-command: the daemon's
- * whose FORKD_CAPTURE_BIN is a wrapper that runs the real helper and kills the run a test
- * arms ("pages 2": the second page copy from now) once it has started: during a snapshot
+ * SIGKILLed mid-command: the daemon's FORKD_CAPTURE_BIN is a wrapper that runs the real
+ * helper and kills the run a test arms ("pages 2": the second page copy from now) once it
+ * has started: during a snapshot
  * create's page copy, and during a copy branch's page copy made while the source is paused.
  * Each fails with an error naming the helper and its death, leaves nothing under the tag
  * (not by name, not listed, not on disk, no staging dir), no QEMU of the create; the
  * branch's source resumes and runs on with its files, and branches again. Then the daemon
  * itself SIGKILLed: while mkfs.ext4 builds an image, and during a pack push to a real
  * loopback registry (while tar compresses a layer, and by a crash point once every blob is
- * up, before the manifest): the tool dies with the daemon (forkd-tool-exec), and after a
+ * up, before the manifest; the tool, armed through a shim on the daemon's PATH, holds on once
+ * its work is done, so the kill always lands while it runs): the tool dies with the daemon
+ * (forkd-tool-exec), and after a
  * restart there is no staging or work dir, no image and no tag under the name, and the same
  * build or push works. Last, SIGKILLed during a pack pull (mid-download through a stalling
- * proxy, and by a crash point between the parent's install and the branch's): after a
- * restart nothing is half installed, no staging dir or process is left, and the pull resumes.
+ * proxy, while tar extracts a layer, and by a crash point between the parent's install and
+ * the branch's): after a restart nothing is half installed, no staging dir or process is
+ * left, and the pull resumes.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -235,7 +238,7 @@ test('the daemon SIGKILLed mid pack push (compressing a layer, then before the m
   assert.deepEqual(await work(), []);
 });
 
-test('the daemon SIGKILLed mid pack pull (downloading, then between installs): nothing half installed, the pull resumes', async () => {
+test('the daemon SIGKILLed mid pack pull (downloading, extracting, then between installs): nothing half installed, the pull resumes', async () => {
   const reg = await registry();
   const proxy = await cuttingProxy(reg.host, 256 * 1024, 'stall');
   const ref = (host: string) => `${host}/team/env:after2`;
@@ -259,6 +262,15 @@ test('the daemon SIGKILLed mid pack pull (downloading, then between installs): n
     await killWhen(daemon!, partial, 'the pack download');
     assert.notEqual((await cut).code, 0, 'the CLI reported success for a pull whose daemon died');
     await restart();
+    assert.deepEqual(await listed(), [], 'something was installed');
+
+    // 1b. Killed while tar extracts a downloaded layer into the staging dir (it holds on).
+    await tools.arm('tar');
+    const extracting = pull(reg.host);
+    await killWhen(daemon!, () => tools.holding('tar'), 'the layer extraction');
+    assert.notEqual((await extracting).code, 0, 'the CLI reported success from a killed daemon');
+    await assertToolsGone(home, TOOLS);
+    await restart(); // no staging dir among the snapshots', no process of the home
     assert.deepEqual(await listed(), [], 'something was installed');
 
     // 2. Killed by a crash point once the parent is installed, before the branch is.
