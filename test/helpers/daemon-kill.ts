@@ -5,7 +5,7 @@
  * A host tool the daemon ran (tar, mkfs.ext4) must die with it, not at the restart.
  */
 import assert from 'node:assert/strict';
-import { chmod, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { run } from '../../src/util/exec.js';
@@ -103,7 +103,10 @@ export async function holdingTools(dir: string, tools: string[]): Promise<Holdin
   }
   return {
     bin,
-    arm: (tool) => writeFile(hold, tool),
+    arm: async (tool) => {
+      await rm(`${hold}.${tool}`, { force: true }); // a past run's mark is not this one's
+      await writeFile(hold, tool);
+    },
     holding: (tool) =>
       stat(`${hold}.${tool}`).then(
         () => true,

@@ -189,13 +189,11 @@ test('the daemon SIGKILLed while mkfs.ext4 builds an image: mkfs dies with it, n
     );
   await killWhen(daemon!, () => tools.holding('mkfs.ext4'), 'mkfs.ext4');
   assert.notEqual(await building, 'built', 'the build reported success from a killed daemon');
+  const staged = () => namesIn(home.paths.images, (n) => n.startsWith('.staging-'));
+  assert.equal((await staged()).length, 1, 'no staging dir when the daemon was killed');
   await assertToolsGone(home, TOOLS);
   await restart();
-  assert.deepEqual(
-    await namesIn(home.paths.images, (n) => n.startsWith('.staging-')),
-    [],
-    'staging',
-  );
+  assert.deepEqual(await staged(), [], 'the staging dir was left');
   await assert.rejects(images().get('cut'), (e: { code?: string }) => e.code === 'image_not_found');
   assert.equal((await images().create({ name: 'cut', fromDir: tree })).name, 'cut');
   await images().remove('cut');
@@ -269,6 +267,8 @@ test('the daemon SIGKILLed mid pack pull (downloading, extracting, then between 
     const extracting = pull(reg.host);
     await killWhen(daemon!, () => tools.holding('tar'), 'the layer extraction');
     assert.notEqual((await extracting).code, 0, 'the CLI reported success from a killed daemon');
+    const staged = await namesIn(home.paths.snapshots, (n) => n.startsWith('.staging-pack-'));
+    assert.equal(staged.length, 1, 'no staging dir when the daemon was killed');
     await assertToolsGone(home, TOOLS);
     await restart(); // no staging dir among the snapshots', no process of the home
     assert.deepEqual(await listed(), [], 'something was installed');
