@@ -72,8 +72,8 @@ export async function prepareChild(
     );
   }
   const dir = sandboxDir(p, id);
-  await makeDir(dir);
   try {
+    await makeDir(dir); // in the try: a dir that cannot be made for want of space is disk_full
     await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
     const spec = sandboxVmSpec(
       dir,
