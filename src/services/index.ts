@@ -147,6 +147,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     execSlot: () => sandboxes.execSlot(),
   });
   const images = new ImageStore(paths);
+  const packs = new PackManager({ paths, snapshots, qemuVersion });
   const services: Services = {
     contexts,
     sandboxes,
@@ -156,7 +157,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     audit: store.audit,
     host,
     ...(network ? { network: new SandboxNetworks(network, sandboxes) } : {}),
-    packs: new PackManager({ paths, snapshots, qemuVersion }),
+    packs,
     events: new EventFeed(store.changes),
   };
   return {
@@ -174,6 +175,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       await snapshots.start();
       await branch.start();
       await images.start();
+      await packs.start();
       return recovered;
     },
     detach: async () => {

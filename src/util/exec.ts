@@ -1,10 +1,32 @@
 /**
  * Running host tools (qemu-img, mkfs.ext4, debootstrap…) with errors that name the tool
- * and carry its stderr, so a failure says what broke instead of "exit code 1".
+ * and carry its stderr, so a failure says what broke instead of "exit code 1". Every tool
+ * is started through forkd-tool-exec (native/tool-exec.c), so that it and its own children
+ * die with this process: a daemon SIGKILLed mid-build leaves no tar or mkfs.ext4 running.
  */
-import { execFile, spawn } from 'node:child_process';
-import { basename } from 'node:path';
+import { existsSync } from 'node:fs';
+import { execFile, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { basename, join } from 'node:path';
+import { repoRoot } from '../config.js';
 import { ForkdError } from '../errors.js';
+
+export const TOOL_EXEC_BINARY =
+  process.env.FORKD_TOOL_EXEC_BIN ?? join(repoRoot(), 'native', 'build', 'forkd-tool-exec');
+
+/** Whether a tool's exit says forkd-tool-exec found no such program (it exits 127 saying so). */
+export function toolMissing(code: unknown, stderr: string): boolean {
+  return code === 127 && /^forkd-tool-exec: .*: not found$/m.test(stderr);
+}
+
+/** `file args` as launched: through forkd-tool-exec, bound to this process's life. */
+function launched(file: string, args: string[]): [string, string[]] {
+  return [TOOL_EXEC_BINARY, [String(process.pid), file, ...args]];
+}
+
+/** Spawn a tool the way {@link run} does (for callers that stream its output). */
+export function spawnTool(file: string, args: string[], opts: SpawnOptions): ChildProcess {
+  return spawn(...launched(file, args), opts);
+}
 
 export interface RunResult {
   stdout: string;
@@ -26,8 +48,7 @@ export function run(
 ): Promise<RunResult> {
   return new Promise((resolve, reject) => {
     const child = execFile(
-      file,
-      args,
+      ...launched(file, args),
       {
         cwd: opts.cwd,
         env: opts.env,
@@ -52,7 +73,7 @@ export function runStreaming(
   opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
 ): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(file, args, {
+    const child = spawnTool(file, args, {
       cwd: opts.cwd,
       env: opts.env,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -63,8 +84,8 @@ export function runStreaming(
       tail = (tail + text).slice(-4000);
       for (const line of text.split('\n')) if (line.trim()) onLine(line);
     };
-    child.stdout.on('data', feed);
-    child.stderr.on('data', feed);
+    child.stdout!.on('data', feed);
+    child.stderr!.on('data', feed);
     child.on('error', (err) => reject(toolError(file, args, err, tail)));
     child.on('close', (code, signal) => {
       if (code === 0) return resolve();
@@ -83,7 +104,15 @@ function toolError(
   err: NodeJS.ErrnoException,
   stderr: string,
 ): ForkdError {
-  if (err.code === 'ENOENT') {
+  if (err.code === 'ENOENT' && !existsSync(TOOL_EXEC_BINARY)) {
+    // The launcher itself is missing: the native helpers were never built.
+    return new ForkdError(
+      'setup_required',
+      `${TOOL_EXEC_BINARY} is missing (needed to run ${basename(file)}): build forkd's native helpers with \`npm run build\``,
+      { tool: TOOL_EXEC_BINARY },
+    );
+  }
+  if (toolMissing(err.code, stderr)) {
     return new ForkdError(
       'setup_required',
       `${file} is not installed; run the setup command from the README, then \`forkd doctor\``,

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { chown, copyFile, open, readFile, rename, rm } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ForkdError } from '../../errors.js';
+import { ForkdError, isForkdError } from '../../errors.js';
 import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
 import { confineVm } from './confine.js';
 import { QmpClient } from './qmp.js';
@@ -300,6 +300,24 @@ export class Vm {
    * `-incoming defer`; it comes up running (the state was saved as running).
    */
   async restore(timeoutMs = 30_000): Promise<void> {
+    try {
+      await this.restoring(timeoutMs);
+    } catch (e) {
+      // A QEMU killed mid-restore closes its monitor before its exit is noticed: a command
+      // in flight then fails as "monitor closed" (internal). Say what happened instead.
+      if (!isForkdError(e, 'internal') || !(await this.gone())) throw e;
+      const consoleTail = await tail(this.files.console);
+      throw new ForkdError(
+        'boot_failed',
+        `the VM stopped while restoring its state: ${consoleTail}`,
+        {
+          console: consoleTail,
+        },
+      );
+    }
+  }
+
+  private async restoring(timeoutMs: number): Promise<void> {
     await this.qmp.execute('migrate-incoming', { uri: `fd:${INCOMING_FD}` });
     const deadline = Date.now() + timeoutMs;
     for (;;) {

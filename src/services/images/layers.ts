@@ -7,7 +7,6 @@
  * and without root the owners — is collected as fixups that are written into the ext4 image
  * after `mkfs.ext4 -d` (fixups.ts).
  */
-import { spawn } from 'node:child_process';
 import { createReadStream } from 'node:fs';
 import {
   chmod,
@@ -26,6 +25,7 @@ import {
 import { join, posix } from 'node:path';
 import { createGunzip } from 'node:zlib';
 import { ForkdError } from '../../errors.js';
+import { spawnTool, toolMissing } from '../../util/exec.js';
 import { readTar, type TarHeader } from './tar.js';
 
 /** What the ext4 image needs beyond what the host tree holds (paths are image paths). */
@@ -74,24 +74,22 @@ export async function layerStream(file: string): Promise<AsyncIterable<Buffer>> 
 
 /** zstd through Debian's `zstd` binary: Node 20 has no zstd, and it is the reference decoder. */
 async function* zstdStream(file: string): AsyncGenerator<Buffer> {
-  const child = spawn('zstd', ['-dcq', '--', file], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawnTool('zstd', ['-dcq', '--', file], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
-  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const exited = new Promise<number | null>((resolve, reject) => {
     child.on('error', reject);
     child.on('close', resolve);
   });
   try {
-    for await (const chunk of child.stdout) yield chunk as Buffer;
-    const code = await exited.catch((e: NodeJS.ErrnoException) => {
-      if (e.code === 'ENOENT') {
-        throw new ForkdError(
-          'setup_required',
-          'a zstd layer needs the `zstd` program: apt-get install zstd',
-        );
-      }
-      throw e;
-    });
+    for await (const chunk of child.stdout!) yield chunk as Buffer;
+    const code = await exited;
+    if (toolMissing(code, stderr)) {
+      throw new ForkdError(
+        'setup_required',
+        'a zstd layer needs the `zstd` program: apt-get install zstd',
+      );
+    }
     if (code !== 0)
       throw new ForkdError('blob_invalid', `a zstd layer does not decompress: ${stderr.trim()}`);
   } finally {

@@ -7,9 +7,10 @@
  * A local index remembers which file became which blob and which repositories hold it.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
+import { pidAlive } from '../images/store.js';
 import { sha256File } from '../snapshots/files.js';
 import { writeArchive } from './archive.js';
 import { PACK_MEDIA, type PackFile, type PackManifest } from './manifest.js';
@@ -42,7 +43,7 @@ export async function readIndex(p: Paths): Promise<BlobIndex> {
 
 export async function writeIndex(p: Paths, index: BlobIndex): Promise<void> {
   await mkdir(packCache(p), { recursive: true });
-  const tmp = `${indexFile(p)}.${randomBytes(4).toString('hex')}`;
+  const tmp = `${indexFile(p)}.${process.pid}-${randomBytes(4).toString('hex')}`;
   await writeFile(tmp, JSON.stringify(index));
   await rename(tmp, indexFile(p));
 }
@@ -123,8 +124,37 @@ export function layersByPath(a: ParsedArtifact): Map<string, Layer> {
   return new Map(a.layers.map((l) => [l.annotations?.[TITLE] ?? '', l]));
 }
 
+/** A pack's or push's scratch dir in the pack cache, named by its process (see sweepDeadWork). */
+export async function makeWork(p: Paths): Promise<string> {
+  const dir = join(packCache(p), `work-${process.pid}-${randomBytes(4).toString('hex')}`);
+  await mkdir(dir, { recursive: true });
+  return dir;
+}
+
 export async function cleanWork(dir: string): Promise<void> {
   await rm(dir, { recursive: true, force: true });
+}
+
+/** The writer's pid in a work dir's (`work-PID-…`) or an index temp file's name (`index.json.PID-…`). */
+function writerOf(name: string): number | undefined {
+  const m = /^(?:work-|index\.json\.)(\d+)-/.exec(name);
+  return m ? Number(m[1]) : undefined;
+}
+
+/**
+ * Remove the work dirs (a push's compressed layers, as far as they got) and index temp
+ * files of processes that are gone: a daemon killed mid-push (the daemon's start). A partial
+ * download is kept: the next pull resumes from it. Answers the names removed.
+ */
+export async function sweepDeadWork(p: Paths): Promise<string[]> {
+  const dir = packCache(p);
+  const names = await readdir(dir).catch(() => [] as string[]);
+  const dead = names.filter((n) => {
+    const pid = writerOf(n);
+    return pid !== undefined && !pidAlive(pid);
+  });
+  for (const n of dead) await rm(join(dir, n), { recursive: true, force: true });
+  return dead;
 }
 
 export type { PackManifest };

@@ -24,6 +24,7 @@ import {
   sha256,
 } from '../../drivers/registry/index.js';
 import { ForkdError } from '../../errors.js';
+import { crashPoint } from '../../util/crash.js';
 import type { PackService } from '../contracts.js';
 import { asDiskFull } from '../disk-full.js';
 import { credentialsFor } from '../images/oci.js';
@@ -44,11 +45,13 @@ import {
   cleanWork,
   layerFor,
   layersByPath,
+  makeWork,
   mountSources,
   packCache,
   parseArtifact,
   readIndex,
   remember,
+  sweepDeadWork,
   writeIndex,
   type Layer,
 } from './oci.js';
@@ -68,6 +71,14 @@ export class PackManager implements PackService {
 
   private get paths() {
     return this.opts.paths;
+  }
+
+  /**
+   * Sweep what a daemon killed mid-push or mid-pack left in the pack cache (its work dir).
+   * A pull's staging dir is among the snapshots' and goes with theirs. Call once before serving.
+   */
+  async start(): Promise<void> {
+    await sweepDeadWork(this.paths);
   }
 
   /** Write TAG's pack to `file` (a temp name beside it, renamed when complete). */
@@ -194,6 +205,7 @@ export class PackManager implements PackService {
       await writeFile(configFile, config);
       const configDigest = sha256(config);
       count(out, await client.pushBlob(repo, configDigest, configFile, config.length));
+      crashPoint('pack:blobs-pushed');
       const manifest = artifactManifest(
         { digest: configDigest, size: config.length },
         layers,
@@ -363,13 +375,8 @@ export class PackManager implements PackService {
     return dir;
   }
 
-  private async workDir(): Promise<string> {
-    const dir = join(
-      packCache(this.paths),
-      `work-${process.pid}-${randomBytes(4).toString('hex')}`,
-    );
-    await mkdir(dir, { recursive: true });
-    return dir;
+  private workDir(): Promise<string> {
+    return makeWork(this.paths);
   }
 }
 

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { totalmem } from 'node:os';
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { DEFAULTS, LIMITS } from '../../contract/rules.js';
@@ -20,6 +20,7 @@ import { locateGuest } from '../guest.js';
 import { checkRange } from '../checks.js';
 import { getImage, imageEnv } from '../images/index.js';
 import type { Limiter, Placement } from '../limits.js';
+import { makeDir } from '../../util/make-dir.js';
 
 /** What a caller asks for when booting a sandbox from an image. */
 export interface BootRequest {
@@ -133,7 +134,7 @@ export async function bootSandbox(p: Paths, req: BootRequest): Promise<Sandbox> 
   const { accel } = await detectAccel();
   const id = req.id ?? newSandboxId();
   const dir = sandboxDir(p, id);
-  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await makeDir(dir);
   let vm: Vm | undefined;
   try {
     await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);

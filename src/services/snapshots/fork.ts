@@ -9,7 +9,7 @@
  * connects the agent, pushing fresh time, entropy, id and hostname.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, rm, writeFile } from 'node:fs/promises';
+import { open, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
@@ -39,6 +39,7 @@ import { asDiskFull } from '../disk-full.js';
 import { runForkHooks } from './hooks.js';
 import { snapshotDir, SNAPSHOT_FILES, type SnapshotManifest } from './files.js';
 import type { Pool } from './pool.js';
+import { makeDir } from '../../util/make-dir.js';
 
 /** A QEMU ready to become a child of a snapshot. */
 export interface PreparedChild {
@@ -50,7 +51,6 @@ export interface PreparedChild {
   /** Holds its cgroup (removed when the child is discarded). */
   limiter?: Limiter;
 }
-
 
 /**
  * Start a child's QEMU, waiting for its state, in its cgroup when `placement` is given;
@@ -72,8 +72,8 @@ export async function prepareChild(
     );
   }
   const dir = sandboxDir(p, id);
-  await mkdir(dir, { recursive: true, mode: 0o700 });
   try {
+    await makeDir(dir); // in the try: a dir that cannot be made for want of space is disk_full
     await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
     const spec = sandboxVmSpec(
       dir,
