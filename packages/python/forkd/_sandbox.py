@@ -50,7 +50,8 @@ Limits = Mapping[str, Any]
 
 
 #: An idle policy: ``{"pause_after_s": 60, "hibernate_after_s": 900}`` (docs/idle.md); a key
-#: left out takes the daemon's default, 0 or None is never.
+#: left out takes the daemon's default on a create or fork and keeps its value on
+#: ``set_idle``; 0 or None is never.
 Idle = Mapping[str, Optional[float]]
 
 
@@ -215,6 +216,19 @@ class Sandbox(Remote[SandboxInfo]):
         keep their value. ``Sandbox.set_limits(id, {...})`` works by id."""
         body = {"limits": limits_body(limits)}
         return _patch(self, body, url, token, request_timeout)
+
+    def set_idle(
+        self: Union[Sandbox, str],
+        idle: Idle,
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> SandboxInfo:
+        """Change when it parks itself (docs/idle.md), at once: ``{"pause_after_s": 30}``;
+        times left out keep their value, 0 or None is never. A parked sandbox stays parked
+        and the new times count from now. ``Sandbox.set_idle(id, {...})`` works by id."""
+        return _patch(self, {"idle": idle_body(idle)}, url, token, request_timeout)
 
     def pause(
         self: Union[Sandbox, str],

@@ -67,7 +67,7 @@ export const SANDBOX_IDLE: WireNames<SandboxIdle> = {
   source: 'source',
 };
 
-/** `IdlePolicyRequest` (create and fork): SDK milliseconds → wire seconds, rounded up. */
+/** `IdlePolicyRequest` (create, fork) and `IdlePolicyChange` (PATCH): SDK ms → wire seconds, rounded up. */
 export interface IdleBody {
   pause_after_s?: number | null;
   hibernate_after_s?: number | null;
