@@ -823,6 +823,12 @@ export const BranchRequest = Type.Object(
     ),
     mode: Type.Optional(BranchMode),
     egress: Type.Optional(EgressPolicy),
+    idle: Type.Optional(
+      idlePolicyRequest(
+        "the daemon's default",
+        "with fork: the children's idle policy (docs/idle.md); not the source's, not inherited",
+      ),
+    ),
   },
   strict,
 );

@@ -276,20 +276,22 @@ class Sandbox(Remote[SandboxInfo]):
         labels: Optional[Dict[str, str]] = None,
         no_wait: Optional[bool] = None,
         mode: Optional[str] = None,
+        idle: Optional[Idle] = None,
         url: Optional[str] = None,
         token: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> BranchResult[Snapshot, Sandbox]:
         """Capture it — memory, devices and disk from one instant — into a new snapshot
         while it keeps running (paused for ``pause_ms``). With ``fork=N``, N children of the
-        new snapshot start in the same call. ``mode`` is ``"copy"`` or ``"live"`` (default:
-        the daemon's); ``no_wait`` answers once it resumed, the snapshot still ``writing``.
+        new snapshot start in the same call (``idle``: their idle policy, docs/idle.md).
+        ``mode`` is ``"copy"`` or ``"live"`` (default: the daemon's); ``no_wait`` answers
+        once it resumed, the snapshot still ``writing``.
 
         ``result = sbx.branch(tag="step-3", fork=3)``"""
         from ._snapshots import branch_sandbox
 
         client, sandbox_id = _target(self, url, token, request_timeout)
-        body = compact(tag=tag, fork=fork, labels=labels, no_wait=no_wait, mode=mode)
+        body = compact(tag=tag, fork=fork, labels=labels, no_wait=no_wait, mode=mode, idle=idle_body(idle))
         return branch_sandbox(client, sandbox_id, body)
 
     def run_code(

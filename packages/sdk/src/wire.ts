@@ -417,6 +417,7 @@ export interface BranchBody {
   no_wait?: boolean;
   mode?: 'copy' | 'live';
   egress?: unknown;
+  idle?: IdleBody;
 }
 
 /** `BranchResult`: the new snapshot, the source's pause, and the children of `fork`. */
