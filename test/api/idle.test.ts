@@ -300,4 +300,18 @@ test('SDK setIdle / update and CLI forkd update --pause-idle-after: one PATCH ea
   const refused = await forkd('update', SEED.sandbox, '--hibernate-idle-after', '10');
   assert.equal(refused.code, 2, refused.stderr.toString());
   assert.match(refused.stderr.toString(), /its current policy/);
+
+  // A branch's --fork children take the same flags; without --fork they are a usage error.
+  const branched = await json<{ children: { sandboxes: { idle: Idle }[] } }>(
+    'branch',
+    SEED.sandbox,
+    '--fork',
+    '1',
+    '--pause-idle-after',
+    '20',
+  );
+  assert.equal(branched.children.sandboxes[0]?.idle.pause_after_s, 20);
+  const alone = await forkd('branch', SEED.sandbox, '--pause-idle-after', '20');
+  assert.equal(alone.code, 2);
+  assert.match(alone.stderr.toString(), /only with --fork/);
 });
