@@ -518,20 +518,16 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return changed ?? this.get(id);
   }
 
-  /**
-   * A new idle policy for a running sandbox (its fields left out keep their value now). It
-   * applies at once and is stored (a restarted daemon keeps it); a parked sandbox stays in
-   * its tier, and the new times count from now.
-   */
-  async setIdle(id: string, req: IdleRequest): Promise<SandboxT> {
-    return this.applyIdle(id, this.nextIdle(this.row(id), req));
-  }
-
+  /** A running sandbox's new idle policy: its times left out keep their value now. */
   private nextIdle(row: SandboxRow, req: IdleRequest): StoredIdle {
     if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
     return changeIdle(row.idle, req, this.idleDefaults);
   }
 
+  /**
+   * Store it (a restarted daemon keeps it) and apply it at once: a parked sandbox stays in
+   * its tier, and the new times count from now.
+   */
   private applyIdle(id: string, idle: StoredIdle): SandboxT {
     const updated = this.rows.update(id, { idle }) as SandboxRow;
     const live = this.live.get(id);

@@ -186,6 +186,20 @@ async function shell(script: string): Promise<string> {
 
 const counter = () => shell('cat /tmp/count').then(Number);
 
+/**
+ * The counter once it reached `min`, polled for up to `ms` of wall time (not a number of
+ * polls: on a quiet host 50 execs take less than the 0.5 s the loop needs to count to 5).
+ */
+async function counterAtLeast(min: number, ms = 10_000): Promise<number> {
+  const deadline = Date.now() + ms;
+  let n = await counter().catch(() => 0);
+  while (n < min && Date.now() < deadline) {
+    await sleep(100);
+    n = await counter().catch(() => 0);
+  }
+  return n;
+}
+
 /** Hibernate it and check no QEMU runs for it any more. */
 async function hibernate(): Promise<void> {
   const dir = home.paths.sandboxes;
@@ -200,8 +214,7 @@ test('hibernated it has no QEMU; an exec restores it, its processes and files as
     "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' " +
       '</dev/null >/dev/null 2>&1 & echo kept > /hibernated-note',
   );
-  let before = 0;
-  for (let i = 0; i < 50 && before < 5; i++) before = await counter().catch(() => 0);
+  const before = await counterAtLeast(5);
   assert.ok(before >= 5, `the counter runs (${before})`);
   await hibernate();
   const woken = Date.now();
@@ -210,8 +223,7 @@ test('hibernated it has no QEMU; an exec restores it, its processes and files as
   assert.ok(after >= before, `the counter went on from ${before}, not restarted: ${after}`);
   assert.equal(await shell('cat /hibernated-note'), 'kept');
   assert.ok(Number(await shell('date +%s')) >= Math.floor(woken / 1000) - 1, 'clock pushed');
-  let later = after;
-  for (let i = 0; i < 50 && later <= after; i++) later = await counter();
+  const later = await counterAtLeast(after + 1);
   assert.ok(later > after, 'it keeps counting after the wake');
 });
 
