@@ -9,13 +9,14 @@ import type { Command } from 'commander';
 import { Sandbox, type BranchMode, type BranchResult, type ForkResult } from '@forkd/sdk';
 import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { idleOptions, parseIdleFlags, type IdleFlags } from './idle-flags.js';
 import { networkOptions, parseEgress, type NetworkFlags } from './network-flags.js';
 import { action, printJson } from './output.js';
 import { collect, optionalName, parseCount, parseLabels, parseSandboxId, usage } from './parse.js';
 import { LIMITS } from './rules.js';
 import { snapshotJson } from './snapshots.js';
 
-interface BranchFlags extends DaemonFlags, NetworkFlags {
+interface BranchFlags extends DaemonFlags, NetworkFlags, IdleFlags {
   tag?: string;
   fork?: string;
   label: string[];
@@ -35,7 +36,7 @@ function parseMode(mode: string | undefined): BranchMode | undefined {
 
 export function register(cmd: Command): void {
   daemonOptions(
-    networkOptions(cmd, false)
+    idleOptions(networkOptions(cmd, false), "each --fork child's")
       .argument('<id>', 'sandbox id')
       .option('--tag <tag>', "the new snapshot's tag (default: one the daemon picks)")
       .option('--fork <n>', 'also start N children of the new snapshot (0-100)')
@@ -59,6 +60,10 @@ async function branch(id: string, flags: BranchFlags): Promise<number> {
   if (!flags.wait && fork) {
     throw usage('--no-wait cannot --fork: children need the finished snapshot');
   }
+  const idle = parseIdleFlags(flags);
+  if (idle && !fork) {
+    throw usage("--pause-idle-after and --hibernate-idle-after only with --fork (the children's)");
+  }
   const result = await Sandbox.branch(parseSandboxId(id), {
     ...clientConfig(flags),
     tag: optionalName(flags.tag, '--tag'),
@@ -67,6 +72,7 @@ async function branch(id: string, flags: BranchFlags): Promise<number> {
     noWait: flags.wait ? undefined : true,
     mode,
     egress: parseEgress(flags),
+    idle,
   });
   if (flags.json) printJson(branchJson(result));
   else report(id, result);

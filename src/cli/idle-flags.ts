@@ -1,5 +1,5 @@
 /**
- * The idle-policy flags of `create` and `fork` (`--pause-idle-after`,
+ * The idle-policy flags of `create`, `fork` and `update` (`--pause-idle-after`,
  * `--hibernate-idle-after`, the same words as the daemon's defaults) and how `ps` and `info`
  * show a sandbox's policy. The daemon checks that hibernation comes after the pause (with
  * its defaults filled in); the CLI only refuses what is not a number of seconds.
@@ -14,16 +14,16 @@ export interface IdleFlags {
   hibernateIdleAfter?: string;
 }
 
-/** Adds the two idle flags to a verb. */
-export function idleOptions(cmd: Command, whose: string): Command {
+/** Adds the two idle flags to a verb; `leftOut` says what a flag not given means. */
+export function idleOptions(cmd: Command, whose: string, leftOut = "the daemon's"): Command {
   return cmd
     .option(
       '--pause-idle-after <s>',
-      `pause ${whose} VM after this many seconds without a request; 0: never (default: the daemon's)`,
+      `pause ${whose} VM after this many seconds without a request; 0: never (default: ${leftOut})`,
     )
     .option(
       '--hibernate-idle-after <s>',
-      `hibernate ${whose} VM after this many seconds without a request; 0: never (default: the daemon's)`,
+      `hibernate ${whose} VM after this many seconds without a request; 0: never (default: ${leftOut})`,
     );
 }
 

@@ -1,25 +1,32 @@
 /**
- * `forkd update ID [--memory-limit S] [--cpu-limit C] [--pids-limit N] [--timeout S]`:
- * change a running sandbox (PATCH /v1/sandboxes/:id): new limits take effect at once,
- * the others keep their value; a timeout makes it expire that many seconds from now.
- * Prints `ID limits …`, or `--json` (the REST API's Sandbox).
+ * `forkd update ID [--memory-limit S] [--cpu-limit C] [--pids-limit N] [--timeout S]
+ * [--pause-idle-after S] [--hibernate-idle-after S]`: change a running sandbox (PATCH
+ * /v1/sandboxes/:id) in one request: new limits take effect at once, the others keep their
+ * value; a timeout makes it expire that many seconds from now; idle times change its idle
+ * policy at once (a time left out keeps its value; a parked sandbox stays parked).
+ * Prints `ID limits …` and `ID idle …` for what changed, or `--json` (the REST API's Sandbox).
  */
 import type { Command } from 'commander';
 import { Sandbox } from '@forkd/sdk';
 import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
+import { formatIdle, idleOptions, parseIdleFlags, type IdleFlags } from './idle-flags.js';
 import { formatLimits, limitOptions, parseLimitFlags, type LimitFlags } from './limits.js';
 import { action, printJson } from './output.js';
 import { parseSandboxId, parseSandboxTimeout, usage } from './parse.js';
 
-interface UpdateFlags extends DaemonFlags, LimitFlags {
+interface UpdateFlags extends DaemonFlags, LimitFlags, IdleFlags {
   timeout?: string;
   json?: boolean;
 }
 
 export function register(cmd: Command): void {
   daemonOptions(
-    limitOptions(cmd.argument('<id>', 'sandbox id'), "the sandbox's")
+    idleOptions(
+      limitOptions(cmd.argument('<id>', 'sandbox id'), "the sandbox's"),
+      "the sandbox's",
+      'as it is now',
+    )
       .option('--timeout <seconds>', 'kill the sandbox this many seconds from now')
       .option('--json', 'machine-readable output'),
   ).action(action(update));
@@ -27,14 +34,20 @@ export function register(cmd: Command): void {
 
 async function update(id: string, flags: UpdateFlags): Promise<void> {
   const limits = parseLimitFlags(flags);
+  const idle = parseIdleFlags(flags);
   const timeoutS = parseSandboxTimeout(flags.timeout);
-  if (!limits && timeoutS === undefined) {
-    throw usage('nothing to change: give --memory-limit, --cpu-limit, --pids-limit or --timeout');
+  if (!limits && !idle && timeoutS === undefined) {
+    throw usage(
+      'nothing to change: give --memory-limit, --cpu-limit, --pids-limit, --timeout, --pause-idle-after or --hibernate-idle-after',
+    );
   }
   const sandbox = await Sandbox.connect(parseSandboxId(id), clientConfig(flags));
-  if (limits) await sandbox.setLimits(limits);
-  if (timeoutS !== undefined) await sandbox.setTimeout(timeoutS * 1000);
-  const info = sandbox.info;
+  const info = await sandbox.update({
+    limits,
+    idle,
+    timeoutMs: timeoutS === undefined ? undefined : timeoutS * 1000,
+  });
   if (flags.json) return printJson(sandboxToWire(info));
-  process.stdout.write(`${info.id} limits ${formatLimits(info.limits)}\n`);
+  if (limits || !idle) process.stdout.write(`${info.id} limits ${formatLimits(info.limits)}\n`);
+  if (idle) process.stdout.write(`${info.id} idle ${formatIdle(info.idle)}\n`);
 }

@@ -95,24 +95,36 @@ export const SandboxTier = Type.Union(
 );
 
 /** Seconds without a request before an idle tier; 0 or null: never. */
-const IdleAfter = (what: string) =>
+const IdleAfter = (what: string, leftOut: string) =>
   Type.Optional(
     Type.Union([Type.Integer(between(LIMITS.idleAfterS)), Type.Null()], {
-      description: `${what} after this many seconds without a request; 0 or null: never; left out: the daemon's default`,
+      description: `${what} after this many seconds without a request; 0 or null: never; left out: ${leftOut}`,
     }),
   );
 
+/** An idle policy asked for: the same two times on a create, a fork and a change. */
+const idlePolicyRequest = (leftOut: string, description: string) =>
+  Type.Object(
+    {
+      pause_after_s: IdleAfter('pause it', leftOut),
+      hibernate_after_s: IdleAfter(
+        'hibernate it (larger than pause_after_s when both are set)',
+        leftOut,
+      ),
+    },
+    { ...strict, description },
+  );
+
 /** A sandbox's idle policy asked for on create or fork (docs/idle.md). */
-export const IdlePolicyRequest = Type.Object(
-  {
-    pause_after_s: IdleAfter('pause it'),
-    hibernate_after_s: IdleAfter('hibernate it (larger than pause_after_s when both are set)'),
-  },
-  {
-    ...strict,
-    description:
-      "when it parks itself (docs/idle.md); a fork does not inherit its snapshot's source's policy",
-  },
+export const IdlePolicyRequest = idlePolicyRequest(
+  "the daemon's default",
+  "when it parks itself (docs/idle.md); a fork does not inherit its snapshot's source's policy",
+);
+
+/** A new idle policy for a running sandbox (PATCH; docs/idle.md). */
+export const IdlePolicyChange = idlePolicyRequest(
+  'its value now',
+  'its new idle policy, at once (docs/idle.md): a parked sandbox keeps its tier, the times count from now',
 );
 
 /** The idle policy a sandbox has (its own, else the daemon's defaults). */
@@ -125,7 +137,8 @@ export const IdlePolicy = Type.Object(
       description: 'hibernated after this many seconds without a request; null: never',
     }),
     source: Type.Union([Type.Literal('sandbox'), Type.Literal('daemon')], {
-      description: "sandbox: asked for on its create or fork; daemon: the daemon's defaults",
+      description:
+        "sandbox: asked for on its create or fork, or changed since; daemon: the daemon's defaults",
     }),
   },
   { description: 'when it parks itself (docs/idle.md)' },
@@ -364,8 +377,9 @@ export const PatchSandbox = Type.Object(
       }),
     ),
     limits: Type.Optional(LimitsRequest),
+    idle: Type.Optional(IdlePolicyChange),
   },
-  { ...strict, minProperties: 1, description: 'timeout_s, limits, or both' },
+  { ...strict, minProperties: 1, description: 'timeout_s, limits, idle, or any of them' },
 );
 
 export const ListSandboxesQuery = Type.Object(
@@ -809,6 +823,12 @@ export const BranchRequest = Type.Object(
     ),
     mode: Type.Optional(BranchMode),
     egress: Type.Optional(EgressPolicy),
+    idle: Type.Optional(
+      idlePolicyRequest(
+        "the daemon's default",
+        "with fork: the children's idle policy (docs/idle.md); not the source's, not inherited",
+      ),
+    ),
   },
   strict,
 );
@@ -885,6 +905,7 @@ export const Version = Type.Object({
 export type SandboxT = Static<typeof Sandbox>;
 export type SandboxTierT = Static<typeof SandboxTier>;
 export type PauseSandboxT = Static<typeof PauseSandbox>;
+export type PatchSandboxT = Static<typeof PatchSandbox>;
 export type IdlePolicyRequestT = Static<typeof IdlePolicyRequest>;
 export type IdlePolicyT = Static<typeof IdlePolicy>;
 export type LimitsRequestT = Static<typeof LimitsRequest>;

@@ -38,6 +38,26 @@ const timeoutMs = int(
   { min: 1000, max: LIMITS.timeoutS.max * 1000 },
   'kill the sandbox after this long (ms); default: the daemon default',
 );
+const idleAfter = (what: string) =>
+  opt(
+    Type.Union([Type.Integer({ minimum: 0, maximum: LIMITS.idleAfterS.max * 1000 }), Type.Null()], {
+      description: `${what} after this long without a request (ms, rounded up to seconds); 0 or null: never; default: the daemon's`,
+    }),
+  );
+/** When a sandbox parks itself while nobody uses it (the SDK's IdleOptions; docs/idle.md). */
+const idle = opt(
+  Type.Object(
+    {
+      pauseAfterMs: idleAfter('pause it (no CPU; any request wakes it)'),
+      hibernateAfterMs: idleAfter('hibernate it (on disk, no memory; larger than the pause)'),
+    },
+    {
+      ...strict,
+      description:
+        'park the sandbox when idle, to save the host CPU and memory; any later call wakes it transparently',
+    },
+  ),
+);
 const resources = {
   memoryMib: opt(int(LIMITS.memoryMiB, 'guest RAM in MiB (default 256)')),
   cpus: opt(int(LIMITS.cpus, 'vCPUs (default 1)')),
@@ -63,6 +83,16 @@ export const SandboxOut = Type.Object({
   expiresAt: Nullable(Type.String()),
   pid: Nullable(Type.Integer()),
   reason: opt(Type.String()),
+  tier: opt(
+    Type.String({ description: 'running, paused or hibernated (parked: any call wakes it)' }),
+  ),
+  idle: opt(
+    Type.Object({
+      pauseAfterMs: Nullable(Type.Number()),
+      hibernateAfterMs: Nullable(Type.Number()),
+      source: Type.String({ description: "sandbox (its own) or daemon (the daemon's defaults)" }),
+    }),
+  ),
 });
 
 export const SnapshotOut = Type.Object({
@@ -142,6 +172,7 @@ export const SCHEMAS = {
       env: opt(Env),
       timeoutMs: opt(timeoutMs),
       labels: opt(Labels),
+      idle,
     }),
     output: Type.Object({ sandbox: SandboxOut }),
   },
@@ -278,6 +309,7 @@ export const SCHEMAS = {
       allOrNothing: opt(
         Type.Boolean({ description: 'if any child fails, kill the healthy ones too' }),
       ),
+      idle,
     }),
     output: ForkOut,
   },
@@ -296,6 +328,7 @@ export const SCHEMAS = {
           description: 'how to capture (default: the daemon picks)',
         }),
       ),
+      idle,
     }),
     output: Type.Object({
       snapshot: SnapshotOut,

@@ -26,6 +26,7 @@ import type {
   ImageT,
   IdlePolicyRequestT,
   LimitsRequestT,
+  PatchSandboxT,
   ImportImageT,
   LoginT,
   PoolStateT,
@@ -118,6 +119,11 @@ export interface SandboxService {
   extend(id: string, timeoutS: number): Promise<SandboxT>;
   /** New limits for a running sandbox (PATCH); fields left out keep their value. */
   setLimits(id: string, req: LimitsRequestT): Promise<SandboxT>;
+  /**
+   * PATCH: limits, idle policy and timeout together; a refused request changes nothing.
+   * An idle time left out keeps its value; a parked sandbox keeps its tier (docs/idle.md).
+   */
+  update(id: string, patch: PatchSandboxT): Promise<SandboxT>;
   kill(id: string): Promise<void>;
   exec(id: string, req: ExecRequestT): Promise<ExecResultT>;
   execStream(id: string, req: ExecRequestT): Promise<ExecStream>;

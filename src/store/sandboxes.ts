@@ -144,16 +144,25 @@ export class SandboxRows {
     fields: Partial<
       Pick<
         SandboxRow,
-        'state' | 'pid' | 'expires_at' | 'reason' | 'disk_base' | 'disk_problem' | 'tier' | 'limits'
+        | 'state'
+        | 'pid'
+        | 'expires_at'
+        | 'reason'
+        | 'disk_base'
+        | 'disk_problem'
+        | 'tier'
+        | 'limits'
+        | 'idle'
       >
     >,
   ): SandboxRow | undefined {
     const keys = Object.keys(fields) as (keyof typeof fields)[];
     const sets = [...keys.map((k) => `${k} = @${k}`), 'updated_at = @updated_at'].join(', ');
     const limits = 'limits' in fields ? { limits: JSON.stringify(fields.limits ?? null) } : {};
+    const idle = 'idle' in fields ? { idle: fields.idle ? JSON.stringify(fields.idle) : null } : {};
     this.db
       .prepare(`UPDATE sandboxes SET ${sets} WHERE id = @id`)
-      .run({ ...fields, ...limits, id, updated_at: now() });
+      .run({ ...fields, ...limits, ...idle, id, updated_at: now() });
     const updated = this.get(id);
     if (updated) {
       this.changes.emit({ table: 'sandboxes', key: id, op: 'update', state: updated.state });

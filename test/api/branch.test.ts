@@ -159,6 +159,24 @@ test('branch refuses no_wait with fork (400 naming the field; no service call)',
   assert.deepEqual(fake.serviceCalls(), []);
 });
 
+test("branch with fork and idle: the children's policy; idle without fork refused", async () => {
+  fake.reset();
+  const { status, body } = await branch({ tag: 'b1', fork: 2, idle: { pause_after_s: 30 } });
+  assert.equal(status, 201);
+  for (const s of body.children!.sandboxes) {
+    assert.deepEqual((s as { idle?: unknown }).idle, {
+      pause_after_s: 30,
+      hibernate_after_s: 600,
+      source: 'sandbox',
+    });
+  }
+  fake.reset();
+  const alone = await branch({ tag: 'b2', idle: { pause_after_s: 30 } });
+  assert.equal(alone.status, 400);
+  assert.equal(alone.body.error.details?.field, 'body.idle');
+  assert.deepEqual(fake.serviceCalls(), []);
+});
+
 // ---- chains ---------------------------------------------------------------------------
 
 test('a chain: depth, ancestors and dependents along it', async () => {

@@ -410,6 +410,51 @@ test('pause and resume map onto parking: 409 when already so; connect wakes a pa
   assert.deepEqual(callsOf('sandboxes', 'extend').at(-1), [SEED.sandbox, 30]);
 });
 
+test("auto-pause (lifecycle onTimeout 'pause') is the idle policy: paused its timeout after its last request", async () => {
+  const create = (payload: Record<string, unknown>) =>
+    control({
+      method: 'POST',
+      url: '/v2/sandboxes',
+      payload: { templateID: SEED.snapshot, ...payload },
+    });
+  // What the current SDK sends for { lifecycle: { onTimeout: 'pause', autoResume: true } }.
+  const r = await create({ timeout: 30, autoPause: true, autoResume: { enabled: true } });
+  assert.equal(r.statusCode, 201, r.body);
+  assert.deepEqual(callsOf('snapshots', 'fork')[0]?.[0], {
+    snapshot: SEED.snapshot,
+    n: 1,
+    idle: { pause_after_s: 30 },
+  });
+  const id = r.json().sandboxID as string;
+  const info = (await control({ method: 'GET', url: `/sandboxes/${id}` })).json();
+  assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true });
+  // Its timeout is when it pauses: set timeout moves that time, nothing kills it.
+  const set = await control({
+    method: 'POST',
+    url: `/sandboxes/${id}/timeout`,
+    payload: { timeout: 90 },
+  });
+  assert.equal(set.statusCode, 204);
+  assert.deepEqual(callsOf('sandboxes', 'update').at(-1), [
+    `sbx-${id.slice(3)}`,
+    { idle: { pause_after_s: 90 } },
+  ]);
+  assert.deepEqual(callsOf('sandboxes', 'extend'), []);
+  const plain = (await control({ method: 'GET', url: `/sandboxes/${ID}` })).json();
+  assert.deepEqual(plain.lifecycle, { onTimeout: 'kill', autoResume: false });
+  // What forkd cannot do is refused, naming the field.
+  for (const [payload, field] of [
+    [{ autoPause: true, autoPauseMemory: false }, /autoPauseMemory/],
+    [{ autoPause: true, autoResume: { enabled: false } }, /autoResume/],
+    [{ autoResume: { enabled: true } }, /autoResume/],
+    [{ autoPause: 'yes' }, /autoPause/],
+  ] as const) {
+    const bad = await create(payload);
+    assert.equal(bad.statusCode, 400, JSON.stringify(payload));
+    assert.match(bad.json().message, field);
+  }
+});
+
 test('the daemon refuses --e2b-listen without a token file, before it claims anything', async () => {
   await assert.rejects(
     startDaemon({

@@ -220,3 +220,98 @@ test('SDK and CLI: the idle option in ms / flags in seconds; ps and info show th
   assert.match(ps, new RegExp(`${plain.id}\\s+running\\s+running\\s+hibernate 600s \\(daemon\\)`));
   assert.match(out(await forkd('info', made.id)), /idle\s+pause 60s, hibernate 600s/);
 });
+
+test('PATCH idle: times left out keep their value, the order is checked, nothing changes on a refusal', async (t) => {
+  fake.reset();
+  const a = await app();
+  t.after(() => a.close());
+  const patch = (payload: object) => a.inject({ method: 'PATCH', url: S, payload });
+  // The seed follows the daemon's defaults (hibernate 600): a change makes the policy its own.
+  const paused = await patch({ idle: { pause_after_s: 30 } });
+  assert.equal(paused.statusCode, 200, paused.body);
+  assert.deepEqual(paused.json().idle, {
+    pause_after_s: 30,
+    hibernate_after_s: 600,
+    source: 'sandbox',
+  });
+  const updates = fake.serviceCalls().filter((c) => c.method === 'update');
+  assert.deepEqual(updates[0]?.args, [SEED.sandbox, { idle: { pause_after_s: 30 } }]);
+  const later = await patch({ idle: { hibernate_after_s: 0 } });
+  assert.deepEqual(later.json().idle, {
+    pause_after_s: 30,
+    hibernate_after_s: null,
+    source: 'sandbox',
+  });
+
+  const order = await patch({ idle: { hibernate_after_s: 20 } });
+  assert.equal(order.statusCode, 400);
+  assert.equal(order.json().error.code, 'bad_request');
+  assert.match(
+    order.json().error.message,
+    /idle\.hibernate_after_s 20 must be larger than idle\.pause_after_s 30 \(its current policy\)/,
+  );
+  // Refused as a whole: the limits and timeout of the same request are not applied.
+  const before = (await a.inject(S)).json();
+  const mixed = await patch({
+    limits: { cpu: 0.25 },
+    timeout_s: 60,
+    idle: { pause_after_s: 60, hibernate_after_s: 60 },
+  });
+  assert.equal(mixed.statusCode, 400);
+  assert.deepEqual((await a.inject(S)).json(), before, 'nothing changed');
+  for (const idle of [{ pause_after_s: -1 }, { pause_after_s: 2.5 }, { pause: 1 }, null]) {
+    const r = await patch({ idle });
+    assert.equal(r.statusCode, 400, JSON.stringify(idle));
+    assert.equal(r.json().error.code, 'bad_request');
+  }
+  await a.inject({ method: 'POST', url: `${S}/pause`, payload: { tier: 'hibernated' } });
+  const parked = await patch({ idle: { pause_after_s: 5, hibernate_after_s: 50 } });
+  assert.equal(parked.json().tier, 'hibernated', 'a parked sandbox keeps its tier');
+  await a.inject({ method: 'DELETE', url: S });
+  const stopped = await patch({ idle: { pause_after_s: 5 } });
+  assert.equal(stopped.json().error.code, 'sandbox_not_running');
+});
+
+test('SDK setIdle / update and CLI forkd update --pause-idle-after: one PATCH each', async () => {
+  fake.reset();
+  const sbx = await Sandbox.connect(SEED.sandbox, config());
+  const info = await sbx.setIdle({ pauseAfterMs: 1500 });
+  assert.deepEqual(info.idle, { pauseAfterMs: 2000, hibernateAfterMs: 600_000, source: 'sandbox' });
+  assert.deepEqual(sbx.info.idle, info.idle);
+  await sbx.update({ idle: { hibernateAfterMs: null }, limits: { pids: 96 }, timeoutMs: 90_000 });
+  assert.deepEqual(sbx.info.idle?.hibernateAfterMs, null);
+  assert.equal(sbx.info.limits?.pids, 96);
+  const sent = fake.serviceCalls().filter((c) => c.method === 'update');
+  assert.deepEqual(sent.at(-1)?.args[1], {
+    limits: { pids: 96 },
+    idle: { hibernate_after_s: null },
+    timeout_s: 90,
+  });
+  await assert.rejects(sbx.setIdle({ hibernateAfterMs: 1000 }), /its current policy/);
+
+  fake.reset();
+  const text = out(await forkd('update', SEED.sandbox, '--pause-idle-after', '45'));
+  assert.equal(text, `${SEED.sandbox} idle pause 45s, hibernate 600s\n`);
+  const j = await json<{ idle: Idle }>('update', SEED.sandbox, '--hibernate-idle-after', '0');
+  assert.deepEqual(j.idle, { pause_after_s: 45, hibernate_after_s: null, source: 'sandbox' });
+  assert.equal(fake.serviceCalls().filter((c) => c.method === 'update').length, 2);
+  const bad = await forkd('update', SEED.sandbox, '--pause-idle-after', 'soon');
+  assert.equal(bad.code, 2);
+  const refused = await forkd('update', SEED.sandbox, '--hibernate-idle-after', '10');
+  assert.equal(refused.code, 2, refused.stderr.toString());
+  assert.match(refused.stderr.toString(), /its current policy/);
+
+  // A branch's --fork children take the same flags; without --fork they are a usage error.
+  const branched = await json<{ children: { sandboxes: { idle: Idle }[] } }>(
+    'branch',
+    SEED.sandbox,
+    '--fork',
+    '1',
+    '--pause-idle-after',
+    '20',
+  );
+  assert.equal(branched.children.sandboxes[0]?.idle.pause_after_s, 20);
+  const alone = await forkd('branch', SEED.sandbox, '--pause-idle-after', '20');
+  assert.equal(alone.code, 2);
+  assert.match(alone.stderr.toString(), /only with --fork/);
+});

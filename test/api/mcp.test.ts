@@ -317,6 +317,51 @@ test('snapshot tools: create with progress, list, fork, branch, lineage, remove'
   });
 });
 
+test('idle on sandbox_create, sandbox_fork and sandbox_branch: the children park as asked', async () => {
+  fake.reset();
+  type Out = { idle: { pauseAfterMs: number | null; source: string }; tier: string };
+  const idle = { pauseAfterMs: 30_000, hibernateAfterMs: null };
+  const { sandbox } = await ok<{ sandbox: Out }>('sandbox_create', { idle });
+  assert.deepEqual(sandbox.idle, {
+    pauseAfterMs: 30_000,
+    hibernateAfterMs: null,
+    source: 'sandbox',
+  });
+  assert.equal(sandbox.tier, 'running');
+  const forked = await ok<{ sandboxes: Out[] }>('sandbox_fork', {
+    snapshot: SEED.snapshot,
+    n: 2,
+    idle,
+  });
+  assert.deepEqual(
+    forked.sandboxes.map((s) => s.idle.pauseAfterMs),
+    [30_000, 30_000],
+  );
+  const branched = await ok<{ children: { sandboxes: Out[] } }>('sandbox_branch', {
+    sandboxId: SEED.sandbox,
+    fork: 1,
+    idle: { pauseAfterMs: 1500 },
+  });
+  assert.equal(branched.children.sandboxes[0]?.idle.pauseAfterMs, 2000, 'rounded up to seconds');
+  const branches = fake.serviceCalls().filter((c) => c.method === 'branch');
+  assert.deepEqual((branches[0]?.args[1] as { idle: unknown }).idle, { pause_after_s: 2 });
+  // What the daemon refuses comes back as its error; what the schema refuses, before any call.
+  const order = { pauseAfterMs: 60_000, hibernateAfterMs: 60_000 };
+  assert.equal(await code('sandbox_create', { idle: order }), 'bad_request');
+  assert.equal(
+    await code('sandbox_branch', { sandboxId: SEED.sandbox, idle: { pauseAfterMs: 1000 } }),
+    'bad_request',
+    'idle only with fork',
+  );
+  const calls = fake.serviceCalls().length;
+  assert.equal(await code('sandbox_create', { idle: { pauseAfterMs: -1 } }), 'bad_request');
+  assert.equal(
+    await code('sandbox_fork', { snapshot: SEED.snapshot, n: 1, idle: { x: 1 } }),
+    'bad_request',
+  );
+  assert.equal(fake.serviceCalls().length, calls);
+});
+
 test('failures are tool errors with catalog codes, never crashes', async () => {
   fake.reset();
   const missing = 'sbx-0000000000ff';

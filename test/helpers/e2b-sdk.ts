@@ -55,6 +55,7 @@ export interface E2bSandbox {
     metadata: Record<string, string>;
     endAt: Date;
     state: string;
+    lifecycle?: { onTimeout: string; autoResume: boolean };
   }>;
   kill(): Promise<boolean>;
   pause?(): Promise<boolean>;

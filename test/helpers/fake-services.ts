@@ -14,6 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError } from '../../src/errors.js';
 import { AUTO_DEFAULTS, resolveLimits } from '../../src/services/limits.js';
 import {
+  changeIdle,
   idleWire,
   resolveIdle,
   type IdleAfter,
@@ -111,6 +112,12 @@ export const FAKE_IDLE_DEFAULTS: IdleAfter = { pauseAfterS: null, hibernateAfter
 /** An idle policy as the real service resolves and shows it, over the fake's defaults. */
 function fakeIdle(req: IdleRequest | undefined): SandboxT['idle'] {
   return idleWire(resolveIdle(req, FAKE_IDLE_DEFAULTS), FAKE_IDLE_DEFAULTS);
+}
+
+/** A changed policy (PATCH) as the real service resolves and shows it. */
+function fakeIdleChange(now: SandboxT['idle'], req: IdleRequest): SandboxT['idle'] {
+  const own = now?.source === 'sandbox' ? now : null;
+  return idleWire(changeIdle(own, req, FAKE_IDLE_DEFAULTS), FAKE_IDLE_DEFAULTS);
 }
 
 /** Limits as the real service resolves them (the same checks), enforced by a pretend v1. */
@@ -403,9 +410,9 @@ export class FakeServices {
   }
 
   /** A sandbox that runs, woken if parked (a killed one keeps its row, as `stopped`). */
-  private running(id: string): SandboxT {
+  private running(id: string, wake = true): SandboxT {
     const s = this.sandbox(id);
-    if (s.state === 'running') s.tier = 'running';
+    if (s.state === 'running' && wake) s.tier = 'running';
     if (s.state !== 'running') {
       throw new ForkdError(
         'sandbox_not_running',
@@ -546,6 +553,17 @@ export class FakeServices {
       setLimits: async (id, req) => {
         const s = this.running(id);
         s.limits = fakeLimits(req, s);
+        return s;
+      },
+      // As the real one: everything checked before anything changes.
+      update: async (id, { timeout_s: timeoutS, limits, idle }) => {
+        const s = this.running(id, false); // a change does not wake it
+        const policy = idle && fakeIdleChange(s.idle, idle);
+        if (limits) s.limits = fakeLimits(limits, s);
+        if (policy) s.idle = policy;
+        if (timeoutS !== undefined) {
+          s.expires_at = new Date(Date.now() + timeoutS * 1000).toISOString();
+        }
         return s;
       },
       kill: async (id) => this.stop(id),

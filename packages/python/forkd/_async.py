@@ -486,6 +486,8 @@ class AsyncSandbox(_AsyncRemote[SandboxInfo]):
     list = static(Sandbox.list)
     kill = dual(Sandbox.kill)
     set_timeout = dual(Sandbox.set_timeout)
+    set_limits = dual(Sandbox.set_limits)
+    set_idle = dual(Sandbox.set_idle)
     pause = dual(Sandbox.pause)
     resume = dual(Sandbox.resume)
     logs = dual(Sandbox.logs)

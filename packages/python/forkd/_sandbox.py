@@ -50,7 +50,8 @@ Limits = Mapping[str, Any]
 
 
 #: An idle policy: ``{"pause_after_s": 60, "hibernate_after_s": 900}`` (docs/idle.md); a key
-#: left out takes the daemon's default, 0 or None is never.
+#: left out takes the daemon's default on a create or fork and keeps its value on
+#: ``set_idle``; 0 or None is never.
 Idle = Mapping[str, Optional[float]]
 
 
@@ -216,6 +217,19 @@ class Sandbox(Remote[SandboxInfo]):
         body = {"limits": limits_body(limits)}
         return _patch(self, body, url, token, request_timeout)
 
+    def set_idle(
+        self: Union[Sandbox, str],
+        idle: Idle,
+        *,
+        url: Optional[str] = None,
+        token: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> SandboxInfo:
+        """Change when it parks itself (docs/idle.md), at once: ``{"pause_after_s": 30}``;
+        times left out keep their value, 0 or None is never. A parked sandbox stays parked
+        and the new times count from now. ``Sandbox.set_idle(id, {...})`` works by id."""
+        return _patch(self, {"idle": idle_body(idle)}, url, token, request_timeout)
+
     def pause(
         self: Union[Sandbox, str],
         tier: Optional[str] = None,
@@ -262,20 +276,22 @@ class Sandbox(Remote[SandboxInfo]):
         labels: Optional[Dict[str, str]] = None,
         no_wait: Optional[bool] = None,
         mode: Optional[str] = None,
+        idle: Optional[Idle] = None,
         url: Optional[str] = None,
         token: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> BranchResult[Snapshot, Sandbox]:
         """Capture it — memory, devices and disk from one instant — into a new snapshot
         while it keeps running (paused for ``pause_ms``). With ``fork=N``, N children of the
-        new snapshot start in the same call. ``mode`` is ``"copy"`` or ``"live"`` (default:
-        the daemon's); ``no_wait`` answers once it resumed, the snapshot still ``writing``.
+        new snapshot start in the same call (``idle``: their idle policy, docs/idle.md).
+        ``mode`` is ``"copy"`` or ``"live"`` (default: the daemon's); ``no_wait`` answers
+        once it resumed, the snapshot still ``writing``.
 
         ``result = sbx.branch(tag="step-3", fork=3)``"""
         from ._snapshots import branch_sandbox
 
         client, sandbox_id = _target(self, url, token, request_timeout)
-        body = compact(tag=tag, fork=fork, labels=labels, no_wait=no_wait, mode=mode)
+        body = compact(tag=tag, fork=fork, labels=labels, no_wait=no_wait, mode=mode, idle=idle_body(idle))
         return branch_sandbox(client, sandbox_id, body)
 
     def run_code(

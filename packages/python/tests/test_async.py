@@ -2,7 +2,7 @@
 ``asyncio.gather``, each streaming output while its command runs (coroutine callbacks on
 the loop), a 10 MB binary round trip, a background command's stdin; the branch + fork(3)
 scenario with its state checks; errors of each main kind as their classes; pause and
-resume, and the idle policy of forks; ``async with``
+resume, the idle policy of forks and ``set_idle``; ``async with``
 killing at the end; and a cancelled streaming command killed in the guest."""
 
 from __future__ import annotations
@@ -177,6 +177,11 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual((await workers[0].pause()).tier, "paused")
         self.assertEqual(workers[0].info.tier, "paused")
         self.assertEqual((await AsyncSandbox.resume(workers[0].id, url=DAEMON.url)).tier, "running")
+        changed = await workers[1].set_idle({"pause_after_s": 600})
+        self.assertEqual(changed.idle, {"pause_after_s": 600, "hibernate_after_s": None, "source": "sandbox"})
+        self.assertEqual(workers[1].info.idle, changed.idle)
+        limited = await AsyncSandbox.set_limits(workers[1].id, {"pids": 96}, url=DAEMON.url)
+        self.assertEqual((limited.limits or {}).get("pids"), 96)
         await asyncio.gather(*(w.kill() for w in workers))
         client = AsyncForkd(DAEMON.url)
         await client.health()

@@ -1,7 +1,8 @@
 """The sync SDK end to end, against a real ``forkd daemon`` and real microVMs (TCG here):
 create, output that streams while the command runs, a 10 MB binary round trip
 byte-identical, files and commands (stdin, background handles, kill, timeouts), connect /
-list / set_timeout / set_limits / logs / an idle policy / pause, hibernate and resume, an error of each main kind mapped to its class, and ``with``
+list / set_timeout / set_limits / logs / an idle policy (set on create, changed with
+set_idle) / pause, hibernate and resume, an error of each main kind mapped to its class, and ``with``
 killing the sandbox even when the block fails."""
 
 from __future__ import annotations
@@ -149,6 +150,14 @@ class SandboxTest(unittest.TestCase):
             limits = sbx.set_limits({"cpu": 0.25, "pids": 96}).limits or {}
             self.assertEqual((limits.get("cpu"), limits.get("pids")), (0.25, 96))
             self.assertEqual(sbx.info.limits, sbx.refresh().limits)
+            # A new idle policy while it runs: times left out keep their value.
+            changed = {"pause_after_s": 300, "hibernate_after_s": 900, "source": "sandbox"}
+            self.assertEqual(sbx.set_idle({"hibernate_after_s": 900}).idle, changed)
+            with self.assertRaises(forkd.BadRequestError) as order:
+                sbx.set_idle({"hibernate_after_s": 120})
+            self.assertIn("300 (its current policy)", order.exception.message)
+            never = Sandbox.set_idle(sbx.id, {"pause_after_s": 0}, url=DAEMON.url).idle or {}
+            self.assertEqual((never.get("pause_after_s"), never.get("hibernate_after_s")), (None, 900))
             self.assertIn("forkd-agent", Sandbox.logs(sbx.id, url=DAEMON.url))
             self.assertIn("forkd-agent", sbx.logs())
             # Idle tiers: parked by hand, woken by a request or by resume (docs/idle.md).

@@ -6,10 +6,11 @@
  */
 import type { CallOptions, Forkd } from './client.js';
 import { forkResultOf, snapshotOf, type ForkResult, type Snapshot } from './snapshots.js';
-import type { EgressPolicy } from './types.js';
+import type { EgressPolicy, IdleOptions } from './types.js';
 import {
   compact,
   egressToWire,
+  idleBody,
   snapshotFromWire,
   type BranchBody,
   type BranchResultWire,
@@ -48,6 +49,11 @@ export interface BranchOptions extends CallOptions {
    * keeps its own.
    */
   egress?: EgressPolicy;
+  /**
+   * With `fork`: the children's idle policy (left out: the daemon's defaults; a snapshot
+   * carries none, so neither the source's nor later forks' are touched; docs/idle.md).
+   */
+  idle?: IdleOptions;
 }
 
 /** How a branch takes the source's memory: see {@link BranchOptions.mode}. */
@@ -93,6 +99,7 @@ export async function branchSandbox(
     no_wait: opts.noWait,
     mode: opts.mode,
     egress: egressToWire(opts.egress),
+    idle: idleBody(opts.idle),
   });
   const wire = await client.transport.json<BranchResultWire>({
     method: 'POST',

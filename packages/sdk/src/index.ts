@@ -13,7 +13,12 @@
 export * from './errors.js';
 export { Forkd, type CallOptions, type LineageOptions } from './client.js';
 export { Sandbox } from './sandbox.js';
-export type { SandboxCreateOptions, SandboxListOptions, SandboxOptions } from './sandbox.js';
+export type {
+  SandboxCreateOptions,
+  SandboxListOptions,
+  SandboxOptions,
+  SandboxUpdate,
+} from './sandbox.js';
 export type { BranchMode, BranchOptions, BranchResult } from './branch.js';
 export { Snapshot } from './snapshots.js';
 export type {

@@ -79,6 +79,21 @@ export interface SandboxCreateOptions extends SandboxOptions {
 }
 
 /**
+ * What `sbx.update` changes in one request (PATCH); fields left out are not touched.
+ *
+ * @example
+ * const changes: SandboxUpdate = { idle: { pauseAfterMs: 30_000 }, timeoutMs: 600_000 };
+ */
+export interface SandboxUpdate {
+  /** New caps on its QEMU; kinds left out keep their value (see `setLimits`). */
+  limits?: LimitsOptions;
+  /** Its new idle policy, at once; times left out keep their value (see `setIdle`). */
+  idle?: IdleOptions;
+  /** Expire this long from now (whole seconds, rounded up). */
+  timeoutMs?: number;
+}
+
+/**
  * Which sandboxes to list.
  *
  * @example
@@ -341,6 +356,38 @@ export class Sandbox {
   async setLimits(limits: LimitsOptions, opts: CallOptions = {}): Promise<SandboxInfo> {
     this.current = await patchSandbox(this.client, this.id, { limits: limitsBody(limits) }, opts);
     return this.current;
+  }
+
+  /**
+   * Change several things at once, in one request: a refused change (a bad value, a memory
+   * limit below what it uses) changes nothing. Each field works as its own setter
+   * (`setLimits`, `setIdle`, `setTimeout`); fields left out are not touched.
+   *
+   * @example
+   * await sbx.update({ limits: { cpu: 0.5 }, idle: { pauseAfterMs: 60_000 }, timeoutMs: 3_600_000 });
+   */
+  async update(changes: SandboxUpdate, opts: CallOptions = {}): Promise<SandboxInfo> {
+    const { limits, idle, timeoutMs } = changes;
+    const body = compact({
+      limits: limitsBody(limits),
+      idle: idleBody(idle),
+      timeout_s: timeoutMs === undefined ? undefined : toSeconds(timeoutMs),
+    });
+    this.current = await patchSandbox(this.client, this.id, body, opts);
+    return this.current;
+  }
+
+  /**
+   * Change when it parks itself (docs/idle.md), at once: times left out keep their value
+   * (its own, or the daemon's defaults it follows until now), 0 or null is never. A parked
+   * sandbox stays parked; the new times count from now. Kept across a daemon restart.
+   *
+   * @example
+   * await sbx.setIdle({ pauseAfterMs: 30_000 }); // paused after 30 s without a request
+   * await sbx.setIdle({ pauseAfterMs: 0, hibernateAfterMs: 0 }); // never parked
+   */
+  async setIdle(idle: IdleOptions, opts: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update({ idle }, opts);
   }
 
   /**

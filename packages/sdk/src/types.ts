@@ -24,9 +24,10 @@ export type SandboxTier = 'running' | 'paused' | 'hibernated';
 
 /**
  * When a sandbox parks itself after its last request (docs/idle.md), asked for on create or
- * fork. A field left out takes the daemon's default (`--pause-idle-after`,
- * `--hibernate-idle-after`); 0 or null means never. The daemon counts whole seconds (rounded
- * up); hibernation must come after the pause. A fork does not inherit its snapshot's source's.
+ * fork, or changed later with `sbx.setIdle`. On a create or fork a field left out takes the
+ * daemon's default (`--pause-idle-after`, `--hibernate-idle-after`); on `setIdle` it keeps
+ * its value. 0 or null means never. The daemon counts whole seconds (rounded up);
+ * hibernation must come after the pause. A fork does not inherit its snapshot's source's.
  *
  * @example
  * const sbx = await Sandbox.create({ idle: { pauseAfterMs: 60_000, hibernateAfterMs: 900_000 } });

@@ -67,7 +67,7 @@ export const SANDBOX_IDLE: WireNames<SandboxIdle> = {
   source: 'source',
 };
 
-/** `IdlePolicyRequest` (create and fork): SDK milliseconds → wire seconds, rounded up. */
+/** `IdlePolicyRequest` (create, fork) and `IdlePolicyChange` (PATCH): SDK ms → wire seconds, rounded up. */
 export interface IdleBody {
   pause_after_s?: number | null;
   hibernate_after_s?: number | null;
@@ -417,6 +417,7 @@ export interface BranchBody {
   no_wait?: boolean;
   mode?: 'copy' | 'live';
   egress?: unknown;
+  idle?: IdleBody;
 }
 
 /** `BranchResult`: the new snapshot, the source's pause, and the children of `fork`. */

@@ -4,10 +4,13 @@
  * pause and resume. A template is a snapshot tag (the sandbox is forked) or else an image
  * (it boots); metadata are labels, envVars the sandbox's env, the network options its
  * egress policy. E2B's view of a sandbox is `running` or `paused`; a stopped one is gone.
+ * E2B's auto-pause (`lifecycle.onTimeout: 'pause'`, body `autoPause`) is forkd's idle
+ * policy: such a sandbox has no kill timeout and is paused its timeout after its last
+ * request; E2B's timeout calls then move that time.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ForkdError, isForkdError } from '../../errors.js';
-import type { EgressPolicyT, SandboxT } from '../../contract/schemas.js';
+import type { EgressPolicyT, IdlePolicyRequestT, SandboxT } from '../../contract/schemas.js';
 import type { Caller } from '../../services/contracts.js';
 import type { Api } from '../types.js';
 import type { E2bContext } from './app.js';
@@ -73,7 +76,7 @@ function optStrings(body: Body, field: string): string[] | undefined {
 function refuseUnsupported(body: Body): void {
   const set = (v: unknown) =>
     v !== undefined && v !== null && v !== false && !(Array.isArray(v) && v.length === 0);
-  for (const field of ['mcp', 'volumeMounts', 'iam', 'autoPause', 'autoResume']) {
+  for (const field of ['mcp', 'volumeMounts', 'iam']) {
     if (set(body[field])) throw bad(field, 'not supported by forkd (docs/e2b.md)');
   }
   const network = (body.network ?? {}) as Body;
@@ -106,10 +109,54 @@ export function egressOf(body: Body): EgressPolicyT | undefined {
   return Object.keys(policy).length ? policy : undefined;
 }
 
+/**
+ * Whether a create asks for auto-pause (`autoPause`, with `autoPauseMemory` and
+ * `autoResume` as the SDK sends `lifecycle`). forkd keeps a paused sandbox's memory and
+ * wakes it on any request, so only what says otherwise is refused.
+ */
+function autoPauseOf(body: Body): boolean {
+  const on = body.autoPause;
+  if (on !== undefined && on !== null && typeof on !== 'boolean') {
+    throw bad('autoPause', 'must be a boolean');
+  }
+  if (body.autoPauseMemory === false) {
+    throw bad(
+      'autoPauseMemory',
+      'false is not supported by forkd: a paused sandbox keeps its memory',
+    );
+  }
+  const resume = body.autoResume as { enabled?: unknown } | null | undefined;
+  if (resume !== undefined && resume !== null && resume.enabled !== true) {
+    throw bad(
+      'autoResume',
+      'only enabled: forkd wakes a paused sandbox on any request (docs/e2b.md)',
+    );
+  }
+  if (resume?.enabled && on !== true) throw bad('autoResume', "only with onTimeout 'pause'");
+  return on === true;
+}
+
+/**
+ * Whether E2B sees it as auto-pausing: no kill timeout, a pause time of its own (what an
+ * auto-pause create makes). Its E2B timeout is then its pause time.
+ */
+const autoPausing = (s: SandboxT): boolean =>
+  s.expires_at === null && s.idle?.source === 'sandbox' && s.idle.pause_after_s !== null;
+
+/** E2B's "set timeout": when it is paused (auto-pausing), else when it is killed. */
+async function setTimeoutOf(ctx: E2bContext, s: SandboxT, timeoutS: number): Promise<SandboxT> {
+  const { sandboxes } = ctx.services;
+  return autoPausing(s)
+    ? sandboxes.update(s.id, { idle: { pause_after_s: timeoutS } })
+    : sandboxes.extend(s.id, timeoutS);
+}
+
 /** A create request in forkd's words. */
 interface CreateCommand {
   template: string;
-  timeout_s: number;
+  /** Killed at its timeout; left out when it pauses instead (`idle`). */
+  timeout_s?: number;
+  idle?: IdlePolicyRequestT;
   labels?: Record<string, string>;
   env?: Record<string, string>;
   egress?: EgressPolicyT;
@@ -119,7 +166,10 @@ export function parseCreate(raw: Body): CreateCommand {
   const template = optString(raw, 'templateID');
   if (!template) throw bad('templateID', 'required: a snapshot tag or an image name');
   refuseUnsupported(raw);
-  const cmd: CreateCommand = { template, timeout_s: optTimeout(raw) ?? DEFAULT_TIMEOUT_S };
+  const timeout = optTimeout(raw) ?? DEFAULT_TIMEOUT_S;
+  const cmd: CreateCommand = autoPauseOf(raw)
+    ? { template, idle: { pause_after_s: timeout } }
+    : { template, timeout_s: timeout };
   const labels = optStringMap(raw, 'metadata');
   const env = optStringMap(raw, 'envVars');
   const egress = egressOf(raw);
@@ -186,6 +236,9 @@ export function detailBody(s: SandboxT) {
     metadata: metadataOf(s.labels),
     state: isPaused(s) ? 'paused' : 'running',
     envdVersion: ENVD_VERSION,
+    lifecycle: autoPausing(s)
+      ? { onTimeout: 'pause', autoResume: true }
+      : { onTimeout: 'kill', autoResume: false },
   };
 }
 
@@ -233,7 +286,7 @@ async function connect(ctx: E2bContext, request: FastifyRequest, reply: FastifyR
   const timeout = optTimeout(bodyOf(request));
   const resumed = isPaused(s);
   if (resumed) s = await ctx.services.sandboxes.resume(s.id);
-  if (timeout !== undefined) s = await ctx.services.sandboxes.extend(s.id, timeout);
+  if (timeout !== undefined) s = await setTimeoutOf(ctx, s, timeout);
   return reply.code(resumed ? 201 : 200).send(sandboxBody(ctx, s));
 }
 
@@ -266,7 +319,7 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     const s = await liveSandbox(ctx, request);
     const timeout = optTimeout(bodyOf(request));
     if (timeout === undefined) throw bad('timeout', 'required (seconds)');
-    await sandboxes.extend(s.id, timeout);
+    await setTimeoutOf(ctx, s, timeout);
     return reply.code(204).send();
   });
 
@@ -291,7 +344,7 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     }
     s = await sandboxes.resume(s.id);
     const timeout = optTimeout(bodyOf(request));
-    if (timeout !== undefined) s = await sandboxes.extend(s.id, timeout);
+    if (timeout !== undefined) s = await setTimeoutOf(ctx, s, timeout);
     return reply.code(201).send(sandboxBody(ctx, s));
   });
 

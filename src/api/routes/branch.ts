@@ -27,11 +27,15 @@ const tags = ['branch'];
 
 /**
  * Cross-field rules the schema cannot state: children are forked from a complete snapshot,
- * so a branch that answers before its files are written cannot fork any.
+ * so a branch that answers before its files are written cannot fork any; an idle policy
+ * is its children's (a snapshot has none).
  */
 function checkBranch(body: BranchRequestT): void {
   if (body.no_wait && body.fork) {
     throw fieldConflict('no_wait', 'not with fork: children need the finished snapshot');
+  }
+  if (body.idle !== undefined && !body.fork) {
+    throw fieldConflict('idle', "only with fork: it is the children's idle policy");
   }
 }
 

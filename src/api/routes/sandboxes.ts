@@ -1,7 +1,8 @@
 /**
- * Sandbox routes: create (boot from an image, or fork from a snapshot), list, get, extend
- * (PATCH), kill, pause and resume (idle tiers), and the console log. Each parses the request and calls the sandbox service
- * (or, for a fork, the snapshot service); the services decide everything else.
+ * Sandbox routes: create (boot from an image, or fork from a snapshot), list, get, change
+ * (PATCH: timeout, limits, idle policy), kill, pause and resume (idle tiers), and the console
+ * log. Each parses the request and calls the sandbox service (or, for a fork, the snapshot
+ * service); the services decide everything else.
  */
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import { isForkdError } from '../../errors.js';
@@ -160,19 +161,15 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
     '/v1/sandboxes/:id',
     {
       schema: {
-        summary: 'Change a sandbox: extend it (timeout_s from now) and/or change its limits',
+        summary:
+          'Change a sandbox: extend it (timeout_s from now), change its limits and/or its idle policy',
         tags,
         params: SandboxParams,
         body: PatchSandbox,
         response: { 200: Sandbox, ...ERROR_RESPONSES },
       },
     },
-    async (request) => {
-      const { id } = request.params;
-      const { timeout_s: timeoutS, limits } = request.body;
-      const changed = limits ? await sandboxes.setLimits(id, limits) : undefined;
-      return timeoutS === undefined ? (changed as SandboxT) : sandboxes.extend(id, timeoutS);
-    },
+    async (request) => sandboxes.update(request.params.id, request.body),
   );
 
   app.delete(

@@ -70,6 +70,7 @@ export class BranchManager implements BranchService {
     const tag = req.tag ?? `${id}.${Date.now().toString(36)}`;
     validateTag(tag);
     if (req.fork !== undefined) checkRange('fork', req.fork, { min: 0, max: FORK_MAX });
+    this.opts.sandboxes.idlePolicy(req.idle); // the children's: refused before the capture
     const source = await this.opts.sandboxes.lease(id);
     if (source.diskProblem !== null) {
       throw new ForkdError(
@@ -126,7 +127,7 @@ export class BranchManager implements BranchService {
       const result = await answer(true);
       if (!req.fork) return { snapshot, ...result };
       const children = await this.opts.snapshots.fork(
-        { snapshot: tag, n: req.fork, labels: req.labels },
+        { snapshot: tag, n: req.fork, labels: req.labels, idle: req.idle },
         caller,
       );
       return { snapshot, ...result, children };

@@ -15,6 +15,7 @@ import type {
   ExecResultT,
   FileStatT,
   LimitsRequestT,
+  PatchSandboxT,
   PtyQueryT,
   PtySessionT,
   SandboxT,
@@ -53,6 +54,7 @@ import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
 import {
   busyWhile,
+  changeIdle,
   holdConnection,
   idleAfterOf,
   idleMove,
@@ -499,6 +501,39 @@ export class SandboxManager implements SandboxService, SandboxHost {
     else if (live.vm) await this.limiter.place(id, limits, live.vm.pid);
     this.log.info({ sandbox: id, limits }, 'sandbox limits changed');
     return this.wire(this.rows.update(id, { limits }) as SandboxRow);
+  }
+
+  /**
+   * PATCH: change a running sandbox's limits, idle policy and timeout together. The idle
+   * policy and the timeout are checked before anything changes, so a refused request
+   * (bad values, limits the kernel will not take) leaves the sandbox as it was.
+   */
+  async update(id: string, patch: PatchSandboxT): Promise<SandboxT> {
+    const { timeout_s: timeoutS, limits, idle } = patch;
+    if (timeoutS !== undefined) checkRange('timeout_s', timeoutS, LIMITS.timeoutS);
+    const policy = idle === undefined ? undefined : this.nextIdle(this.row(id), idle);
+    let changed = limits ? await this.setLimits(id, limits) : undefined;
+    if (policy) changed = this.applyIdle(id, policy);
+    if (timeoutS !== undefined) changed = await this.extend(id, timeoutS);
+    return changed ?? this.get(id);
+  }
+
+  /** A running sandbox's new idle policy: its times left out keep their value now. */
+  private nextIdle(row: SandboxRow, req: IdleRequest): StoredIdle {
+    if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
+    return changeIdle(row.idle, req, this.idleDefaults);
+  }
+
+  /**
+   * Store it (a restarted daemon keeps it) and apply it at once: a parked sandbox stays in
+   * its tier, and the new times count from now.
+   */
+  private applyIdle(id: string, idle: StoredIdle): SandboxT {
+    const updated = this.rows.update(id, { idle }) as SandboxRow;
+    const live = this.live.get(id);
+    if (live) live.lastUsed = Date.now();
+    this.log.info({ sandbox: id, idle }, 'sandbox idle policy changed');
+    return this.wire(updated);
   }
 
   /**

@@ -68,22 +68,27 @@ export interface IdleRequest {
 }
 
 /**
- * The policy a sandbox asked for, filled in from the daemon's defaults, as stored (null
- * fields: never); none asked for → null (it follows the daemon's defaults, also those of a
- * later daemon). Hibernation must come after the pause: a request where it does not, with
- * the defaults filled in, is refused before anything exists.
+ * The policy a sandbox asked for, filled in from `base` (the daemon's defaults on a create
+ * or fork; its policy now on a change), as stored (null fields: never); none asked for →
+ * null (it follows the daemon's defaults, also those of a later daemon). Hibernation must
+ * come after the pause: a request where it does not, with `base` filled in, is refused
+ * before anything exists or changes; the message names where a time left out came from.
  */
-export function resolveIdle(req: IdleRequest | undefined, defaults: IdleAfter): StoredIdle | null {
+export function resolveIdle(
+  req: IdleRequest | undefined,
+  base: IdleAfter,
+  baseName = "the daemon's default",
+): StoredIdle | null {
   if (req === undefined) return null;
   const pick = (asked: number | null | undefined, dflt: number | null) =>
     asked === undefined ? dflt : asked || null;
   const policy = {
-    pause_after_s: pick(req.pause_after_s, defaults.pauseAfterS),
-    hibernate_after_s: pick(req.hibernate_after_s, defaults.hibernateAfterS),
+    pause_after_s: pick(req.pause_after_s, base.pauseAfterS),
+    hibernate_after_s: pick(req.hibernate_after_s, base.hibernateAfterS),
   };
   const { pause_after_s: p, hibernate_after_s: h } = policy;
   if (p !== null && h !== null && h <= p) {
-    const whose = (asked: unknown) => (asked === undefined ? " (the daemon's default)" : '');
+    const whose = (asked: unknown) => (asked === undefined ? ` (${baseName})` : '');
     throw new ForkdError(
       'bad_request',
       `idle.hibernate_after_s ${h}${whose(req.hibernate_after_s)} must be larger than idle.pause_after_s ${p}${whose(req.pause_after_s)}: a sandbox is paused first, hibernated later; give both, or 0 for never`,
@@ -91,6 +96,19 @@ export function resolveIdle(req: IdleRequest | undefined, defaults: IdleAfter): 
     );
   }
   return policy;
+}
+
+/**
+ * A running sandbox's new policy (PATCH): the times asked for, the others as it has them
+ * now (its own, or the daemon's defaults it follows); refused as `resolveIdle` refuses.
+ */
+export function changeIdle(
+  own: StoredIdle | null | undefined,
+  req: IdleRequest,
+  defaults: IdleAfter,
+): StoredIdle {
+  const whose = own ? 'its current policy' : "the daemon's default";
+  return resolveIdle(req, idleAfterOf(own, defaults), whose) as StoredIdle;
 }
 
 /** The times a sandbox parks at: its own policy, else the daemon's defaults. */

@@ -3,6 +3,7 @@
  * here), pointed at it by E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL only. One snapshot
  * (busybox with a /bin/bash shim: the SDK runs every command as `/bin/bash -l -c`) serves
  * both SDK versions: the current 2.x (POST /v2/sandboxes) and 2.7 (POST /sandboxes).
+ * The current SDK's auto-pause parks a sandbox through forkd's idle policy.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -147,4 +148,27 @@ test('e2b 2.7 (POST /sandboxes): create from the same snapshot, commands and fil
   // 2.7's instance kill() answers nothing; its static one says whether there was a sandbox.
   assert.equal(await Sandbox.kill(sbx.sandboxId), true);
   assert.equal(await Sandbox.kill(sbx.sandboxId), false);
+});
+
+test("auto-pause (lifecycle onTimeout 'pause'): paused its timeout after its last request; a command wakes it", async () => {
+  const { Sandbox } = current;
+  const sbx = await Sandbox.create(TAG, {
+    timeoutMs: 1000,
+    lifecycle: { onTimeout: 'pause', autoResume: true },
+  });
+  try {
+    await sbx.commands.run('echo kept > /tmp/auto');
+    let info = await sbx.getInfo();
+    assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true });
+    const deadline = Date.now() + 15_000; // the idle sweep runs once a second
+    while (info.state !== 'paused' && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      info = await sbx.getInfo();
+    }
+    assert.equal(info.state, 'paused', 'paused about 1 s after its last command');
+    assert.equal((await sbx.commands.run('cat /tmp/auto')).stdout, 'kept\n');
+    assert.equal((await sbx.getInfo()).state, 'running', 'the command woke it');
+  } finally {
+    await sbx.kill();
+  }
 });

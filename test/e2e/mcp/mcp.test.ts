@@ -3,7 +3,7 @@
  * file) and real microVMs, driven by the official MCP SDK's Client over streamable HTTP at
  * /mcp and over stdio (`forkd mcp`). Over each: create → exec → branch with fork 3 → exec
  * in each child → lineage shows them → kill; a bad argument is a tool error with its
- * code. With FORKD_MCP_TRANSCRIPT=FILE the calls and answers are written there (docs/mcp.md
+ * code. Over HTTP also: a fork with an idle policy parks itself and a call wakes it. With FORKD_MCP_TRANSCRIPT=FILE the calls and answers are written there (docs/mcp.md
  * shows one).
  */
 import { after, before, test } from 'node:test';
@@ -95,10 +95,38 @@ async function ok<T>(client: Client, name: string, args: Record<string, unknown>
 interface SandboxOut {
   id: string;
   state: string;
+  tier?: string;
+}
+
+/** A child forked with an idle policy parks itself, and the next tool call wakes it. */
+async function forkThatParks(client: Client, tag: string): Promise<void> {
+  const { sandboxes } = await ok<{ sandboxes: SandboxOut[] }>(client, 'sandbox_fork', {
+    snapshot: tag,
+    n: 1,
+    idle: { pauseAfterMs: 1000 },
+  });
+  const [child] = sandboxes as [SandboxOut];
+  const tierOf = async () =>
+    (await ok<{ sandboxes: SandboxOut[] }>(client, 'sandbox_list', {})).sandboxes.find(
+      (s) => s.id === child.id,
+    )?.tier;
+  const deadline = Date.now() + 15_000; // the idle sweep runs once a second
+  let tier = await tierOf();
+  while (tier !== 'paused' && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 250));
+    tier = await tierOf();
+  }
+  assert.equal(tier, 'paused', 'paused about 1 s after it came up');
+  const r = await ok<{ stdout: string }>(client, 'sandbox_exec', {
+    sandboxId: child.id,
+    command: 'cat /tmp/progress',
+  });
+  assert.equal(r.stdout, 'step-1\n', 'woken by the call');
+  await ok(client, 'sandbox_kill', { sandboxId: child.id });
 }
 
 /** The issue's scenario, over one client: every step a tool call. */
-async function branchAndFanOut(client: Client, tag: string): Promise<void> {
+async function branchAndFanOut(client: Client, tag: string, parks = false): Promise<void> {
   const { tools } = await client.listTools();
   assert.equal(tools.length, 14);
   const { sandbox } = await ok<{ sandbox: SandboxOut }>(client, 'sandbox_create', {
@@ -132,6 +160,7 @@ async function branchAndFanOut(client: Client, tag: string): Promise<void> {
   for (const child of children) {
     assert.equal(nodes.find((n) => n.id === child.id)?.parent?.id, tag);
   }
+  if (parks) await forkThatParks(client, tag);
   const bad = await call(client, 'sandbox_fork', { snapshot: tag, n: 1000 });
   assert.equal(bad.result.isError, true);
   assert.equal((bad.out.error as { code: string }).code, 'bad_request');
@@ -147,7 +176,7 @@ test('over streamable HTTP with a token: branch and fan out', { timeout: 600_000
       requestInit: { headers: { authorization: `Bearer ${TOKEN}` } },
     }),
   );
-  await branchAndFanOut(client, 'mcp-http');
+  await branchAndFanOut(client, 'mcp-http', true);
 });
 
 test('over stdio (`forkd mcp`): branch and fan out', { timeout: 600_000 }, async () => {

@@ -8,8 +8,9 @@
  * a file on its disk still there; it stays hibernated across a restart; the idle policy
  * hibernates it; killed while hibernated it leaves no files. The second has an idle policy of
  * its own (pause after 1 s) and an HTTP server on a published port: it pauses itself while
- * its sibling stays running, and a GET through the host port wakes it and is answered, paused,
- * hibernated, and hibernated across a daemon restart.
+ * its sibling stays running; a PATCH of its policy leaves it parked, applies at once (never
+ * paused, then paused after 1 s again) and is kept across a restart; a GET through the host
+ * port wakes it and is answered, paused, hibernated, and hibernated across a daemon restart.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,6 +18,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { buildApp } from '../../../src/api/app.js';
 import type { ServiceOptions } from '../../../src/services/index.js';
 import { makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
 import {
@@ -112,6 +114,31 @@ test('a sandbox with its own idle policy pauses itself; its sibling without one 
   assert.equal((await s.sandboxes.get(id)).tier, 'running', 'no policy: it was not parked');
 });
 
+/** PATCH /v1/sandboxes/:id through the real route and services. */
+async function patch(which: string, payload: object): Promise<{ tier: string; idle: unknown }> {
+  const app = await buildApp(s.services, { requireAuth: false });
+  try {
+    const r = await app.inject({ method: 'PATCH', url: `/v1/sandboxes/${which}`, payload });
+    assert.equal(r.statusCode, 200, r.body);
+    return r.json();
+  } finally {
+    await app.close();
+  }
+}
+
+test('PATCH idle: a parked sandbox keeps its tier; the new policy applies at once, its time from now', async () => {
+  assert.equal((await s.sandboxes.get(web)).tier, 'paused', 'parked by its own policy');
+  const never = await patch(web, { idle: { pause_after_s: 0, hibernate_after_s: 600 } });
+  assert.deepEqual(never.idle, { pause_after_s: null, hibernate_after_s: 600, source: 'sandbox' });
+  assert.equal(never.tier, 'paused', 'the change did not wake it');
+  await sh(s, web, 'true'); // woken; its old policy (pause after 1 s) would park it again
+  await sleep(2100); // two idle sweeps
+  assert.equal((await s.sandboxes.get(web)).tier, 'running', 'never paused now');
+  const again = await patch(web, { idle: { pause_after_s: 1 } });
+  assert.deepEqual(again.idle, { pause_after_s: 1, hibernate_after_s: 600, source: 'sandbox' });
+  await until(web, 'paused', 10_000);
+});
+
 /** A GET through a published port's host listener (no daemon route in between). */
 async function get(hostPort: number): Promise<string> {
   const r = await fetch(`http://127.0.0.1:${hostPort}/index.html`, {
@@ -134,6 +161,11 @@ test("a published port's request wakes a paused and a hibernated sandbox and is 
   await s.sandboxes.pause(web, { tier: 'hibernated' });
   await restart();
   assert.deepEqual(s.started.adopted.sort(), [id, web].sort());
+  assert.deepEqual(
+    (await s.sandboxes.get(web)).idle,
+    { pause_after_s: 1, hibernate_after_s: 600, source: 'sandbox' },
+    'its changed policy was stored',
+  );
   assert.equal(await get(pub.host_port), 'served\n', 'after a restart: restored by a GET');
 
   await s.sandboxes.kill(web);
@@ -154,6 +186,20 @@ async function shell(script: string): Promise<string> {
 
 const counter = () => shell('cat /tmp/count').then(Number);
 
+/**
+ * The counter once it reached `min`, polled for up to `ms` of wall time (not a number of
+ * polls: on a quiet host 50 execs take less than the 0.5 s the loop needs to count to 5).
+ */
+async function counterAtLeast(min: number, ms = 10_000): Promise<number> {
+  const deadline = Date.now() + ms;
+  let n = await counter().catch(() => 0);
+  while (n < min && Date.now() < deadline) {
+    await sleep(100);
+    n = await counter().catch(() => 0);
+  }
+  return n;
+}
+
 /** Hibernate it and check no QEMU runs for it any more. */
 async function hibernate(): Promise<void> {
   const dir = home.paths.sandboxes;
@@ -168,8 +214,7 @@ test('hibernated it has no QEMU; an exec restores it, its processes and files as
     "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' " +
       '</dev/null >/dev/null 2>&1 & echo kept > /hibernated-note',
   );
-  let before = 0;
-  for (let i = 0; i < 50 && before < 5; i++) before = await counter().catch(() => 0);
+  const before = await counterAtLeast(5);
   assert.ok(before >= 5, `the counter runs (${before})`);
   await hibernate();
   const woken = Date.now();
@@ -178,8 +223,7 @@ test('hibernated it has no QEMU; an exec restores it, its processes and files as
   assert.ok(after >= before, `the counter went on from ${before}, not restarted: ${after}`);
   assert.equal(await shell('cat /hibernated-note'), 'kept');
   assert.ok(Number(await shell('date +%s')) >= Math.floor(woken / 1000) - 1, 'clock pushed');
-  let later = after;
-  for (let i = 0; i < 50 && later <= after; i++) later = await counter();
+  const later = await counterAtLeast(after + 1);
   assert.ok(later > after, 'it keeps counting after the wake');
 });
 

@@ -13,6 +13,7 @@ import type { AgentClient } from '../../../src/drivers/agent/client.js';
 import type { Vm } from '../../../src/drivers/qemu/vm.js';
 import {
   busyWhile,
+  changeIdle,
   holdConnection,
   idleAfterOf,
   idleMove,
@@ -176,4 +177,34 @@ test('an idle policy whose hibernation does not come after its pause is refused,
     { pause_after_s: 600 },
     /300 \(the daemon's default\) must be larger than idle\.pause_after_s 600/,
   );
+});
+
+test('a changed policy (PATCH) keeps the times left out as they are now; a bad order names its source', () => {
+  const defaults: IdleAfter = { pauseAfterS: null, hibernateAfterS: 300 };
+  const own = { pause_after_s: 60, hibernate_after_s: 900 };
+  assert.deepEqual(changeIdle(own, { pause_after_s: 30 }, defaults), {
+    pause_after_s: 30,
+    hibernate_after_s: 900,
+  });
+  assert.deepEqual(changeIdle(own, { hibernate_after_s: 0 }, defaults), {
+    pause_after_s: 60,
+    hibernate_after_s: null,
+  });
+  // Following the daemon until now: its defaults are what is kept, and then its own.
+  assert.deepEqual(changeIdle(null, { pause_after_s: 10 }, defaults), {
+    pause_after_s: 10,
+    hibernate_after_s: 300,
+  });
+  assert.deepEqual(changeIdle(null, {}, defaults), { pause_after_s: null, hibernate_after_s: 300 });
+  const refused = (base: typeof own | null, req: { pause_after_s?: number }, message: RegExp) =>
+    assert.throws(
+      () => changeIdle(base, req, defaults),
+      (e: Error & { code?: string }) => e.code === 'bad_request' && message.test(e.message),
+    );
+  refused(
+    own,
+    { pause_after_s: 900 },
+    /900 \(its current policy\) must be larger than idle\.pause_after_s 900:/,
+  );
+  refused(null, { pause_after_s: 400 }, /300 \(the daemon's default\) must be larger/);
 });
