@@ -46,26 +46,32 @@ const PAUSED = args.includes('--paused');
  */
 async function breakdown(pid: number, top = 10): Promise<string> {
   const text = await readFile(`/proc/${pid}/smaps`, 'utf8').catch(() => '');
-  const rows: { name: string; priv: number; pss: number }[] = [];
+  const rows: { name: string; priv: number; pss: number; thp: number }[] = [];
   for (const block of text.split(/\n(?=[0-9a-f]+-[0-9a-f]+ )/)) {
     const head = block.split('\n')[0] ?? '';
     const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(block)?.[1] ?? 0);
     const [range, , , , , ...name] = head.split(/\s+/);
     const [a, b] = (range ?? '0-0').split('-').map((h) => parseInt(h, 16)) as [number, number];
     const label = name.join(' ') || `anon ${((b - a) / 1048576).toFixed(1)} MiB`;
-    rows.push({ name: label, priv: kb('Private_Clean') + kb('Private_Dirty'), pss: kb('Pss') });
+    rows.push({
+      name: label,
+      priv: kb('Private_Clean') + kb('Private_Dirty'),
+      pss: kb('Pss'),
+      thp: kb('AnonHugePages'),
+    });
   }
-  const byName = new Map<string, { priv: number; pss: number }>();
+  const byName = new Map<string, { priv: number; pss: number; thp: number }>();
   for (const r of rows) {
-    const e = byName.get(r.name) ?? { priv: 0, pss: 0 };
-    byName.set(r.name, { priv: e.priv + r.priv, pss: e.pss + r.pss });
+    const e = byName.get(r.name) ?? { priv: 0, pss: 0, thp: 0 };
+    byName.set(r.name, { priv: e.priv + r.priv, pss: e.pss + r.pss, thp: e.thp + r.thp });
   }
   const mib = (k: number) => (k / 1024).toFixed(1);
   const sorted = [...byName].sort((x, y) => y[1].priv - x[1].priv).slice(0, top);
   const ksm = await readFile(`/proc/${pid}/ksm_stat`, 'utf8').catch(() => '');
   const merged = Number(/ksm_merging_pages (\d+)/.exec(ksm)?.[1] ?? 0);
   const lines = sorted.map(
-    ([n, v]) => `    ${mib(v.priv).padStart(6)} private ${mib(v.pss).padStart(6)} PSS  ${n}`,
+    ([n, v]) =>
+      `    ${mib(v.priv).padStart(6)} private ${mib(v.pss).padStart(6)} PSS${v.thp ? ` (${mib(v.thp)} in huge pages)` : ''}  ${n}`,
   );
   return [
     `  one child (pid ${pid}), MiB, ${mib(merged * 4)} MiB of it merged by KSM:`,
