@@ -14,7 +14,7 @@
  * and put back as it was at the end.
  * Usage: node dist/bench/density.js [--n 10,100] [--memory 256,1024] [--climb]
  *        [--park | --park-only] [--max 200] [--minutes 10] [--skip-pss] [--forks 15] [--fanout 20]
- *        [--ksm-wait 300]
+ *        [--ksm-wait 300] [--ksm-scans 3] [--breakdown] [--paused]
  */
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -32,9 +32,52 @@ const MAX = Number(opt('--max', '200'));
 const MINUTES = Number(opt('--minutes', '10'));
 const FORKS = Number(opt('--forks', '15'));
 const FANOUT = Number(opt('--fanout', '20'));
-/** How long PSS waits for merging (two full KSM scans; 100 children take minutes). */
+/** How long PSS waits for merging at most (100 children take minutes per full scan). */
 const KSM_WAIT_S = Number(opt('--ksm-wait', '300'));
+/** Full KSM scans to wait for before PSS is read (see idlePss). */
+const KSM_SCANS = Number(opt('--ksm-scans', '3'));
 const STEP = 10;
+/** Idle children are paused (the idle policy's first tier) instead of running. */
+const PAUSED = args.includes('--paused');
+
+/**
+ * Where one child's memory goes (`--breakdown`): its mappings by private memory (what no
+ * other process shares), largest first, with PSS, and what KSM merged of it.
+ */
+async function breakdown(pid: number, top = 10): Promise<string> {
+  const text = await readFile(`/proc/${pid}/smaps`, 'utf8').catch(() => '');
+  const rows: { name: string; priv: number; pss: number; thp: number }[] = [];
+  for (const block of text.split(/\n(?=[0-9a-f]+-[0-9a-f]+ )/)) {
+    const head = block.split('\n')[0] ?? '';
+    const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(block)?.[1] ?? 0);
+    const [range, , , , , ...name] = head.split(/\s+/);
+    const [a, b] = (range ?? '0-0').split('-').map((h) => parseInt(h, 16)) as [number, number];
+    const label = name.join(' ') || `anon ${((b - a) / 1048576).toFixed(1)} MiB`;
+    rows.push({
+      name: label,
+      priv: kb('Private_Clean') + kb('Private_Dirty'),
+      pss: kb('Pss'),
+      thp: kb('AnonHugePages'),
+    });
+  }
+  const byName = new Map<string, { priv: number; pss: number; thp: number }>();
+  for (const r of rows) {
+    const e = byName.get(r.name) ?? { priv: 0, pss: 0, thp: 0 };
+    byName.set(r.name, { priv: e.priv + r.priv, pss: e.pss + r.pss, thp: e.thp + r.thp });
+  }
+  const mib = (k: number) => (k / 1024).toFixed(1);
+  const sorted = [...byName].sort((x, y) => y[1].priv - x[1].priv).slice(0, top);
+  const ksm = await readFile(`/proc/${pid}/ksm_stat`, 'utf8').catch(() => '');
+  const merged = Number(/ksm_merging_pages (\d+)/.exec(ksm)?.[1] ?? 0);
+  const lines = sorted.map(
+    ([n, v]) =>
+      `    ${mib(v.priv).padStart(6)} private ${mib(v.pss).padStart(6)} PSS${v.thp ? ` (${mib(v.thp)} in huge pages)` : ''}  ${n}`,
+  );
+  return [
+    `  one child (pid ${pid}), MiB, ${mib(merged * 4)} MiB of it merged by KSM:`,
+    ...lines,
+  ].join('\n');
+}
 
 async function pss(pid: number): Promise<number> {
   const text = await readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => '');
@@ -84,6 +127,27 @@ async function fork(env: BenchServices, tag: string, n: number): Promise<string[
   return ids;
 }
 
+/**
+ * N idle children; with --paused each batch of STEP is paused as soon as it answered (the
+ * idle policy's first tier: its QEMU holds its memory but uses no CPU), so 100 of them fit
+ * on 2 cores while the later batches fork.
+ */
+async function forkIdle(env: BenchServices, tag: string, n: number): Promise<string[]> {
+  if (!PAUSED) return fork(env, tag, n);
+  const ids: string[] = [];
+  try {
+    for (let done = 0; done < n; done += STEP) {
+      const batch = await fork(env, tag, Math.min(STEP, n - done));
+      ids.push(...batch);
+      await Promise.all(batch.map((id) => env.sandboxes.pause(id)));
+    }
+  } catch (e) {
+    await killAll(env, ids);
+    throw e;
+  }
+  return ids;
+}
+
 async function execTrue(env: BenchServices, id: string): Promise<number> {
   const t0 = performance.now();
   const r = await env.sandboxes.exec(id, { argv: ['true'] });
@@ -114,11 +178,11 @@ async function idlePss(ids: number[]): Promise<string> {
   const t0 = performance.now();
   await sleep(3000);
   // KSM merges a page on its second full scan after the page appeared, and a pause between
-  // two scan passes looks like a plateau of pages_sharing: wait for two full scans.
+  // two scan passes looks like a plateau of pages_sharing: wait for --ksm-scans full scans.
   const scans0 = await fullScans();
   while (
     merging &&
-    (await fullScans()) < scans0 + 2 &&
+    (await fullScans()) < scans0 + KSM_SCANS &&
     performance.now() - t0 < KSM_WAIT_S * 1000
   ) {
     await sleep(3000);
@@ -129,11 +193,12 @@ async function idlePss(ids: number[]): Promise<string> {
   if (ksmd) {
     const share = (((await cpuSeconds(ksmd)) - cpu0) * 100) / secs;
     const k = await readKsm();
-    extra = `; ksmd ${share.toFixed(1)} % of a core over ${secs.toFixed(0)} s, pages_sharing ${k?.pagesSharing}`;
+    extra = `; ksmd ${share.toFixed(1)} % of a core over ${secs.toFixed(0)} s (${(await fullScans()) - scans0} full scans), pages_sharing ${k?.pagesSharing}`;
     const cpu1 = await cpuSeconds(ksmd);
     await sleep(10_000);
     extra += `, then steady ${(((await cpuSeconds(ksmd)) - cpu1) * 10).toFixed(1)} % of a core`;
   }
+  if (args.includes('--breakdown')) extra += `\n${await breakdown(ids[0] as number)}`;
   return `${per.toFixed(1)} MiB per child${extra}`;
 }
 
@@ -256,11 +321,10 @@ async function main() {
       );
       if (args.includes('--skip-pss')) continue;
       for (const n of NS) {
-        const ids = await fork(env, tag, n);
+        const ids = await forkIdle(env, tag, n);
         try {
-          console.log(
-            `${mib} MiB guest, N=${n} idle children: ${await idlePss(await pids(env, ids))}`,
-          );
+          const what = PAUSED ? 'idle children, paused' : 'idle children, running';
+          console.log(`${mib} MiB guest, N=${n} ${what}: ${await idlePss(await pids(env, ids))}`);
           console.log(
             `  exec true on one of them: ${summary(await execP50(env, ids[0] as string))}`,
           );
