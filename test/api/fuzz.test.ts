@@ -307,3 +307,19 @@ test('regressions: the guest port route forwards the path as sent, percent-encod
     assert.equal(res.body, `guest DELETE /${rest}`);
   }
 });
+
+test('regressions: a request whose body is not forwarded does not corrupt the next one to the guest', async () => {
+  const base = '/v1/sandboxes/sbx-00000000000a/ports/8080';
+  // A GET with a body, and a DELETE announcing one it never sends: the guest must not wait
+  // for those bytes on a connection the next request then uses.
+  const first = [
+    { method: 'GET' as const, headers: { 'content-type': 'text/plain' }, payload: 'abcdefg' },
+    { method: 'DELETE' as const, headers: { 'content-length': '7' } },
+  ];
+  for (const req of first) {
+    const res = await app.inject({ ...req, url: `${base}/first` });
+    assert.equal(res.body, `guest ${req.method} /first`);
+    const next = await app.inject({ method: 'DELETE', url: `${base}/next` });
+    assert.equal(`${next.statusCode} ${next.body}`, '200 guest DELETE /next');
+  }
+});

@@ -69,13 +69,18 @@ function toGuest(
   path: string,
   guestPort: number,
 ): Promise<IncomingMessage> {
+  const body = request.body as NodeJS.ReadableStream | undefined;
+  const streamed = body !== undefined && typeof body.pipe === 'function';
+  const headers = forwardHeaders(request.headers);
+  // A body Fastify did not hand over (a GET's, or one without a type) is not sent: its length
+  // must not be announced, or the guest's server reads the next request as that body.
+  if (!streamed) delete headers['content-length'];
   return new Promise((resolve, reject) => {
     let up: ReturnType<typeof httpRequest>;
     try {
-      up = httpRequest(
-        { ...target, method: request.method, path, headers: forwardHeaders(request.headers) },
-        resolve,
-      );
+      // A connection per request (agent: false): a pooled one that a cut-short body left
+      // mid-request would corrupt the next request sent on it.
+      up = httpRequest({ ...target, method: request.method, path, headers, agent: false }, resolve);
     } catch (e) {
       // Node refuses a path or header it could not put on the wire: the client sent it.
       throw new ForkdError(
@@ -95,8 +100,7 @@ function toGuest(
         ),
       ),
     );
-    const body = request.body as NodeJS.ReadableStream | undefined;
-    if (body && typeof body.pipe === 'function') body.pipe(up);
+    if (streamed) body.pipe(up);
     else up.end();
   });
 }

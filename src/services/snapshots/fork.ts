@@ -18,7 +18,7 @@ import { createOverlay } from '../../drivers/qemu/disk.js';
 import type { VmNet } from '../../drivers/qemu/cmdline.js';
 import { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
-import { crashPoint } from '../../util/crash.js';
+import { crashPoint, holdPoint } from '../../util/crash.js';
 import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
 import { OPEN_EGRESS } from '../network/policy.js';
@@ -303,6 +303,7 @@ function forkOne(
         handed ??
         (await prepareChild(ctx.paths, m, id, await leaseNet(ctx.network, m, id), placement));
       onStarted(child.vm);
+      await holdPoint('fork:child-started', String(child.vm.pid));
       if (ctx.network && networkOf(m) === 'nat') {
         await ctx.network.enforce(id, m.egress ?? OPEN_EGRESS, req.egress);
       }

@@ -1,8 +1,9 @@
 /**
  * QEMU SIGKILLed during a long operation (by its pid, found under this test's home).
  * A fork of N: a child's QEMU killed while the fork restores it; the fork answers with that
- * child in `failed` (a catalog error) and the others running, or, with all_or_nothing,
- * fails and leaves no child at all; the killed child leaves no QEMU, sandbox dir or cgroup,
+ * child in `failed` (a catalog error) and the others running, or, with all_or_nothing (the
+ * kill placed by a hold point between a child's QEMU start and its restore), fails and
+ * leaves no child at all; the killed child leaves no QEMU, sandbox dir or cgroup,
  * and is not listed as running. A branch (copy and live): the source's QEMU killed just
  * after the branch began; it completed or failed with a catalog error, nothing half-written
  * is under its tag, and the source is reported dead. A snapshot create: the parent's QEMU
@@ -11,7 +12,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { readdir } from 'node:fs/promises';
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { ERROR_CATALOG, isForkdError } from '../../../src/errors.js';
 import {
   caller,
@@ -52,6 +54,15 @@ async function reportedDead(pid: number): Promise<void> {
   const running = async () =>
     (await s!.sandboxes.list({})).some((x) => x.pid === pid && x.state === 'running');
   for (let i = 0; i < 100 && (await running()); i++) await sleep(100);
+}
+
+/** What a hold point wrote once it holds (60 s at most). */
+async function heldDetail(file: string): Promise<string> {
+  for (const until = Date.now() + 60_000; Date.now() < until; await sleep(20)) {
+    const text = await readFile(file, 'utf8').catch(() => undefined);
+    if (text) return text;
+  }
+  throw new Error('the fork never reached its hold point');
 }
 
 async function runningIds(): Promise<string[]> {
@@ -100,25 +111,22 @@ test(
   'with all_or_nothing the fork fails with a catalog error and no child is left',
   { timeout: 300_000 },
   async () => {
-    // On a loaded host the kill can land only after every child came up (the fork has then
-    // succeeded, and the kill is a later crash): that attempt proves nothing, so it is
-    // cleaned up and tried again, up to 3 times.
-    for (let attempt = 1; ; attempt++) {
-      const known = new Set(await qemusUnder(home.dir));
+    // A hold point stops the first child between its QEMU's start and its restore, so the
+    // kill lands inside the fork on any host, however fast or loaded.
+    const crash = join(home.dir, 'crash');
+    process.env.FORKD_CRASH_FILE = crash;
+    await writeFile(crash, 'hold:fork:child-started');
+    try {
       const forking = s!.snapshots
         .fork({ snapshot: 'base', n: 3, all_or_nothing: true }, caller)
         .then(
           (o) => o,
           (e: unknown) => (e instanceof Error ? e : new Error(String(e))),
         );
-      const killed = await killNewQemu(known);
+      const pid = Number(await heldDetail(`${crash}.held`));
+      process.kill(pid, 'SIGKILL');
+      await rm(`${crash}.held`);
       const outcome = await forking;
-      if (!(outcome instanceof Error) && outcome.sandboxes.some((x) => x.pid === killed)) {
-        assert.ok(attempt < 3, `the kill landed after the fork succeeded ${attempt} times`);
-        await reportedDead(killed);
-        for (const x of outcome.sandboxes) await s!.sandboxes.kill(x.id).catch(() => undefined);
-        continue;
-      }
       if (outcome instanceof Error) {
         assert.ok(isForkdError(outcome) && ERROR_CATALOG[outcome.code], String(outcome));
       } else {
@@ -126,7 +134,9 @@ test(
         assert.ok(outcome.failed.length >= 1, JSON.stringify(outcome));
         assert.deepEqual(outcome.sandboxes, []);
       }
-      break;
+    } finally {
+      delete process.env.FORKD_CRASH_FILE;
+      await rm(`${crash}.held`, { force: true });
     }
     await sleep(500);
     assert.deepEqual(await runningIds(), []);
