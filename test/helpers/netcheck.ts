@@ -9,16 +9,15 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import {
-  deleteNetns,
   listNetns,
   NETNS_DIR,
-  netnsInUse,
   netnsOf,
   ownerOf,
+  sweepNetns,
   VETH_PREFIX,
 } from '../../src/drivers/net/netns.js';
 import { hostTableExists } from '../../src/drivers/net/nft.js';
-import { alive, otherUsers, withHostLock } from '../../src/drivers/net/host-lock.js';
+import { otherUsers, withHostLock } from '../../src/drivers/net/host-lock.js';
 import { run } from '../../src/util/exec.js';
 
 export async function assertNoNetworkLeft(mine: number[] = []): Promise<void> {
@@ -44,12 +43,5 @@ export async function assertNoNetworkLeft(mine: number[] = []): Promise<void> {
  */
 export async function sweepDeadNetns(): Promise<void> {
   if (process.getuid?.() !== 0 || !existsSync(NETNS_DIR)) return;
-  await withHostLock(async () => {
-    for (const index of await listNetns()) {
-      const ns = netnsOf(index);
-      const owner = await ownerOf(ns);
-      if (owner !== undefined && alive(owner)) continue;
-      if (!(await netnsInUse(ns))) await deleteNetns(ns);
-    }
-  });
+  await withHostLock(() => sweepNetns({ keepOwn: true }));
 }

@@ -12,6 +12,7 @@ import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { once } from 'node:events';
 import { ForkdError } from '../../errors.js';
+import { pidAlive } from '../../util/pid.js';
 
 /** Where the lock file and the user list live (next to the namespaces' owner files). */
 export const HOST_STATE_DIR = '/run/forkd-netns';
@@ -53,16 +54,6 @@ export async function withHostLock<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-/** Whether a process with this pid is alive (EPERM: alive, not ours to signal). */
-export function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /** This daemon uses the host table from now on (call under the lock). */
 export async function addUser(): Promise<void> {
   await mkdir(USERS_DIR, { recursive: true, mode: 0o700 });
@@ -81,7 +72,7 @@ export async function otherUsers(): Promise<number[]> {
   for (const name of names) {
     const pid = Number(name);
     if (pid === process.pid) continue;
-    if (Number.isInteger(pid) && pid > 0 && alive(pid)) live.push(pid);
+    if (pidAlive(pid)) live.push(pid);
     else await rm(join(USERS_DIR, name), { force: true });
   }
   return live;

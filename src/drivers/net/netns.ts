@@ -9,7 +9,8 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, readFile, readlink, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { run } from '../../util/exec.js';
-import { alive, HOST_STATE_DIR, withHostLock } from './host-lock.js';
+import { pidAlive } from '../../util/pid.js';
+import { HOST_STATE_DIR, withHostLock } from './host-lock.js';
 
 /** Where `ip netns` keeps its namespaces (bind mounts). */
 export const NETNS_DIR = '/run/netns';
@@ -215,7 +216,21 @@ export async function ownerOf(ns: Netns): Promise<number | undefined> {
 /** True when another process that is still alive made the namespace (another daemon's). */
 export async function ownedByOther(ns: Netns): Promise<boolean> {
   const pid = await ownerOf(ns);
-  return pid !== undefined && pid !== process.pid && alive(pid);
+  return pid !== undefined && pid !== process.pid && pidAlive(pid);
+}
+
+/**
+ * Delete the namespaces no process runs in and no other live process owns (a dead daemon's
+ * pool, sandboxes that ended while no daemon ran); `keepOwn` also keeps this process's
+ * (a test's cleanup, while services of its own still run). Call under the host lock.
+ */
+export async function sweepNetns(opts: { keepOwn?: boolean } = {}): Promise<void> {
+  for (const index of await listNetns()) {
+    const ns = netnsOf(index);
+    if (await ownedByOther(ns)) continue;
+    if (opts.keepOwn && (await ownerOf(ns)) === process.pid) continue;
+    if (!(await netnsInUse(ns))) await deleteNetns(ns);
+  }
 }
 
 function runInput(file: string, args: string[], input?: string) {

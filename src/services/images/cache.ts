@@ -12,7 +12,8 @@ import { pipeline } from 'node:stream/promises';
 import type { Paths } from '../../config.js';
 import { DIGEST, verifier } from '../../drivers/registry/index.js';
 import { ForkdError } from '../../errors.js';
-import { listImages, pidAlive } from './store.js';
+import { pidAlive } from '../../util/pid.js';
+import { listImages } from './store.js';
 import { fileSink } from '../../util/file-sink.js';
 
 export function blobDir(p: Paths): string {

@@ -22,6 +22,7 @@ import { ForkdError } from '../../errors.js';
 import { NAME_RULE } from '../../contract/rules.js';
 import { checkName } from '../checks.js';
 import { run } from '../../util/exec.js';
+import { pidAlive } from '../../util/pid.js';
 import { assertImageUnused } from './users.js';
 
 /** Where an image's files came from, recorded in image.json. */
@@ -273,15 +274,4 @@ async function sweepStaleStaging(p: Paths, names: string[], minAgeMs = STALE_MS)
 /** Remove the staging dirs of builds whose process died (the daemon's start, after a crash). */
 export async function sweepDeadStaging(p: Paths): Promise<void> {
   await sweepStaleStaging(p, await readdir(p.images).catch(() => [] as string[]), 0);
-}
-
-/** Whether a process of that pid exists (EPERM: it does, as another user). */
-export function pidAlive(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }

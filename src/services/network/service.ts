@@ -30,13 +30,11 @@ import {
   createNetns,
   deleteNetns,
   listNetns,
-  ownedByOther,
-  netnsInUse,
-  netnsOf,
   netnsOfPid,
   netnsPids,
   readNetnsState,
   recordOwner,
+  sweepNetns,
   writeNetnsState,
   type Netns,
 } from '../../drivers/net/netns.js';
@@ -156,10 +154,7 @@ export class NetworkService {
     this.isolation = (await NetworkService.detect()).isolation;
     if (this.isolation !== 'netns') return;
     await withHostLock(async () => {
-      for (const index of await listNetns()) {
-        const ns = netnsOf(index);
-        if (!(await netnsInUse(ns)) && !(await ownedByOther(ns))) await deleteNetns(ns);
-      }
+      await sweepNetns();
       if (await hostTableUnused()) await removeHostTable();
       await addUser();
       await installHostTable();

@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
-import { pidAlive } from '../images/store.js';
+import { pidAlive } from '../../util/pid.js';
 import { sha256File } from '../snapshots/files.js';
 import { writeArchive } from './archive.js';
 import { PACK_MEDIA, type PackFile, type PackManifest } from './manifest.js';

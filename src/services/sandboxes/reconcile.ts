@@ -23,6 +23,7 @@ import { connectGuest, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
 import { commitStaged, discardStaged, hibernationFiles, ramBaseOf } from './hibernate.js';
 import { keepConsoleLog, removeLeftovers } from './leftovers.js';
 import type { ServiceLog } from './log.js';
+import { pidAlive } from '../../util/pid.js';
 
 export interface ReconcileContext {
   paths: Paths;
@@ -237,13 +238,4 @@ async function sweepOrphanDirs(ctx: ReconcileContext): Promise<string[]> {
 async function ownerPid(dir: string): Promise<number | undefined> {
   const pid = Number((await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => '')).trim());
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
