@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { forkdHome, paths, type Paths } from '../../src/config.js';
+import { pidAlive } from '../../src/util/pid.js';
 import { cgroupsLeft, removeCgroups } from './cgroups.js';
 import { sweepDeadNetns } from './netcheck.js';
 
@@ -66,7 +67,10 @@ export async function processesOf(dir: string, except: number[] = []): Promise<n
     if (!/^\d+$/.test(name)) continue;
     const env = await readFile(`/proc/${name}/environ`, 'utf8').catch(() => '');
     if (!env.split('\0').includes(`FORKD_HOME=${dir}`)) continue;
-    if (!(await descendsFrom(Number(name), except))) pids.push(Number(name));
+    if (await descendsFrom(Number(name), except)) continue;
+    // A process that ended while we looked (a restarted daemon's short host tool) is not
+    // left running: its ppid walk failed only because it was gone.
+    if (pidAlive(Number(name))) pids.push(Number(name));
   }
   return pids;
 }
