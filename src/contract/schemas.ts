@@ -377,7 +377,12 @@ export const PatchSandbox = Type.Object(
       }),
     ),
     limits: Type.Optional(LimitsRequest),
-    idle: Type.Optional(IdlePolicyChange),
+    idle: Type.Optional(
+      Type.Union([IdlePolicyChange, Type.Null()], {
+        description:
+          "its new idle policy (times left out keep their value now); null: it follows the daemon's defaults again",
+      }),
+    ),
   },
   { ...strict, minProperties: 1, description: 'timeout_s, limits, idle, or any of them' },
 );

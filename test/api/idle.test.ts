@@ -259,14 +259,26 @@ test('PATCH idle: times left out keep their value, the order is checked, nothing
   });
   assert.equal(mixed.statusCode, 400);
   assert.deepEqual((await a.inject(S)).json(), before, 'nothing changed');
-  for (const idle of [{ pause_after_s: -1 }, { pause_after_s: 2.5 }, { pause: 1 }, null]) {
+  for (const idle of [{ pause_after_s: -1 }, { pause_after_s: 2.5 }, { pause: 1 }, 'never']) {
     const r = await patch({ idle });
     assert.equal(r.statusCode, 400, JSON.stringify(idle));
     assert.equal(r.json().error.code, 'bad_request');
   }
+  // null: its own policy dropped, the daemon's defaults again (and a change after counts from them).
+  const dropped = await patch({ idle: null });
+  assert.equal(dropped.statusCode, 200, dropped.body);
+  assert.deepEqual(dropped.json().idle, {
+    pause_after_s: null,
+    hibernate_after_s: 600,
+    source: 'daemon',
+  });
+  assert.deepEqual(fake.serviceCalls().at(-1)?.args, [SEED.sandbox, { idle: null }]);
+  const fromDefaults = await patch({ idle: { pause_after_s: 10 } });
+  assert.deepEqual(fromDefaults.json().idle.hibernate_after_s, 600);
   await a.inject({ method: 'POST', url: `${S}/pause`, payload: { tier: 'hibernated' } });
   const parked = await patch({ idle: { pause_after_s: 5, hibernate_after_s: 50 } });
   assert.equal(parked.json().tier, 'hibernated', 'a parked sandbox keeps its tier');
+  assert.equal((await patch({ idle: null })).json().tier, 'hibernated');
   await a.inject({ method: 'DELETE', url: S });
   const stopped = await patch({ idle: { pause_after_s: 5 } });
   assert.equal(stopped.json().error.code, 'sandbox_not_running');
@@ -288,6 +300,9 @@ test('SDK setIdle / update and CLI forkd update --pause-idle-after: one PATCH ea
     timeout_s: 90,
   });
   await assert.rejects(sbx.setIdle({ hibernateAfterMs: 1000 }), /its current policy/);
+  const back = await sbx.setIdle(null);
+  assert.deepEqual(back.idle, { pauseAfterMs: null, hibernateAfterMs: 600_000, source: 'daemon' });
+  assert.deepEqual(fake.serviceCalls().at(-1)?.args[1], { idle: null });
 
   fake.reset();
   const text = out(await forkd('update', SEED.sandbox, '--pause-idle-after', '45'));
@@ -300,6 +315,11 @@ test('SDK setIdle / update and CLI forkd update --pause-idle-after: one PATCH ea
   const refused = await forkd('update', SEED.sandbox, '--hibernate-idle-after', '10');
   assert.equal(refused.code, 2, refused.stderr.toString());
   assert.match(refused.stderr.toString(), /its current policy/);
+  const daemons = out(await forkd('update', SEED.sandbox, '--daemon-idle'));
+  assert.equal(daemons, `${SEED.sandbox} idle hibernate 600s (daemon)\n`);
+  const both = await forkd('update', SEED.sandbox, '--daemon-idle', '--pause-idle-after', '5');
+  assert.equal(both.code, 2);
+  assert.match(both.stderr.toString(), /--daemon-idle drops the idle times/);
 
   // A branch's --fork children take the same flags; without --fork they are a usage error.
   const branched = await json<{ children: { sandboxes: { idle: Idle }[] } }>(

@@ -114,10 +114,11 @@ function fakeIdle(req: IdleRequest | undefined): SandboxT['idle'] {
   return idleWire(resolveIdle(req, FAKE_IDLE_DEFAULTS), FAKE_IDLE_DEFAULTS);
 }
 
-/** A changed policy (PATCH) as the real service resolves and shows it. */
-function fakeIdleChange(now: SandboxT['idle'], req: IdleRequest): SandboxT['idle'] {
+/** A changed policy (PATCH; null: the daemon's defaults again) as the real service shows it. */
+function fakeIdleChange(now: SandboxT['idle'], req: IdleRequest | null): SandboxT['idle'] {
   const own = now?.source === 'sandbox' ? now : null;
-  return idleWire(changeIdle(own, req, FAKE_IDLE_DEFAULTS), FAKE_IDLE_DEFAULTS);
+  const next = req === null ? null : changeIdle(own, req, FAKE_IDLE_DEFAULTS);
+  return idleWire(next, FAKE_IDLE_DEFAULTS);
 }
 
 /** Limits as the real service resolves them (the same checks), enforced by a pretend v1. */
@@ -558,7 +559,7 @@ export class FakeServices {
       // As the real one: everything checked before anything changes.
       update: async (id, { timeout_s: timeoutS, limits, idle }) => {
         const s = this.running(id, false); // a change does not wake it
-        const policy = idle && fakeIdleChange(s.idle, idle);
+        const policy = idle === undefined ? undefined : fakeIdleChange(s.idle, idle);
         if (limits) s.limits = fakeLimits(limits, s);
         if (policy) s.idle = policy;
         if (timeoutS !== undefined) {

@@ -219,15 +219,16 @@ class Sandbox(Remote[SandboxInfo]):
 
     def set_idle(
         self: Union[Sandbox, str],
-        idle: Idle,
+        idle: Optional[Idle],
         *,
         url: Optional[str] = None,
         token: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> SandboxInfo:
         """Change when it parks itself (docs/idle.md), at once: ``{"pause_after_s": 30}``;
-        times left out keep their value, 0 or None is never. A parked sandbox stays parked
-        and the new times count from now. ``Sandbox.set_idle(id, {...})`` works by id."""
+        times left out keep their value, 0 or None is never; ``None`` for the whole policy
+        makes it follow the daemon's defaults again. A parked sandbox stays parked and the
+        new times count from now. ``Sandbox.set_idle(id, {...})`` works by id."""
         return _patch(self, {"idle": idle_body(idle)}, url, token, request_timeout)
 
     def pause(

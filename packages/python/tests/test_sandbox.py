@@ -158,6 +158,10 @@ class SandboxTest(unittest.TestCase):
             self.assertIn("300 (its current policy)", order.exception.message)
             never = Sandbox.set_idle(sbx.id, {"pause_after_s": 0}, url=DAEMON.url).idle or {}
             self.assertEqual((never.get("pause_after_s"), never.get("hibernate_after_s")), (None, 900))
+            # None: its own policy dropped, the daemon's defaults (none in this daemon) again.
+            daemons = {"pause_after_s": None, "hibernate_after_s": None, "source": "daemon"}
+            self.assertEqual(sbx.set_idle(None).idle, daemons)
+            self.assertEqual(sbx.refresh().idle, daemons)
             self.assertIn("forkd-agent", Sandbox.logs(sbx.id, url=DAEMON.url))
             self.assertIn("forkd-agent", sbx.logs())
             # Idle tiers: parked by hand, woken by a request or by resume (docs/idle.md).

@@ -87,8 +87,11 @@ export interface SandboxCreateOptions extends SandboxOptions {
 export interface SandboxUpdate {
   /** New caps on its QEMU; kinds left out keep their value (see `setLimits`). */
   limits?: LimitsOptions;
-  /** Its new idle policy, at once; times left out keep their value (see `setIdle`). */
-  idle?: IdleOptions;
+  /**
+   * Its new idle policy, at once; times left out keep their value; null: the daemon's
+   * defaults again (see `setIdle`).
+   */
+  idle?: IdleOptions | null;
   /** Expire this long from now (whole seconds, rounded up). */
   timeoutMs?: number;
 }
@@ -370,7 +373,7 @@ export class Sandbox {
     const { limits, idle, timeoutMs } = changes;
     const body = compact({
       limits: limitsBody(limits),
-      idle: idleBody(idle),
+      idle: idle === null ? null : idleBody(idle),
       timeout_s: timeoutMs === undefined ? undefined : toSeconds(timeoutMs),
     });
     this.current = await patchSandbox(this.client, this.id, body, opts);
@@ -379,14 +382,16 @@ export class Sandbox {
 
   /**
    * Change when it parks itself (docs/idle.md), at once: times left out keep their value
-   * (its own, or the daemon's defaults it follows until now), 0 or null is never. A parked
-   * sandbox stays parked; the new times count from now. Kept across a daemon restart.
+   * (its own, or the daemon's defaults it follows until now), 0 or null is never; `null`
+   * for the whole policy makes it follow the daemon's defaults again. A parked sandbox
+   * stays parked; the new times count from now. Kept across a daemon restart.
    *
    * @example
    * await sbx.setIdle({ pauseAfterMs: 30_000 }); // paused after 30 s without a request
    * await sbx.setIdle({ pauseAfterMs: 0, hibernateAfterMs: 0 }); // never parked
+   * await sbx.setIdle(null); // the daemon's --pause-idle-after / --hibernate-idle-after
    */
-  async setIdle(idle: IdleOptions, opts: CallOptions = {}): Promise<SandboxInfo> {
+  async setIdle(idle: IdleOptions | null, opts: CallOptions = {}): Promise<SandboxInfo> {
     return this.update({ idle }, opts);
   }
 

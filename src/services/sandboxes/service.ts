@@ -513,22 +513,25 @@ export class SandboxManager implements SandboxService, SandboxHost {
     if (timeoutS !== undefined) checkRange('timeout_s', timeoutS, LIMITS.timeoutS);
     const policy = idle === undefined ? undefined : this.nextIdle(this.row(id), idle);
     let changed = limits ? await this.setLimits(id, limits) : undefined;
-    if (policy) changed = this.applyIdle(id, policy);
+    if (policy !== undefined) changed = this.applyIdle(id, policy);
     if (timeoutS !== undefined) changed = await this.extend(id, timeoutS);
     return changed ?? this.get(id);
   }
 
-  /** A running sandbox's new idle policy: its times left out keep their value now. */
-  private nextIdle(row: SandboxRow, req: IdleRequest): StoredIdle {
+  /**
+   * A running sandbox's new idle policy: its times left out keep their value now; null
+   * (none of its own) makes it follow the daemon's defaults again.
+   */
+  private nextIdle(row: SandboxRow, req: IdleRequest | null): StoredIdle | null {
     if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
-    return changeIdle(row.idle, req, this.idleDefaults);
+    return req === null ? null : changeIdle(row.idle, req, this.idleDefaults);
   }
 
   /**
    * Store it (a restarted daemon keeps it) and apply it at once: a parked sandbox stays in
    * its tier, and the new times count from now.
    */
-  private applyIdle(id: string, idle: StoredIdle): SandboxT {
+  private applyIdle(id: string, idle: StoredIdle | null): SandboxT {
     const updated = this.rows.update(id, { idle }) as SandboxRow;
     const live = this.live.get(id);
     if (live) live.lastUsed = Date.now();

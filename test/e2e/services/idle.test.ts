@@ -134,7 +134,14 @@ test('PATCH idle: a parked sandbox keeps its tier; the new policy applies at onc
   await sh(s, web, 'true'); // woken; its old policy (pause after 1 s) would park it again
   await sleep(2100); // two idle sweeps
   assert.equal((await s.sandboxes.get(web)).tier, 'running', 'never paused now');
-  const again = await patch(web, { idle: { pause_after_s: 1 } });
+  // Its own policy dropped: it follows the daemon's defaults (none here) again.
+  const dropped = await patch(web, { idle: null });
+  assert.deepEqual(dropped.idle, {
+    pause_after_s: null,
+    hibernate_after_s: null,
+    source: 'daemon',
+  });
+  const again = await patch(web, { idle: { pause_after_s: 1, hibernate_after_s: 600 } });
   assert.deepEqual(again.idle, { pause_after_s: 1, hibernate_after_s: 600, source: 'sandbox' });
   await until(web, 'paused', 10_000);
 });
