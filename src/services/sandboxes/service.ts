@@ -83,6 +83,7 @@ import {
 } from './leftovers.js';
 import { silentLog, type ServiceLog } from './log.js';
 import { reconcile, type ReconcileReport } from './reconcile.js';
+import { asDiskFull, refuseWhenFull } from '../disk-full.js';
 import type { NetworkService } from '../network/service.js';
 import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
 
@@ -204,6 +205,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       const image = req.image ?? DEFAULT_IMAGE;
       await getImage(this.opts.paths, image); // image_not_found before anything exists
       const limits = await this.limiter.resolve(req.limits, res);
+      await refuseWhenFull(this.opts.paths.sandboxes, `create from ${image}`);
       const starting = this.insertStarting({
         limits,
         image,
@@ -217,7 +219,9 @@ export class SandboxManager implements SandboxService, SandboxHost {
         idle,
       });
       const net = { mode: req.network ?? 'nat', egress: req.egress } as const;
-      const row = await this.boot(starting, req.timeout_s, undefined, net);
+      const row = await this.boot(starting, req.timeout_s, undefined, net).catch(async (e) => {
+        throw await asDiskFull(e, this.opts.paths.sandboxes, `create from ${image}`);
+      });
       this.log.info(
         { sandbox: row.id, principal: caller.principal, pid: row.pid },
         'sandbox created',

@@ -180,11 +180,26 @@ test(
   },
 );
 
-test('after the failures the same home still boots a sandbox', { timeout: 120_000 }, async () => {
-  const sbx = await s!.sandboxes.create({ image: 'busybox' }, caller);
-  assert.equal(await sh(s!, sbx.id, 'echo ok'), 'ok\n');
-  await s!.sandboxes.kill(sbx.id);
-});
+test(
+  'create on a full disk: refused with disk_full, no row, no dir, no QEMU; with space the same home boots one',
+  { timeout: 120_000 },
+  async () => {
+    const rows = (await s!.sandboxes.list({})).length;
+    const filler = await fillDisk('create-filler', NEARLY_NOTHING);
+    try {
+      const err = await failure(s!.sandboxes.create({ image: 'busybox' }, caller), 'a create');
+      isRefused(err, 'create');
+      assert.match((err as Error).message, /create from busybox/);
+      assert.equal((await s!.sandboxes.list({})).length, rows, 'a sandbox row was left');
+      await assertNothingHalf(home.paths.sandboxes, '');
+    } finally {
+      await rm(filler, { force: true });
+    }
+    const sbx = await s!.sandboxes.create({ image: 'busybox' }, caller);
+    assert.equal(await sh(s!, sbx.id, 'echo ok'), 'ok\n');
+    await s!.sandboxes.kill(sbx.id);
+  },
+);
 
 /** Fill the home's filesystem until `leave` bytes are left; returns the filler's path. */
 async function fillDisk(name = 'filler', leave = LEFT_FREE): Promise<string> {
