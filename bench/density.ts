@@ -14,7 +14,10 @@
  * and put back as it was at the end.
  * Usage: node dist/bench/density.js [--n 10,100] [--memory 256,1024] [--climb]
  *        [--park | --park-only] [--max 200] [--minutes 10] [--skip-pss] [--forks 15] [--fanout 20]
- *        [--ksm-wait 300] [--ksm-scans 3] [--breakdown] [--paused]
+ *        [--ksm-wait 300] [--ksm-scans 3] [--breakdown] [--paused] [--python]
+ * `--python`: the children of a Python parent (forkd-test-python, a Python context with
+ * numpy imported and a 1M-element array made: the warm parent of a code-interpreter agent)
+ * instead of busybox ones.
  */
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -39,6 +42,15 @@ const KSM_SCANS = Number(opt('--ksm-scans', '3'));
 const STEP = 10;
 /** Idle children are paused (the idle policy's first tier) instead of running. */
 const PAUSED = args.includes('--paused');
+
+/** The warm parent the children are forked from. */
+const PARENT = args.includes('--python')
+  ? {
+      image: 'forkd-test-python',
+      contexts: ['python'],
+      eval: ['import numpy as np', 'a = np.arange(1_000_000)'],
+    }
+  : { image: 'busybox', warm: ['echo warm > /tmp/w'] };
 
 /**
  * Where one child's memory goes (`--breakdown`): its mappings by private memory (what no
@@ -303,7 +315,7 @@ async function climb(env: BenchServices, tag: string, park: boolean): Promise<vo
 
 async function main() {
   const ksmBefore = await readKsm();
-  const env = await startBenchServices(['busybox']);
+  const env = await startBenchServices([PARENT.image]);
   // A run stopped from outside (timeout, Ctrl-C) still ends every VM it started.
   for (const sig of ['SIGINT', 'SIGTERM'] as const) {
     process.once(sig, () => void env.close().finally(() => process.exit(130)));
@@ -311,14 +323,11 @@ async function main() {
   try {
     const t = vmTuning();
     console.log(
-      `density benchmark — busybox, TCG, tb-size ${t.tbMiB ?? 'QEMU default'} MiB, merge ${t.merge}, pool by default: see fork → exec, ${new Date().toISOString()}`,
+      `density benchmark — ${PARENT.image}, TCG, tb-size ${t.tbMiB ?? 'QEMU default'} MiB, merge ${t.merge}, pool by default: see fork → exec, ${new Date().toISOString()}`,
     );
     for (const mib of MEMORIES) {
       const tag = `d${mib}`;
-      await env.snapshots.create(
-        { tag, image: 'busybox', memory_mib: mib, warm: ['echo warm > /tmp/w'] },
-        caller,
-      );
+      await env.snapshots.create({ tag, memory_mib: mib, ...PARENT }, caller);
       if (args.includes('--skip-pss')) continue;
       for (const n of NS) {
         const ids = await forkIdle(env, tag, n);
