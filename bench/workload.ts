@@ -6,7 +6,10 @@
  *    read back (20 %), fork + exec + kill (5 %), branch + remove (5 %); at most `heavy` forks
  *    or branches in flight (a client finding none free runs an exec instead, so the daemon's
  *    `capacity` answer is not what is measured). Client 0 starts with a fork and client 1
- *    with a branch, so a short run has every kind.
+ *    with a branch, so a short run has every kind. A branch goes to a target no other
+ *    branch + remove is using: one client's removal of its branch while another branches
+ *    the same source is refused `snapshot_in_use` when the new branch came first (it is
+ *    built on the one removed), as it should be; that is a conflict, not load.
  *  - soak: one round forks N children, writes and reads a file and runs a command in each,
  *    and kills them; `sampleDaemon` takes what must come back to its baseline afterwards.
  */
@@ -36,13 +39,19 @@ export interface LoadResult {
   samples: Record<LoadOp, number[]>;
   /** `op: code` → count. */
   errors: Map<string, number>;
+  /** `op: code` → the first such error's message (what to look for in the daemon's log). */
+  firstMessages: Map<string, string>;
   wallSeconds: number;
 }
 
 const any = <T>(xs: T[]): T => xs[Math.floor(Math.random() * xs.length)]!;
 
+/** Targets under a branch + remove now. */
+const branching = new Set<Sandbox>();
+
 async function once(op: LoadOp, o: LoadOptions, client: number): Promise<void> {
-  const sbx = any(o.targets);
+  const free = o.targets.filter((t) => !branching.has(t));
+  const sbx = any(op === 'branch' && free.length > 0 ? free : o.targets);
   if (op === 'exec') {
     const r = await sbx.commands.run(['echo', `c${client}`]);
     if (r.exitCode !== 0 || r.stdout !== `c${client}\n`) throw new Error(`exec: ${r.stdout}`);
@@ -60,8 +69,13 @@ async function once(op: LoadOp, o: LoadOptions, client: number): Promise<void> {
       await child.kill();
     }
   } else {
-    const { snapshot: branched } = await sbx.branch();
-    await branched.remove();
+    branching.add(sbx);
+    try {
+      const { snapshot: branched } = await sbx.branch();
+      await branched.remove();
+    } finally {
+      branching.delete(sbx);
+    }
   }
 }
 
@@ -69,6 +83,7 @@ async function once(op: LoadOp, o: LoadOptions, client: number): Promise<void> {
 export async function runLoad(o: LoadOptions): Promise<LoadResult> {
   const samples: Record<LoadOp, number[]> = { exec: [], files: [], fork: [], branch: [] };
   const errors = new Map<string, number>();
+  const firstMessages = new Map<string, string>();
   let heavyInFlight = 0;
   const pick = (client: number, first: boolean): LoadOp => {
     const r = Math.random();
@@ -88,7 +103,9 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
         samples[op].push(performance.now() - t0);
       } catch (e) {
         const code = isForkdError(e) ? e.code : String(e).slice(0, 80);
-        errors.set(`${op}: ${code}`, (errors.get(`${op}: ${code}`) ?? 0) + 1);
+        const key = `${op}: ${code}`;
+        errors.set(key, (errors.get(key) ?? 0) + 1);
+        if (!firstMessages.has(key)) firstMessages.set(key, String(e).slice(0, 500));
       } finally {
         if (heavy) heavyInFlight--;
       }
@@ -97,7 +114,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
   const t0 = Date.now();
   const until = t0 + o.seconds * 1000;
   await Promise.all(Array.from({ length: o.clients }, (_, i) => client(i, until)));
-  return { samples, errors, wallSeconds: (Date.now() - t0) / 1000 };
+  return { samples, errors, firstMessages, wallSeconds: (Date.now() - t0) / 1000 };
 }
 
 function line(label: string, xs: number[]): string {
@@ -114,7 +131,9 @@ export function loadReport(r: LoadResult): string[] {
     ...(Object.keys(r.samples) as LoadOp[]).map((op) => line(op, r.samples[op])),
     line('all', all),
     `requests held: ${all.length} in ${r.wallSeconds.toFixed(1)} s (${(all.length / r.wallSeconds).toFixed(1)}/s), errors: ${failures}`,
-    ...[...r.errors].map(([what, n]) => `  error ${what}: ${n}`),
+    ...[...r.errors].map(
+      ([what, n]) => `  error ${what}: ${n} (first: ${r.firstMessages.get(what)})`,
+    ),
   ];
 }
 

@@ -46,6 +46,12 @@ export interface BranchServiceOptions {
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
 }
 
+/** The source's disk chain held by a branch, until its publish hands it back. */
+interface DiskHold {
+  unlock: () => void;
+  handed: boolean;
+}
+
 export class BranchManager implements BranchService {
   private readonly log: ServiceLog;
   private readonly modes: BranchModes;
@@ -71,6 +77,24 @@ export class BranchManager implements BranchService {
     validateTag(tag);
     if (req.fork !== undefined) checkRange('fork', req.fork, { min: 0, max: FORK_MAX });
     this.opts.sandboxes.idlePolicy(req.idle); // the children's: refused before the capture
+    // The source's disk chain is ours until the branch is published or undone (a no_wait
+    // branch publishes after the answer): another branch of it, or a snapshot removal
+    // folding a layer into it, waits, and leases the chain as this one left it.
+    const chain: DiskHold = { unlock: await this.opts.sandboxes.lockDisk(id), handed: false };
+    try {
+      return await this.branchHeld(id, tag, req, caller, chain);
+    } finally {
+      if (!chain.handed) chain.unlock();
+    }
+  }
+
+  private async branchHeld(
+    id: string,
+    tag: string,
+    req: BranchRequestT,
+    caller: Caller,
+    chain: DiskHold,
+  ): Promise<BranchOutcome> {
     const source = await this.opts.sandboxes.lease(id);
     if (source.diskProblem !== null) {
       throw new ForkdError(
@@ -102,6 +126,9 @@ export class BranchManager implements BranchService {
       const meta = await this.meta(tag, source, req, over, egress);
       this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
       published = this.publish(source, captured, meta, { warn, over, noWait: req.no_wait });
+      // Released once published or undone, not after the children's fork.
+      void published.then(chain.unlock, chain.unlock);
+      chain.handed = true;
       const { capture } = captured;
       const answer = async (wait: boolean) => {
         const pages = wait ? await capture.pages : undefined;

@@ -65,6 +65,11 @@ export interface SandboxHost {
   /** Running sources whose disk layers on a snapshot they were branched into, not forked from. */
   layeredOn(tag: string): string[];
   kill(id: string): Promise<void>;
+  /**
+   * Hold a sandbox's disk chain (returns the release): a branch of it and the fold of a
+   * removed snapshot into it take turns, so neither finds the chain the other half-changed.
+   */
+  lockDisk(id: string): Promise<() => void>;
   /** The idle policy a fork's `idle` stores (bad_request when it cannot hold). */
   idlePolicy(req: IdleRequest | undefined): StoredIdle | null;
   list(filter: { state?: SandboxT['state'] }): Promise<SandboxT[]>;

@@ -84,6 +84,7 @@ import {
 import { silentLog, type ServiceLog } from './log.js';
 import { reconcile, type ReconcileReport } from './reconcile.js';
 import { asDiskFull, refuseWhenFull } from '../disk-full.js';
+import { KeyedLock } from '../../util/keyed-lock.js';
 import type { NetworkService } from '../network/service.js';
 import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
 
@@ -150,6 +151,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private readonly log: ServiceLog;
   private pruneTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
+  private readonly diskLocks = new KeyedLock();
   private detached = false;
   readonly limiter: Limiter;
 
@@ -291,6 +293,10 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   layeredOn(tag: string): string[] {
     return this.activeIds((r) => r.disk_base === tag && r.snapshot !== tag);
+  }
+
+  lockDisk(id: string): Promise<() => void> {
+    return this.diskLocks.acquire(id);
   }
 
   private activeIds(which: (row: SandboxRow) => boolean): string[] {

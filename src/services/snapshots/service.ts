@@ -50,6 +50,7 @@ import {
 import { Pool } from './pool.js';
 import { SnapshotRegistry } from './registry.js';
 import { unpinSources } from './unpin.js';
+import { KeyedLock } from '../../util/keyed-lock.js';
 import { asDiskFull, refuseWhenFull } from '../disk-full.js';
 
 export interface SnapshotServiceOptions {
@@ -87,6 +88,8 @@ export class SnapshotManager implements SnapshotService {
   readonly pool: Pool;
   readonly registry: SnapshotRegistry;
   private readonly log: ServiceLog;
+  /** Removals one at a time (see holdDisks). */
+  private readonly removals = new KeyedLock();
 
   constructor(private readonly opts: SnapshotServiceOptions) {
     this.log = opts.log ?? silentLog;
@@ -183,6 +186,35 @@ export class SnapshotManager implements SnapshotService {
    */
   async remove(tag: string, opts: { force?: boolean; cascade?: boolean }): Promise<void> {
     if (this.registry.isFailed(tag)) return this.registry.delete(tag); // nothing depends on it
+    const release = await this.removals.acquire('remove');
+    const held = new Map<string, () => void>();
+    try {
+      await this.holdDisks(tag, held);
+      await this.removeHeld(tag, opts);
+    } finally {
+      for (const unlock of held.values()) unlock();
+      release();
+    }
+  }
+
+  /**
+   * Hold the disk chain of every sandbox that depends on `tag` or a snapshot built on it,
+   * so that none is branched while it is removed: a branch under way finishes first (its
+   * snapshot is then one more built on `tag`, which the checks see). Removals take turns,
+   * so two never wait on each other's sandboxes.
+   */
+  private async holdDisks(tag: string, held: Map<string, () => void>): Promise<void> {
+    for (;;) {
+      await this.registry.manifest(tag);
+      const subtree = [tag, ...descendants(tag, await this.registry.manifests())];
+      const more = subtree.flatMap((t) => this.opts.sandboxes.childrenOf(t));
+      const next = more.filter((id) => !held.has(id));
+      if (next.length === 0) return;
+      for (const id of next) held.set(id, await this.opts.sandboxes.lockDisk(id));
+    }
+  }
+
+  private async removeHeld(tag: string, opts: { force?: boolean; cascade?: boolean }) {
     await this.registry.manifest(tag);
     const manifests = await this.registry.manifests();
     const below = descendants(tag, manifests);

@@ -11,8 +11,10 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFile, rename } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { QEMU_IMG } from '../../../src/drivers/qemu/disk.js';
 import { isForkdError } from '../../../src/errors.js';
+import type { BranchOutcome } from '../../../src/services/contracts.js';
 import { run } from '../../../src/util/exec.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import {
@@ -117,4 +119,42 @@ test('removing the newest branch while its source runs folds it in; the source r
   assert.equal(await sh(s, kid4, 'cat /root/3'), 'three\n');
   for (const id of [kid4, src]) await s.sandboxes.kill(id);
   await s.snapshots.remove('b4', {});
+});
+
+test('removing the newest branch while its source is branched again: they take turns, never internal', async () => {
+  const src = (await s.sandboxes.create({ image: 'busybox' }, caller)).id;
+  await sh(s, src, 'echo one > /root/1; sync');
+  const orders: string[] = [];
+  // The branch starts with the removal, or a little after it: either may get the chain first.
+  for (const [round, delayMs] of [0, 50, 300].entries()) {
+    const old = `old${round}`;
+    const next = `next${round}`;
+    await s.branch.branch(src, { tag: old }, caller);
+    await sh(s, src, `echo ${round} > /root/r; sync`);
+    const [removed, branched] = await Promise.allSettled([
+      s.snapshots.remove(old, {}),
+      sleep(delayMs).then(() => s.branch.branch(src, { tag: next }, caller)),
+    ]);
+    if (branched.status === 'rejected')
+      assert.fail(`the branch failed: ${String(branched.reason)}`);
+    const parent = (branched as PromiseFulfilledResult<BranchOutcome>).value.snapshot.parent;
+    if (removed.status === 'rejected') {
+      // The branch went first: its snapshot is built on `old`, which is now in use.
+      assert.ok(isForkdError(removed.reason, 'snapshot_in_use'), String(removed.reason));
+      assert.equal(parent, old);
+      orders.push('branch first');
+    } else {
+      // The removal went first: the source was folded onto what `old` sat on.
+      assert.notEqual(parent, old);
+      await assert.rejects(s.snapshots.get(old), (e) => isForkdError(e, 'snapshot_not_found'));
+      orders.push('removal first');
+    }
+    assert.deepEqual((await s.snapshots.verify(next)).problems, []);
+    assert.equal(await sh(s, src, `${DROP}; cat /root/1 /root/r`), `one\n${round}\n`);
+    await s.snapshots.remove(next, {});
+    if (removed.status === 'rejected') await s.snapshots.remove(old, {});
+    assert.equal(await sh(s, src, `${DROP}; cat /root/1 /root/r`), `one\n${round}\n`);
+  }
+  console.log(`# orders: ${orders.join(', ')}`);
+  await s.sandboxes.kill(src);
 });
