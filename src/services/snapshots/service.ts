@@ -207,8 +207,9 @@ export class SnapshotManager implements SnapshotService {
     for (;;) {
       await this.registry.manifest(tag);
       const subtree = [tag, ...descendants(tag, await this.registry.manifests())];
-      const more = subtree.flatMap((t) => this.opts.sandboxes.childrenOf(t));
-      const next = more.filter((id) => !held.has(id));
+      // A sandbox forked from one and branched into another is listed under both: once.
+      const more = new Set(subtree.flatMap((t) => this.opts.sandboxes.childrenOf(t)));
+      const next = [...more].filter((id) => !held.has(id));
       if (next.length === 0) return;
       for (const id of next) held.set(id, await this.opts.sandboxes.lockDisk(id));
     }

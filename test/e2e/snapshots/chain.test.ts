@@ -158,3 +158,16 @@ test('removing the newest branch while its source is branched again: they take t
   console.log(`# orders: ${orders.join(', ')}`);
   await s.sandboxes.kill(src);
 });
+
+test('removing the snapshot a branched fork came from answers at once: in use, or with --cascade gone', async () => {
+  await s.snapshots.create({ tag: 'root2', image: 'busybox' }, caller);
+  const [kid] = (await s.snapshots.fork({ snapshot: 'root2', n: 1 }, caller)).sandboxes;
+  const id = (kid as { id: string }).id;
+  // The child is forked from root2 and now layers on kid-b: it depends on both (held once).
+  await s.branch.branch(id, { tag: 'kid-b' }, caller);
+  await assert.rejects(s.snapshots.remove('root2', {}), (e) => isForkdError(e, 'snapshot_in_use'));
+  await s.snapshots.remove('root2', { force: true, cascade: true });
+  assert.equal((await s.sandboxes.get(id)).state, 'stopped');
+  const tags = (await s.snapshots.list()).map((x) => x.tag);
+  assert.ok(!tags.includes('root2') && !tags.includes('kid-b'), tags.join(', '));
+});
