@@ -189,8 +189,7 @@ export class SnapshotManager implements SnapshotService {
     const release = await this.removals.acquire('remove');
     const held = new Map<string, () => void>();
     try {
-      await this.holdDisks(tag, held);
-      await this.removeHeld(tag, opts);
+      await this.removeHeld(tag, opts, await this.holdDisks(tag, held));
     } finally {
       for (const unlock of held.values()) unlock();
       release();
@@ -201,23 +200,30 @@ export class SnapshotManager implements SnapshotService {
    * Hold the disk chain of every sandbox that depends on `tag` or a snapshot built on it,
    * so that none is branched while it is removed: a branch under way finishes first (its
    * snapshot is then one more built on `tag`, which the checks see). Removals take turns,
-   * so two never wait on each other's sandboxes.
+   * so two never wait on each other's sandboxes. Returns the manifests as they stand with
+   * every such chain held.
    */
-  private async holdDisks(tag: string, held: Map<string, () => void>): Promise<void> {
+  private async holdDisks(
+    tag: string,
+    held: Map<string, () => void>,
+  ): Promise<Map<string, SnapshotManifest>> {
     for (;;) {
       await this.registry.manifest(tag);
-      const subtree = [tag, ...descendants(tag, await this.registry.manifests())];
+      const manifests = await this.registry.manifests();
+      const subtree = [tag, ...descendants(tag, manifests)];
       // A sandbox forked from one and branched into another is listed under both: once.
       const more = new Set(subtree.flatMap((t) => this.opts.sandboxes.childrenOf(t)));
       const next = [...more].filter((id) => !held.has(id));
-      if (next.length === 0) return;
+      if (next.length === 0) return manifests;
       for (const id of next) held.set(id, await this.opts.sandboxes.lockDisk(id));
     }
   }
 
-  private async removeHeld(tag: string, opts: { force?: boolean; cascade?: boolean }) {
-    await this.registry.manifest(tag);
-    const manifests = await this.registry.manifests();
+  private async removeHeld(
+    tag: string,
+    opts: { force?: boolean; cascade?: boolean },
+    manifests: Map<string, SnapshotManifest>,
+  ) {
     const below = descendants(tag, manifests);
     const subtree = opts.cascade ? [...below, tag] : [tag];
     const dependents = opts.cascade ? [] : below;
