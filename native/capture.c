@@ -69,7 +69,8 @@ static int copy_pages(char **argv) {
   int out = open(argv[4], O_WRONLY | O_CLOEXEC);
   if (out < 0) die(argv[4]);
   struct copy_stats st;
-  if (copy_private_pages(&r, out, 0, &st) < 0) die("copy pages");
+  struct copy_opts opts = {0, 0};
+  if (copy_private_pages(&r, out, &opts, &st) < 0) die("copy pages");
   close(out);
   printf("{\"pages\":%" PRIu64 ",\"runs\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"ms\":%.2f}\n",
          st.pages, st.runs, st.pages * PAGE, now_ms() - t0);

@@ -358,7 +358,8 @@ static int copy_frozen(struct live *lv, int out, struct copy_stats *st, double *
   double t0 = now_ms();
   struct region frozen = lv->ram;
   frozen.pid = lv->child;
-  int rc = copy_private_pages(&frozen, out, throttle_ms(), st);
+  struct copy_opts opts = {throttle_ms(), 1};
+  int rc = copy_private_pages(&frozen, out, &opts, st);
   if (rc < 0) fail("copying pages from the frozen fork");
   else if (fdatasync(out) < 0 && errno != EINVAL) {
     fail("fdatasync");

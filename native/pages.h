@@ -25,8 +25,16 @@ double now_ms(void);
 uint64_t parse_u64(const char *s);
 struct region parse_region(char **argv);
 
-/* Copy `r`'s private pages into `dst` (an open fd); `throttle_ms` sleeps before each 2 MiB
- * (fault-injection knob for tests). Returns 0, or -1 with errno set. */
-int copy_private_pages(const struct region *r, int dst, unsigned throttle_ms, struct copy_stats *s);
+struct copy_opts {
+  /* Sleep before each 2 MiB (fault-injection knob for tests). */
+  unsigned throttle_ms;
+  /* The pages are shared copy-on-write with another process (a frozen fork's): read them
+   * without pinning, which would copy each one (pages.c). */
+  int shared;
+};
+
+/* Copy `r`'s private pages into `dst` (an open fd). Returns 0, or -1 with errno set. */
+int copy_private_pages(const struct region *r, int dst, const struct copy_opts *o,
+                       struct copy_stats *s);
 
 #endif

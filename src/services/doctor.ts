@@ -23,7 +23,7 @@ import { vmTuning } from '../drivers/qemu/tuning.js';
 import { run } from '../util/exec.js';
 import { locateGuest } from './guest.js';
 import { NetworkService } from './network/service.js';
-import { cgroupParentName, probeEnforcement } from './limits.js';
+import { cgroupParentName, memoryRoom, probeEnforcement } from './limits.js';
 import { DEFAULT_IMAGE, getImage, hostBusybox } from './images/index.js';
 
 export type CheckStatus = 'pass' | 'warn' | 'fail';
@@ -55,6 +55,7 @@ const QEMU: ToolSpec = {
   label: 'QEMU',
 };
 const GiB = 1024 ** 3;
+const MiB = 1024 ** 2;
 
 const pass = (summary: string): Outcome => ({ status: 'pass', summary });
 const warn = (summary: string, fix: string): Outcome => ({ status: 'warn', summary, fix });
@@ -217,9 +218,10 @@ async function checkCgroups(p: Paths): Promise<Outcome> {
       'run forkd as root on a host with cgroup v2 (memory, cpu, pids delegated to its cgroup) or the v1 memory, cpu and pids hierarchies mounted writable',
     );
   }
-  const where = [...new Set(Object.values(e.layout.dirs))].join(', ');
+  const dirs = Object.entries(e.layout.dirs).map(([c, dir]) => `${c} ${dir}`);
+  const where = e.version === 'v2' ? (e.layout.dirs.memory as string) : dirs.join(', ');
   return pass(
-    `cgroup ${e.version}: memory (QEMU process), cpu (quota in cores) and pids (QEMU threads) limits enforced, under ${where}`,
+    `cgroup ${e.version} enforces memory (QEMU process), cpu (quota in cores) and pids (QEMU threads) limits; ${e.version === 'v2' ? 'controllers memory, cpu, pids under' : 'hierarchies'} ${where}`,
   );
 }
 
@@ -239,12 +241,21 @@ async function checkUserfaultfd(): Promise<Outcome> {
   return warn('userfaultfd is restricted to privileged processes', fix);
 }
 
-/** Live branch (`--mode live`) runs its whole sequence on a test process: ptrace + fork. */
-async function checkLiveBranch(): Promise<Outcome> {
+/**
+ * Live branch (`--mode live`) runs its whole sequence on a test process: ptrace + fork. The
+ * memory it lends its source for the copy (docs/limits.md) is what the guest has written,
+ * up to its RAM: what the host and the cgroups above the sandboxes can give is shown.
+ */
+async function checkLiveBranch(p: Paths): Promise<Outcome> {
   const probe = await probeLive();
   if (probe.available) {
+    const room = await memoryRoom(
+      await probeEnforcement(cgroupParentName(p.home)),
+      cgroupParentName(p.home),
+    );
+    const free = Number.isFinite(room.bytes) ? `${Math.floor(room.bytes / MiB)} MiB` : 'no limit';
     return pass(
-      `live branch available (test fork by ptrace injection: ${probe.fork_ms.toFixed(2)} ms)`,
+      `live branch available (test fork by ptrace injection: ${probe.fork_ms.toFixed(2)} ms); during its copy a source may use as much memory again as its guest wrote (up to its RAM), lent over its limit: ${free} free now (${room.where})`,
     );
   }
   return warn(

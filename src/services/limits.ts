@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import { availableParallelism } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { LimitsRequestT } from '../contract/schemas.js';
 import { LIMIT_RANGES, MEMORY_UNITS } from '../contract/rules.js';
 import {
@@ -22,6 +23,7 @@ import {
   type CgroupUsage,
   type CgroupVersion,
 } from '../drivers/host/cgroup.js';
+import { memAvailable } from '../drivers/host/meminfo.js';
 import { ForkdError } from '../errors.js';
 import type { StoredLimits } from '../store/sandboxes.js';
 
@@ -250,6 +252,23 @@ export async function probeEnforcement(parent: string): Promise<Enforcement> {
   }
 }
 
+/** Memory that can still be given, and what holds it to that. */
+export interface MemoryRoom {
+  bytes: number;
+  where: string;
+}
+
+/**
+ * What more memory the host can give (MemAvailable), and every cgroup above the sandboxes'
+ * of `parent` (that parent, the daemon's own cgroup, its slice): the least of them.
+ */
+export async function memoryRoom(e: Enforcement, parent: string): Promise<MemoryRoom> {
+  const host = { bytes: await memAvailable(), where: 'the host' };
+  if (e.version === null) return host;
+  const free = await new Cgroup(e.layout, [parent]).memoryFree().catch(() => Infinity);
+  return free < host.bytes ? { bytes: free, where: "the cgroups forkd's sandboxes are in" } : host;
+}
+
 export interface LimiterLog {
   warn(obj: object, msg: string): void;
 }
@@ -263,6 +282,8 @@ export class Limiter {
   readonly defaults: LimitDefaults;
   private readonly parent: string;
   private probed: Promise<Enforcement> | undefined;
+  /** Memory lent over each sandbox's limit for now (live copies running), by id. */
+  private readonly lent = new Map<string, number>();
 
   constructor(
     private readonly opts: {
@@ -349,7 +370,7 @@ export class Limiter {
     const cg = await this.cgroup(id);
     if (!cg) return;
     try {
-      await cg.setLimits(toCgroup(limits));
+      await cg.setLimits(toCgroup(this.withLent(id, limits)));
     } catch (e) {
       throw new ForkdError(
         'capacity',
@@ -357,6 +378,109 @@ export class Limiter {
         { id },
       );
     }
+  }
+
+  /** `limits` with what is lent to `id` now added to its memory limit. */
+  private withLent(id: string, limits: Limits): Limits {
+    const extra = this.lent.get(id) ?? 0;
+    const memory = limits.memory_bytes;
+    return { ...limits, memory_bytes: memory === null ? null : memory + extra };
+  }
+
+  /**
+   * Lend sandbox `id` `bytes` of memory over its limit until the returned release is called
+   * (docs/limits.md, "Live branch"): while a live branch copies, a frozen fork of its QEMU
+   * shares the pages the guest wrote, and each one the guest writes again meanwhile is
+   * copied, charged to the sandbox. With `check`, refused with `capacity`, naming what is
+   * missing, when the host or a cgroup above the sandbox's cannot hold that much more. `limits`
+   * reads the sandbox's limits at release (a change made meanwhile is kept). The release
+   * never throws: a limit that cannot be put back at once (the guest used the room) is
+   * retried for a while, then logged.
+   */
+  async lend(
+    id: string,
+    bytes: number,
+    limits: () => Limits | null,
+    opts: { what: string; check: boolean },
+  ): Promise<() => Promise<void>> {
+    if (opts.check) await this.checkRoom(id, bytes, opts.what);
+    const cg = await this.cgroup(id);
+    const memory = limits()?.memory_bytes ?? null;
+    if (!cg || memory === null || bytes <= 0) return async () => undefined;
+    this.lent.set(id, (this.lent.get(id) ?? 0) + bytes);
+    try {
+      await cg.setMemoryLimit(memory + (this.lent.get(id) ?? 0));
+    } catch (e) {
+      this.unlend(id, bytes);
+      throw e;
+    }
+    let released = false;
+    return async () => {
+      if (released) return;
+      released = true;
+      this.unlend(id, bytes);
+      const now = limits()?.memory_bytes ?? null;
+      if (now !== null) await this.shrink(cg, id, now + (this.lent.get(id) ?? 0));
+    };
+  }
+
+  private unlend(id: string, bytes: number): void {
+    const left = (this.lent.get(id) ?? 0) - bytes;
+    if (left > 0) this.lent.set(id, left);
+    else this.lent.delete(id);
+  }
+
+  /** Refuse `bytes` more than the host or the daemon's cgroup has free (`capacity`). */
+  private async checkRoom(id: string, bytes: number, what: string): Promise<void> {
+    const room = await this.room();
+    if (bytes <= room.bytes) return;
+    const mib = (b: number) => `${Math.ceil(b / MiB)} MiB`;
+    throw new ForkdError(
+      'capacity',
+      `${what} needs ${mib(bytes)} of memory beyond sandbox ${id}'s limit while it copies (the pages the sandbox writes meanwhile are copied on write), and ${room.where} has ${mib(room.bytes)} free: ${mib(bytes - room.bytes)} missing. Free memory, or branch with mode "copy" (the sandbox pauses for the copy instead)`,
+      { id, needed_bytes: bytes, free_bytes: room.bytes, missing_bytes: bytes - room.bytes },
+    );
+  }
+
+  /**
+   * What more memory the host can give, and every cgroup above the sandboxes' (the daemon's
+   * parent of them, the daemon's own, its slice): the least of them, and which it is.
+   */
+  async room(): Promise<{ bytes: number; where: string }> {
+    const host = { bytes: await memAvailable(), where: 'the host' };
+    const e = await this.enforcement();
+    if (e.version === null) return host;
+    const free = await new Cgroup(e.layout, [this.parent]).memoryFree().catch(() => Infinity);
+    return free < host.bytes
+      ? { bytes: free, where: "the cgroups forkd's sandboxes are in" }
+      : host;
+  }
+
+  /**
+   * Put a lent memory limit back to `target`: once the sandbox uses no more than that (its
+   * frozen fork's pages are freed as it is reaped), so the kernel need not reclaim (v1
+   * refuses, v2 would OOM-kill). Gives up after 20 s with a warning; the limit stays higher.
+   */
+  private async shrink(cg: Cgroup, id: string, target: number): Promise<void> {
+    const deadline = Date.now() + 20_000;
+    let last: unknown;
+    while (Date.now() < deadline) {
+      const { usage } = await cg.memory().catch(() => ({ usage: 0 }));
+      if (usage <= target) {
+        const err = await cg.setMemoryLimit(target).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        if (!err) return;
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return; // the sandbox is gone
+        last = err;
+      }
+      await sleep(100);
+    }
+    this.opts.log?.warn(
+      { sandbox: id, target, err: last },
+      'a memory limit lent for a live copy could not be put back yet: the sandbox uses more',
+    );
   }
 
   /**

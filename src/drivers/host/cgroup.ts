@@ -11,7 +11,7 @@
  * itself is under (a systemd slice, a container's limit).
  */
 import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export type CgroupVersion = 'v1' | 'v2';
@@ -193,6 +193,40 @@ export function usageFiles(version: CgroupVersion) {
       };
 }
 
+/** The files of a cgroup's memory limit, usage and peak usage, per version. */
+export function memoryFiles(version: CgroupVersion): {
+  limit: string;
+  usage: string;
+  peak: string;
+} {
+  return version === 'v2'
+    ? { limit: 'memory.max', usage: 'memory.current', peak: 'memory.peak' }
+    : {
+        limit: 'memory.limit_in_bytes',
+        usage: 'memory.usage_in_bytes',
+        peak: 'memory.max_usage_in_bytes',
+      };
+}
+
+/**
+ * A memory limit as the kernel shows it; null for none: v2 writes `max`, v1 a page-rounded
+ * 2^63 - 1 (anything at or above 2^62 is taken as none).
+ */
+export function parseMemoryLimit(text: string): number | null {
+  const t = text.trim();
+  if (t === 'max' || t === '') return null;
+  const n = Number(t);
+  return Number.isFinite(n) && n < 2 ** 62 ? n : null;
+}
+
+/** A cgroup's memory: its limit (null: none), what it uses now, and the most it used. */
+export interface CgroupMemory {
+  limit: number | null;
+  usage: number;
+  /** Since it was made, or since {@link Cgroup.resetPeak}; null where the kernel keeps none. */
+  peak: number | null;
+}
+
 /** A `key value` line of a flat-keyed file (cpu.stat, memory.events, memory.oom_control). */
 export function keyed(text: string, key: string): number {
   const m = new RegExp(`^${key} (\\d+)$`, 'm').exec(text);
@@ -317,6 +351,56 @@ export class Cgroup {
       throttle: await read(files.throttle),
       oom: await read(files.oom),
     });
+  }
+
+  /** Its memory limit, usage and peak (the layout's own dirs with no segments: the daemon's). */
+  async memory(): Promise<CgroupMemory> {
+    const files = memoryFiles(this.layout.version);
+    const dir = this.dir('memory') as string;
+    const read = (f: string) => readFile(join(dir, f), 'utf8').catch(() => '');
+    const peak = (await read(files.peak)).trim();
+    return {
+      limit: parseMemoryLimit(await read(files.limit)),
+      usage: Number((await read(files.usage)).trim()) || 0,
+      peak: peak === '' ? null : Number(peak),
+    };
+  }
+
+  /**
+   * The least memory free under any limit from this cgroup up to its hierarchy's root:
+   * what one more allocation inside it can get (Infinity: no limit anywhere above).
+   */
+  async memoryFree(): Promise<number> {
+    const files = memoryFiles(this.layout.version);
+    let free = Infinity;
+    for (let dir = this.dir('memory') as string; dir !== dirname(dir); dir = dirname(dir)) {
+      const limit = await readFile(join(dir, files.limit), 'utf8').catch(() => undefined);
+      if (limit === undefined) continue; // not made yet, or above the hierarchy's root
+      const bytes = parseMemoryLimit(limit);
+      if (bytes === null) continue;
+      const usage = Number(await readFile(join(dir, files.usage), 'utf8').catch(() => '0'));
+      free = Math.min(free, Math.max(0, bytes - usage));
+    }
+    return free;
+  }
+
+  /** Set its memory limit alone (null: none). */
+  async setMemoryLimit(bytes: number | null): Promise<void> {
+    const [w] = limitWrites(this.layout.version, {
+      memoryBytes: bytes,
+      cpuCores: null,
+      pids: null,
+    });
+    await writeFile(
+      join(this.dir('memory') as string, memoryFiles(this.layout.version).limit),
+      w?.value ?? '',
+    );
+  }
+
+  /** Start its peak over (v1; v2's `memory.peak` resets only for the file handle written). */
+  async resetPeak(): Promise<void> {
+    const dir = this.dir('memory') as string;
+    await writeFile(join(dir, memoryFiles(this.layout.version).peak), '0').catch(() => undefined);
   }
 
   /** True when its directory exists (in the memory hierarchy, which every layout has). */

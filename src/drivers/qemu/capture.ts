@@ -8,7 +8,14 @@
  * they are copied from that frozen copy-on-write view after the VM resumed.
  */
 import { closeLayer, openLayer, switchLayer, type Layer } from './disk.js';
-import { copyPages, ramRegion, sparseCopy, type CopiedPages, type RamRegion } from './helper.js';
+import {
+  copyPages,
+  ramRegion,
+  sparseCopy,
+  writtenBytes,
+  type CopiedPages,
+  type RamRegion,
+} from './helper.js';
 import { cleanupLive, LiveCopier } from './live.js';
 import type { Vm } from './vm.js';
 
@@ -51,6 +58,14 @@ export interface CaptureResult {
    * the copy from the frozen view in `live` mode (which rejects if that copy fails).
    */
   pages: Promise<CapturedPages>;
+}
+
+/**
+ * What a live capture of `vm` may add to its memory while it copies: each page the guest
+ * had written is shared with the frozen fork, and copied if the guest writes it again.
+ */
+export async function liveCaptureBytes(vm: Vm): Promise<number> {
+  return writtenBytes(await ramRegion(vm.pid, vm.spec.memPath, vm.spec.memoryMiB * 1024 * 1024));
 }
 
 /** Lap timer: each lap's ms under its name. */
@@ -97,6 +112,11 @@ export async function captureVm(
      */
     start?: 'base' | 'empty';
     whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
+    /**
+     * Live mode, just before resume: told how many bytes the frozen fork shares with the VM
+     * (each may be copied once the VM writes it again). A throw fails the capture.
+     */
+    beforeResume?: (sharedBytes: number) => Promise<void>;
   },
 ): Promise<CaptureResult> {
   const mode = opts.mode ?? 'copy';
@@ -143,8 +163,13 @@ export async function captureVm(
     await vm.saveDeviceState(files.deviceState);
     lap('device_state_ms');
     if (forking) {
-      t.fork_ms = (await forking).fork_ms;
+      const fork = await forking;
+      t.fork_ms = fork.fork_ms;
       lap('fork_wait_ms');
+      if (opts.beforeResume) {
+        await opts.beforeResume(await writtenBytes({ ...region, pid: fork.child }));
+        lap('shared_ms');
+      }
     }
     let hookMs = 0;
     if (opts.whileStopped) {

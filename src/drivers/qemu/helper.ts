@@ -40,6 +40,22 @@ export async function ramRegion(
   throw new ForkdError('internal', `guest RAM mapping of ${basePath} not found in QEMU ${pid}`);
 }
 
+/**
+ * Bytes of the RAM mapping the VM has written (its private pages, the `Anonymous` of the
+ * mapping in /proc/PID/smaps): what a frozen fork of it shares copy-on-write.
+ */
+export async function writtenBytes(r: RamRegion): Promise<number> {
+  const smaps = await readFile(`/proc/${r.pid}/smaps`, 'utf8');
+  const head = `${r.start.toString(16)}-${r.end.toString(16)} `;
+  const at = smaps.indexOf(`\n${head}`);
+  const from = at >= 0 ? at + 1 : smaps.startsWith(head) ? 0 : -1;
+  if (from < 0) throw new ForkdError('internal', `guest RAM mapping not found in QEMU ${r.pid}`);
+  const block = smaps.slice(from).split('\n').slice(1);
+  const end = block.findIndex((l) => /^[0-9a-f]+-[0-9a-f]+ /.test(l));
+  const m = /^Anonymous:\s+(\d+) kB$/m.exec(block.slice(0, end < 0 ? undefined : end).join('\n'));
+  return m ? Number(m[1]) * 1024 : 0;
+}
+
 async function captureTool(args: string[]): Promise<Record<string, number>> {
   const { stdout } = await run(CAPTURE_BINARY, args);
   return JSON.parse(stdout) as Record<string, number>;

@@ -35,6 +35,8 @@ export interface CaptureOptions {
   /** `empty`: the memory file gets the written pages only (made a diff before publishing). */
   start: 'base' | 'empty';
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
+  /** Live mode, in the pause once the fork is made: the bytes it shares with the source. */
+  beforeResume?: (sharedBytes: number) => Promise<void>;
   intents: BranchIntentRows;
   /** Told when a failed branch's disk chain could not be repaired. */
   warn: (err: unknown) => void;
@@ -74,6 +76,7 @@ export async function captureBranch(
         start: opts.start,
         disk: { top, next },
         whileStopped: opts.whileStopped,
+        beforeResume: opts.beforeResume,
       },
     );
     crashPoint('branch:switched');

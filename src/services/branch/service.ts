@@ -30,6 +30,7 @@ import type { BranchIntentRows } from '../../store/intents.js';
 import { asDiskFull, refuseWhenFull } from '../disk-full.js';
 import { abandonBranch, captureBranch, type BranchCapture } from './capture.js';
 import { BranchModes } from './mode.js';
+import { CopyRoom } from './room.js';
 import { recoverIntents, sweepStrayLayers } from './recover.js';
 
 export interface BranchServiceOptions {
@@ -107,10 +108,18 @@ export class BranchManager implements BranchService {
       );
     }
     const egress = branchEgress(source, req.egress);
-    const mode = await this.modes.choose(req.mode, source.vm.pid);
     const over = await this.memoryParent(source);
     await refuseWhenFull(this.opts.paths.snapshots, `branch of ${id}`);
-    this.registry.reserve(tag, id);
+    const chosen = await this.modes.choose(req.mode, source.vm.pid);
+    const room = await CopyRoom.take(source, chosen, req.mode !== undefined, this.log);
+    const { mode } = room;
+    const release = () => room.release();
+    try {
+      this.registry.reserve(tag, id);
+    } catch (e) {
+      await release();
+      throw e;
+    }
     let captured: BranchCapture | undefined;
     let published: Promise<SnapshotManifest> | undefined;
     const warn = (err: unknown) =>
@@ -120,9 +129,14 @@ export class BranchManager implements BranchService {
         mode,
         start: over ? 'empty' : 'base',
         whileStopped: this.opts.whileStopped,
+        beforeResume: (shared) => room.topUp(shared),
         intents: this.opts.intents,
         warn,
+      }).catch(async (e: unknown) => {
+        await release();
+        throw e;
       });
+      void captured.capture.pages.then(release, release);
       const meta = await this.meta(tag, source, req, over, egress);
       this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
       published = this.publish(source, captured, meta, { warn, over, noWait: req.no_wait });
@@ -167,7 +181,9 @@ export class BranchManager implements BranchService {
       }
       // A source killed mid-branch fails the capture with whatever broke first (a closed
       // monitor, a refused ptrace that reads like a seccomp denial): say what happened.
-      if (await source.vm.gone()) throw diedDuringBranch(id, tag);
+      if (await source.vm.gone()) {
+        throw diedDuringBranch(id, tag, mode, await source.deathReason().catch(() => null));
+      }
       // Undone by now (staging removed, disk switch folded back): what is free is what is left.
       throw await asDiskFull(e, this.opts.paths.snapshots, `branch of ${id}`);
     }
@@ -263,11 +279,21 @@ export class BranchManager implements BranchService {
   }
 }
 
-function diedDuringBranch(id: string, tag: string): ForkdError {
+/** The source died mid-branch: why (an OOM kill says so), and what to do. */
+export function diedDuringBranch(
+  id: string,
+  tag: string,
+  mode: BranchModeT,
+  reason: string | null,
+): ForkdError {
+  const oom = reason?.startsWith('out of memory') ?? false;
+  const remedy = oom
+    ? `give it a larger memory limit (\`forkd update ${id} --memory-limit SIZE\`)${mode === 'live' ? ', or branch with mode "copy"' : ''}`
+    : 'its console log (`forkd logs`) may say more';
   return new ForkdError(
     'sandbox_not_running',
-    `sandbox ${id} died during its branch (its QEMU exited): nothing was made under "${tag}"; create a new one`,
-    { id, state: 'dead' },
+    `sandbox ${id} died during its ${mode} branch${reason ? ` (${reason})` : ' (its QEMU exited)'}: nothing was made under "${tag}"; ${remedy}`,
+    { id, state: 'dead', mode, ...(reason ? { reason } : {}) },
   );
 }
 

@@ -25,6 +25,14 @@ export interface Lease {
   /** Why its disk chain could not be repaired (null: healthy), shown as its `reason`. */
   readonly diskProblem: string | null;
   setDiskProblem(reason: string | null): void;
+  /**
+   * Raise its memory limit by `bytes` until the returned release (a live branch's copy);
+   * with `check`, `capacity` when the host cannot give that much more. `what` names the
+   * operation in that error.
+   */
+  lendMemory(bytes: number, what: string, check: boolean): Promise<() => Promise<void>>;
+  /** Why it died, once its death is recorded (a branch that lost its source says why). */
+  deathReason(): Promise<string | null>;
 }
 
 /** What a forked sandbox's `starting` row is made from. */

@@ -317,7 +317,20 @@ export class SandboxManager implements SandboxService, SandboxHost {
       setDiskBase: (tag) => void this.rows.update(id, { disk_base: tag }),
       diskProblem: row.disk_problem,
       setDiskProblem: (reason) => void this.rows.update(id, { disk_problem: reason }),
+      lendMemory: (bytes, what, check) =>
+        this.limiter.lend(id, bytes, () => this.rows.get(id)?.limits ?? null, { what, check }),
+      deathReason: () => this.deathReason(id),
     };
+  }
+
+  /** The reason recorded for a sandbox whose QEMU exited, waiting up to 2 s for it. */
+  private async deathReason(id: string): Promise<string | null> {
+    for (let i = 0; i < 40; i++) {
+      const row = this.rows.get(id);
+      if (!row || row.state === 'dead') return row?.reason ?? null;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return null;
   }
 
   /** Boot a `starting` row's VM; on failure the row goes (or, when killed meanwhile, says so). */

@@ -59,11 +59,26 @@ test('live-branch: PASS on this host (root, x86_64); WARN naming why where the p
   const here = (await doctor(process.env)).report.checks.find((c) => c.id === 'live-branch');
   assert.equal(here?.status, 'pass', here?.summary);
   assert.match(here?.summary ?? '', /test fork by ptrace injection: [\d.]+ ms/);
+  // The memory a live copy is lent, and how much the host can give now (docs/limits.md).
+  assert.match(
+    here?.summary ?? '',
+    /lent over its limit: (\d+ MiB|no limit) free now \((the host|the cgroups .*)\)/,
+  );
   const env = { ...process.env, FORKD_CAPTURE_BIN: '/nonexistent/forkd-capture' };
   const there = (await doctor(env)).report.checks.find((c) => c.id === 'live-branch');
   assert.equal(there?.status, 'warn');
   assert.match(there?.summary ?? '', /live branch unavailable: .*forkd-capture.*mode copy/);
   assert.match(there?.fix ?? '', /ptrace/);
+});
+
+test('cgroups: which version enforces the limits, and where each controller is', async () => {
+  const c = (await doctor(process.env)).report.checks.find((x) => x.id === 'cgroups');
+  assert.equal(c?.status, 'pass', c?.summary);
+  assert.match(c?.summary ?? '', /^cgroup v[12] enforces memory .* cpu .* pids/);
+  assert.match(
+    c?.summary ?? '',
+    /(hierarchies memory \/\S+, cpu \/\S+.*pids \/\S+|controllers memory, cpu, pids under \/)/,
+  );
 });
 
 test('confinement: PASS naming the seccomp filter and a uid per sandbox; WARN when turned off', async () => {

@@ -2,7 +2,7 @@
  * The cgroup driver's pure logic for both versions, whichever this host mounts: parsing
  * mountinfo and /proc/PID/cgroup (v1 split and comounted, v2, hybrid, a container's mount
  * root), choosing the layout, the directory of a sandbox's cgroup, the files and values
- * that set limits, and reading usage and OOM kills.
+ * that set limits, and reading usage and OOM kills; memory limits and MemAvailable.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -11,10 +11,13 @@ import {
   cgroupDir,
   chooseLayout,
   limitWrites,
+  memoryFiles,
+  parseMemoryLimit,
   parseMountinfo,
   parseProcCgroup,
   parseUsage,
 } from '../../../src/drivers/host/cgroup.js';
+import { meminfoField } from '../../../src/drivers/host/meminfo.js';
 
 /** This host's shape: v1 per controller (cpu and cpuacct apart), an empty cgroup2 beside. */
 const HYBRID_MOUNTS = `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -147,4 +150,23 @@ test('usage and OOM kills from v2 and v1 files', () => {
     { cpuSeconds: 3, memoryBytes: 52428800, throttledSeconds: 1.5, oomKills: 2 },
   );
   assert.equal(parseUsage('v1', { cpu: '', memory: '', throttle: '', oom: '' }).cpuSeconds, 0);
+});
+
+test('memory limits as the kernel shows them: none is v2 "max" or v1\'s page-rounded 2^63-1', () => {
+  assert.equal(parseMemoryLimit('max\n'), null);
+  assert.equal(parseMemoryLimit('9223372036854771712\n'), null);
+  assert.equal(parseMemoryLimit('536870912\n'), 536870912);
+  assert.deepEqual(memoryFiles('v1'), {
+    limit: 'memory.limit_in_bytes',
+    usage: 'memory.usage_in_bytes',
+    peak: 'memory.max_usage_in_bytes',
+  });
+  assert.equal(memoryFiles('v2').peak, 'memory.peak');
+});
+
+test('MemAvailable from /proc/meminfo, in bytes', () => {
+  const text =
+    'MemTotal:       24573144 kB\nMemFree:        23000000 kB\nMemAvailable:   23262208 kB\n';
+  assert.equal(meminfoField(text, 'MemAvailable'), 23262208 * 1024);
+  assert.equal(meminfoField(text, 'SwapTotal'), undefined);
 });
