@@ -702,7 +702,9 @@ export const Snapshot = Type.Object(
     files: Type.Array(SnapshotFile),
     logical_bytes: Type.Integer(),
     physical_bytes: Type.Integer(),
-    children_alive: Type.Integer({ description: 'running sandboxes forked from it' }),
+    children_alive: Type.Integer({
+      description: 'running sandboxes forked from it (not a source branched into it)',
+    }),
     pool: Type.Object({ size: Type.Integer(), ready: Type.Integer(), prewarm: Type.Boolean() }),
     depth: Type.Integer({
       description: 'layers of parent snapshots under its disk (0 = standalone)',

@@ -447,7 +447,7 @@ export class FakeServices {
     const ancestors = this.ancestors(tag);
     return {
       ...s,
-      children_alive: this.children(tag).length,
+      children_alive: this.children(tag).filter((c) => c.snapshot === tag).length,
       depth: ancestors.length,
       ancestors,
       dependents: this.dependents(tag),

@@ -37,8 +37,11 @@ export interface RegistryOptions {
   log: ServiceLog;
   /** Snapshot writes at once (create, branch, compact; default 2); past it `capacity`. */
   maxCreating?: number;
-  /** Running sandboxes that depend on a snapshot (SandboxHost.childrenOf). */
-  childrenOf(tag: string): string[];
+  /**
+   * A snapshot's children: the running sandboxes forked from it (SandboxHost.forkedFrom).
+   * A source branched into it layers on it but is no child of it (issue 29).
+   */
+  forkedFrom(tag: string): string[];
   /** The VMM pool of a snapshot. */
   poolState(tag: string): PoolStateT;
 }
@@ -318,7 +321,7 @@ export class SnapshotRegistry {
       files,
       logical_bytes: files.reduce((a, f) => a + f.size, 0),
       physical_bytes: physicalBytes(m),
-      children_alive: this.opts.childrenOf(m.tag).length,
+      children_alive: this.opts.forkedFrom(m.tag).length,
       pool: this.opts.poolState(m.tag),
       ancestors: ancestors(m, manifests),
       dependents: descendants(m.tag, manifests).reverse(),

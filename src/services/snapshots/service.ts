@@ -98,7 +98,7 @@ export class SnapshotManager implements SnapshotService {
       store: opts.store,
       log: this.log,
       maxCreating: opts.maxCreating,
-      childrenOf: (tag) => opts.sandboxes.childrenOf(tag),
+      forkedFrom: (tag) => opts.sandboxes.forkedFrom(tag),
       poolState: (tag) => this.pool.state(tag),
     });
     this.pool = new Pool(
@@ -212,7 +212,7 @@ export class SnapshotManager implements SnapshotService {
       const manifests = await this.registry.manifests();
       const subtree = [tag, ...descendants(tag, manifests)];
       // A sandbox forked from one and branched into another is listed under both: once.
-      const more = new Set(subtree.flatMap((t) => this.opts.sandboxes.childrenOf(t)));
+      const more = new Set(subtree.flatMap((t) => this.opts.sandboxes.runningOn(t)));
       const next = [...more].filter((id) => !held.has(id));
       if (next.length === 0) return manifests;
       for (const id of next) held.set(id, await this.opts.sandboxes.lockDisk(id));
@@ -308,7 +308,7 @@ export class SnapshotManager implements SnapshotService {
   /** The eviction itself; only from the background queue (or from a job already in it). */
   private async evictNow(): Promise<string[]> {
     const inUse = (t: string) =>
-      this.opts.sandboxes.childrenOf(t).length > 0 || this.pool.state(t).size > 0;
+      this.opts.sandboxes.runningOn(t).length > 0 || this.pool.state(t).size > 0;
     const budget = this.opts.memoryCacheBytes ?? memoryCacheBudget();
     return evictMaterialized(this.opts.paths, await this.registry.manifests(), inUse, budget);
   }

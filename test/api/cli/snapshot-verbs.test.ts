@@ -189,6 +189,22 @@ test('fork prints the children, one per line; a partial failure exits 1 naming i
   assert.equal((await forkd('fork', SEED.snapshot, '-n', '0')).code, 2);
 });
 
+test('a branch has no children until something is forked from it (its source is not one)', async () => {
+  fake.reset();
+  const branched = await forkd('branch', SEED.sandbox, '--tag', 'step');
+  assert.equal(branched.code, 0, branched.stderr);
+  const children = async () =>
+    (await json<{ tag: string; children_alive: number }[]>('snapshots')).find(
+      (s) => s.tag === 'step',
+    )?.children_alive;
+  assert.equal(await children(), 0, 'the source layers on its branch but is no child of it');
+  assert.match(out(await forkd('snapshot', 'info', 'step')), /^children\s+0 alive$/m);
+  assert.equal((await forkd('fork', 'step')).code, 0);
+  assert.equal(await children(), 1);
+  const refused = await forkd('rmi', 'step');
+  assert.equal(refused.code, 4, 'the child forked from it still holds it');
+});
+
 test('rmi refuses while children run, --force kills them', async () => {
   fake.reset();
   await forkd('fork', SEED.snapshot, '-n', '2');

@@ -36,7 +36,7 @@ beforeEach(async () => {
     store,
     log: silentLog,
     maxCreating: 1,
-    childrenOf: () => [],
+    forkedFrom: () => [],
     poolState: () => ({ size: 0, ready: 0, prewarm: false }),
   });
 });
