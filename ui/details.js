@@ -60,10 +60,7 @@ export class DetailsPanel {
     return [
       h('h2', {}, 'snapshot ', h('code', {}, s.tag)),
       facts([
-        [
-          'state',
-          s.bootable ? s.state : `${s.state} (not bootable${s.reason ? `: ${s.reason}` : ''})`,
-        ],
+        ['state', snapshotState(s)],
         [
           'from',
           s.source_sandbox ? `branch of sandbox ${s.source_sandbox}` : `image ${s.image ?? '—'}`,
@@ -295,4 +292,12 @@ function chart(label, values, now) {
   line.setAttribute('points', points);
   svg.append(line);
   return h('figure', {}, h('figcaption', {}, `${label} `, h('strong', {}, now)), svg);
+}
+
+/** A snapshot's state, and for one that cannot be forked why and what to do (as the CLI). */
+function snapshotState(s) {
+  const why = s.reason ? `: ${s.reason}` : '';
+  if (s.state === 'failed') return `failed${why}; remove it with forkd rmi ${s.tag}`;
+  if (s.state === 'writing') return `writing${why}`;
+  return s.bootable ? s.state : `${s.state} (not bootable${why})`;
 }

@@ -1,7 +1,8 @@
 /**
- * `forkd snapshots`: the daemon's snapshots as a table (tag, image, memory, disk, created,
- * children alive, labels) or `--json`; a snapshot that cannot be forked is named on stderr
- * with the reason. Also the formatting `forkd snapshot info` shares.
+ * `forkd snapshots`: the daemon's snapshots as a table (tag, state, image, memory, disk,
+ * created, children alive, labels) or `--json`; a snapshot that cannot be forked (failed,
+ * still being written, not bootable) is named on stderr with the reason and what to do.
+ * Also the formatting `forkd snapshot info` shares.
  */
 import type { Command } from 'commander';
 import { Snapshot, type SnapshotInfo } from '@forkd/sdk';
@@ -23,14 +24,16 @@ async function listSnapshots(flags: DaemonFlags): Promise<void> {
     return;
   }
   printTable(
-    ['TAG', 'IMAGE', 'MEMORY', 'DISK', 'CREATED', 'CHILDREN', 'LABELS', 'ORIGIN'],
+    ['TAG', 'STATE', 'IMAGE', 'MEMORY', 'DISK', 'CREATED', 'CHILDREN', 'LABELS', 'ORIGIN'],
     all.map((s) => [
       s.tag,
+      stateWord(s),
       s.image ?? s.parent ?? '-',
       `${s.memoryMib}M`,
-      formatBytes(s.physicalBytes),
+      // An unfinished snapshot has no files: `0 B` would read as an empty one.
+      s.state === 'ready' ? formatBytes(s.physicalBytes) : '-',
       shortTime(s.createdAt),
-      String(s.childrenAlive),
+      s.state === 'ready' ? String(s.childrenAlive) : '-',
       formatLabels(s.labels),
       formatOrigin(s),
     ]),
@@ -52,10 +55,18 @@ export function usable(s: SnapshotInfo): boolean {
   return s.state === 'ready' && s.bootable;
 }
 
-/** Why a snapshot cannot be forked, in a few words. */
+/** `ready`, `writing`, `failed`, or `not bootable` (ready, but a file or layer is wrong). */
+export function stateWord(s: SnapshotInfo): string {
+  return s.state === 'ready' && !s.bootable ? 'not bootable' : s.state;
+}
+
+/** Why a snapshot cannot be forked, in a few words, and what to do about it. */
 export function whyUnusable(s: SnapshotInfo): string {
-  const what = s.state === 'ready' ? 'not bootable' : s.state;
-  return s.reason ? `${what}: ${s.reason}` : what;
+  const why = `${stateWord(s)}${s.reason ? `: ${s.reason}` : ''}`;
+  if (s.state === 'failed') return `${why}; remove it with \`forkd rmi ${s.tag}\``;
+  if (s.state === 'writing')
+    return `${why}; \`forkd snapshot info ${s.tag}\` shows when it is ready`;
+  return why;
 }
 
 /** Where it came from: `REF@sha256:abcdef012345`, the pack file, or `-` when made here. */

@@ -24,6 +24,7 @@ import { FakeContexts, SEED_CONTEXT } from './fake-contexts.js';
 import { FakePtys } from './fake-pty.js';
 import { RowChanges } from '../../src/store/changes.js';
 import { EventFeed } from '../../src/services/events.js';
+import { unfinished } from '../../src/services/snapshots/registry.js';
 import type {
   AuditEntry,
   BranchOutcome,
@@ -296,13 +297,13 @@ export class FakeServices {
     };
     return {
       pack: async (tag, file) => {
-        this.snapshot(tag);
+        this.usable(tag);
         const files = { files: 4, logical_bytes: 4096 };
         return { tag, file, bytes: 1024, chain: [tag], image: 'busybox', ...files };
       },
       unpack: async (_file, opts) => install(opts?.tag, opts?.force),
       push: async (tag, reference) => {
-        this.snapshot(tag);
+        this.usable(tag);
         const digest = `sha256:${'0'.repeat(64)}`;
         const counts = { blobs: 5, uploaded: 5, skipped: 0, mounted: 0, bytes_uploaded: 4096 };
         return { reference: `${reference}@${digest}`, digest, ...counts };
@@ -451,8 +452,25 @@ export class FakeServices {
       depth: ancestors.length,
       ancestors,
       dependents: this.dependents(tag),
-      memory: fakeMemory(s.parent, ancestors.length),
+      memory: s.state === 'ready' ? fakeMemory(s.parent, ancestors.length) : undefined,
     };
+  }
+
+  /** A snapshot a verb uses: as the real registry, an unfinished one is refused with why. */
+  private usable(tag: string): SnapshotT {
+    const s = this.snapshot(tag);
+    if (s.state !== 'ready') throw unfinished(tag, s.state, s.reason);
+    return s;
+  }
+
+  /** Add a branch cut off by a daemon stop: listed `failed` with why, no files. */
+  addFailedSnapshot(tag: string, reason: string): void {
+    const none = { files: [], logical_bytes: 0, physical_bytes: 0 };
+    const failed = { state: 'failed' as const, bootable: false, reason, memory: undefined };
+    this.snapshots.set(
+      tag,
+      snapshotRecord(tag, { ...none, ...failed, source_sandbox: SEED.sandbox }),
+    );
   }
 
   /** Parent, grandparent, … of a snapshot. */
@@ -693,7 +711,7 @@ export class FakeServices {
     n: number,
     req: { labels?: Record<string, string>; limits?: LimitsRequestT; idle?: IdleRequest },
   ) {
-    const source = this.snapshot(tag);
+    const source = this.usable(tag);
     if (!source.bootable) {
       throw new ForkdError('snapshot_not_bootable', `snapshot ${tag} is not bootable`, {
         file: 'memory',
@@ -797,7 +815,7 @@ export class FakeServices {
 
   /** A standalone copy of `tag` under `to`: no parent, one layer. */
   private compact(tag: string, to: string): SnapshotT {
-    const source = this.snapshot(tag);
+    const source = this.usable(tag);
     this.checkFreeTag(to);
     const { labels, image, memory_mib, cpus } = source;
     this.snapshots.set(to, snapshotRecord(to, { labels, image, memory_mib, cpus }));
@@ -830,7 +848,7 @@ export class FakeServices {
       list: async () => [...this.snapshots.keys()].map((tag) => this.snapshot(tag)),
       get: async (tag) => this.snapshot(tag),
       verify: async (tag) => {
-        const s = this.snapshot(tag);
+        const s = this.usable(tag);
         if (s.bootable) return { ok: true, problems: [] };
         return { ok: false, problems: [{ file: 'memory', problem: 'missing' }] };
       },
@@ -839,7 +857,7 @@ export class FakeServices {
       lineage: async (tag) => this.lineage(tag),
       setPool: async (tag, size, opts) => {
         const pool = { size, ready: size, prewarm: opts?.prewarm ?? false };
-        this.snapshots.set(tag, { ...this.snapshot(tag), pool });
+        this.snapshots.set(tag, { ...this.usable(tag), pool });
         return pool;
       },
       fork: async (req) => {

@@ -2,8 +2,9 @@
  * The CLI's snapshot verbs — `forkd snapshot create|info|verify|pool`, `snapshots`, `fork`,
  * `rmi` — run as a user runs them, against the API app over the fake services on a unix
  * socket (FORKD_URL): tables and `--json`, progress on stderr, exit codes, partial fork
- * failures, and Ctrl-C during a create reaching the daemon as an abort. The same verbs
- * against real VMs are the end-to-end tests' job.
+ * failures, Ctrl-C during a create reaching the daemon as an abort, and what every verb
+ * says of a failed or unfinished snapshot. The same verbs against real VMs are the
+ * end-to-end tests' job.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -107,8 +108,15 @@ test('snapshots: a table; a snapshot that cannot be forked is named with the rea
   const r = await forkd('snapshots');
   assert.equal(r.code, 0, r.stderr);
   const [header, ...rows] = out(r).trimEnd().split('\n');
-  assert.match(header!, /^TAG\s+IMAGE\s+MEMORY\s+DISK\s+CREATED\s+CHILDREN\s+LABELS\s+ORIGIN$/);
-  assert.match(rows[0]!, /^warm\s+base\s+256M\s+63 MiB\s+1970-01-01 00:00\s+2\s+team=a\s+-$/);
+  assert.match(
+    header!,
+    /^TAG\s+STATE\s+IMAGE\s+MEMORY\s+DISK\s+CREATED\s+CHILDREN\s+LABELS\s+ORIGIN$/,
+  );
+  assert.match(
+    rows[0]!,
+    /^warm\s+ready\s+base\s+256M\s+63 MiB\s+1970-01-01 00:00\s+2\s+team=a\s+-$/,
+  );
+  assert.match(rows[1]!, /^broken\s+not bootable\s+base\s/);
   assert.match(r.stderr, /snapshot broken cannot be forked: not bootable: memory is missing/);
   const list = await json<{ tag: string; children_alive: number }[]>('snapshots');
   assert.deepEqual(
@@ -189,6 +197,82 @@ test('fork prints the children, one per line; a partial failure exits 1 naming i
   assert.equal((await forkd('fork', SEED.snapshot, '-n', '0')).code, 2);
 });
 
+test('rmi refuses while children run, --force kills them', async () => {
+  fake.reset();
+  await forkd('fork', SEED.snapshot, '-n', '2');
+  const refused = await forkd('rmi', SEED.snapshot);
+  assert.equal(refused.code, 4);
+  assert.match(refused.stderr, /\[snapshot_in_use\]/);
+  const forced = await forkd('rmi', SEED.snapshot, '--force');
+  assert.deepEqual([forced.code, out(forced)], [0, 'removed snapshot warm\n']);
+  const list = await json<{ tag: string }[]>('snapshots');
+  assert.deepEqual(
+    list.map((s) => s.tag),
+    ['broken'],
+  );
+});
+
+/** Why the fake's failed branch failed (the registry's words after a daemon stop). */
+const CUT = 'the daemon stopped before this branch was published';
+
+test('a failed branch is listed failed with why; every verb given it says so and how to remove it', async () => {
+  fake.reset();
+  fake.addFailedSnapshot('cut', CUT);
+  const list = await forkd('snapshots');
+  assert.equal(list.code, 0, list.stderr);
+  const row = out(list)
+    .split('\n')
+    .find((l) => l.startsWith('cut '));
+  assert.match(row ?? '', /^cut\s+failed\s+base\s+256M\s+-\s+1970-01-01 00:00\s+-\s/);
+  assert.match(
+    list.stderr,
+    /snapshot cut cannot be forked: failed: the daemon stopped .*; remove it with `forkd rmi cut`/,
+  );
+  const info = await forkd('snapshot', 'info', 'cut');
+  assert.match(
+    out(info),
+    /^state\s+failed: the daemon stopped .*; remove it with `forkd rmi cut`$/m,
+  );
+  for (const args of [
+    ['snapshot', 'verify', 'cut'],
+    ['fork', 'cut'],
+    ['snapshot', 'pool', 'cut', '1'],
+    ['snapshot', 'compact', 'cut', '--to', 'flat'],
+    ['push', 'cut', 'localhost:5000/cut:1'],
+  ]) {
+    const r = await forkd(...args);
+    assert.equal(r.code, 4, `${args.join(' ')}: ${r.stderr}`);
+    assert.match(
+      r.stderr,
+      /snapshot "cut" failed and cannot be used: the daemon stopped .*; remove it with `forkd rmi cut` \[snapshot_failed\]/,
+      args.join(' '),
+    );
+  }
+  const json = await forkd('fork', 'cut', '--json');
+  const body = JSON.parse(json.stderr.toString()) as {
+    error: { code: string; details: { reason: string } };
+  };
+  assert.deepEqual([body.error.code, body.error.details.reason], ['snapshot_failed', CUT]);
+  const rmi = await forkd('rmi', 'cut');
+  assert.equal(rmi.code, 0, rmi.stderr);
+  assert.doesNotMatch(out(await forkd('snapshots')), /^cut /m);
+});
+
+test('a snapshot still being written is listed writing; a fork of it says so', async () => {
+  fake.reset();
+  const branched = await forkd('branch', SEED.sandbox, '--tag', 'later', '--no-wait');
+  assert.equal(branched.code, 0, branched.stderr);
+  const list = await forkd('snapshots');
+  assert.match(out(list), /^later\s+writing\s/m);
+  assert.match(
+    list.stderr,
+    /snapshot later cannot be forked: writing; `forkd snapshot info later`/,
+  );
+  const r = await forkd('fork', 'later');
+  assert.equal(r.code, 4);
+  assert.match(r.stderr, /snapshot "later" is still being written: .* \[snapshot_writing\]/);
+});
+
 test('a branch has no children until something is forked from it (its source is not one)', async () => {
   fake.reset();
   const branched = await forkd('branch', SEED.sandbox, '--tag', 'step');
@@ -203,19 +287,4 @@ test('a branch has no children until something is forked from it (its source is 
   assert.equal(await children(), 1);
   const refused = await forkd('rmi', 'step');
   assert.equal(refused.code, 4, 'the child forked from it still holds it');
-});
-
-test('rmi refuses while children run, --force kills them', async () => {
-  fake.reset();
-  await forkd('fork', SEED.snapshot, '-n', '2');
-  const refused = await forkd('rmi', SEED.snapshot);
-  assert.equal(refused.code, 4);
-  assert.match(refused.stderr, /\[snapshot_in_use\]/);
-  const forced = await forkd('rmi', SEED.snapshot, '--force');
-  assert.deepEqual([forced.code, out(forced)], [0, 'removed snapshot warm\n']);
-  const list = await json<{ tag: string }[]>('snapshots');
-  assert.deepEqual(
-    list.map((s) => s.tag),
-    ['broken'],
-  );
 });
