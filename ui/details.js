@@ -74,7 +74,8 @@ export class DetailsPanel {
         [
           'pool',
           s.pool.size
-            ? `${s.pool.ready}/${s.pool.size} ready${s.pool.prewarm ? ', pre-warmed' : ''}`
+            ? `${s.pool.ready}/${s.pool.size} VMs ready${s.pool.prewarm ? ', pre-warmed' : ''}` +
+              (s.pool.memory_bytes ? `, ${bytes(s.pool.memory_bytes)}` : '')
             : 'none',
         ],
         ['kernel', s.kernel],

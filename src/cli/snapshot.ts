@@ -29,7 +29,14 @@ import {
   type NetworkFlags,
 } from './network-flags.js';
 import { LIMITS } from './rules.js';
-import { formatLabels, shortTime, snapshotJson, usable, whyUnusable } from './snapshots.js';
+import {
+  formatLabels,
+  formatPool,
+  shortTime,
+  snapshotJson,
+  usable,
+  whyUnusable,
+} from './snapshots.js';
 
 export interface CreateFlags extends DaemonFlags, NetworkFlags {
   image?: string;
@@ -205,7 +212,10 @@ export async function create(flags: CreateFlags): Promise<number | void> {
   try {
     const snap = await Snapshot.create({ ...opts, onProgress, signal: interrupt.signal });
     if (flags.json) printJson(snapshotJson(snap.info));
-    else process.stdout.write(`${describe(snap.info)}\n`);
+    else {
+      process.stdout.write(`${describe(snap.info)}\n`);
+      if (snap.info.pool.size > 0) process.stderr.write(`  ${poolNote(snap.info)}\n`);
+    }
   } catch (e) {
     if (!interrupt.signal.aborted) throw e;
     process.stderr.write(
@@ -223,6 +233,20 @@ function describe(s: SnapshotInfo): string {
   return (
     `snapshot ${s.tag}: ${s.memoryMib} MiB guest, ${formatBytes(s.physicalBytes)} on disk, ` +
     `from ${from}; fork it with \`forkd fork ${s.tag} -n N\``
+  );
+}
+
+/**
+ * The default pool a create starts runs QEMUs nobody asked for: say so, where they are
+ * seen and how to turn them off (docs/snapshots.md, "Fast forks by default").
+ */
+function poolNote(s: SnapshotInfo): string {
+  const { size, prewarm } = s.pool;
+  const kind = prewarm ? 'pre-warmed ' : '';
+  return (
+    `started a ${kind}pool of ${size} VM${size === 1 ? '' : 's'} for fast forks (not sandboxes: ` +
+    `\`forkd ps --pool\` shows them); \`forkd snapshot pool ${s.tag} 0\` removes it, ` +
+    '`forkd daemon --default-pool 0` starts none for new snapshots'
   );
 }
 
@@ -244,7 +268,7 @@ async function info(tag: string, flags: DaemonFlags): Promise<void> {
     ['qemu', s.qemu],
     ['labels', formatLabels(s.labels)],
     ['children', `${s.childrenAlive} alive`],
-    ['pool', `${s.pool.ready} of ${s.pool.size} ready${s.pool.prewarm ? ', pre-warmed' : ''}`],
+    ['pool', formatPool(s.pool)],
     ['size', `${formatBytes(s.logicalBytes)} logical, ${formatBytes(s.physicalBytes)} on disk`],
     ...(s.memory ? [['memory stored', memoryStorage(s.memory)] as [string, string]] : []),
   ]);

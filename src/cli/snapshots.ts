@@ -6,7 +6,7 @@
  */
 import type { Command } from 'commander';
 import { Snapshot, type SnapshotInfo } from '@forkd/sdk';
-import { SNAPSHOT, SNAPSHOT_MEMORY, toWire } from '@forkd/sdk/wire';
+import { POOL_STATE, SNAPSHOT, SNAPSHOT_MEMORY, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, formatBytes, printJson, printTable } from './output.js';
 
@@ -46,6 +46,7 @@ async function listSnapshots(flags: DaemonFlags): Promise<void> {
 /** A snapshot in the REST API's shape (what `--json` prints). */
 export function snapshotJson(s: SnapshotInfo): Record<string, unknown> {
   const json = toWire(SNAPSHOT, s);
+  json.pool = toWire(POOL_STATE, s.pool);
   if (s.memory) json.memory = toWire(SNAPSHOT_MEMORY, s.memory);
   return json;
 }
@@ -67,6 +68,13 @@ export function whyUnusable(s: SnapshotInfo): string {
   if (s.state === 'writing')
     return `${why}; \`forkd snapshot info ${s.tag}\` shows when it is ready`;
   return why;
+}
+
+/** `2 of 2 ready, pre-warmed, 34 MiB of host memory`: a pool's VMs and what they take. */
+export function formatPool(pool: SnapshotInfo['pool']): string {
+  const kind = pool.prewarm ? ', pre-warmed' : '';
+  const memory = pool.memoryBytes ? `, ${formatBytes(pool.memoryBytes)} of host memory` : '';
+  return `${pool.ready} of ${pool.size} ready${kind}${memory}`;
 }
 
 /** Where it came from: `REF@sha256:abcdef012345`, the pack file, or `-` when made here. */

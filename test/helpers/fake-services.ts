@@ -167,7 +167,7 @@ function snapshotRecord(tag: string, over: Partial<SnapshotT> = {}): SnapshotT {
     logical_bytes: files.reduce((sum, f) => sum + f.size, 0),
     physical_bytes: files.reduce((sum, f) => sum + f.allocated, 0),
     children_alive: 0,
-    pool: { size: 0, ready: 0, prewarm: false },
+    pool: { size: 0, ready: 0, prewarm: false, memory_bytes: 0 },
     depth: 0,
     ancestors: [],
     dependents: [],
@@ -233,6 +233,8 @@ export class FakeServices {
   readonly failingChildren = new Set<number>();
   /** Set when a snapshot create stopped because its progress callback threw (client gone). */
   createAborted = false;
+  /** The pre-warmed pool a created snapshot gets (`--default-pool`; 0 here, as in tests). */
+  defaultPool = 0;
   readonly services: Services;
   readonly contexts = new FakeContexts((id) => void this.running(id), SEED.sandbox);
 
@@ -371,6 +373,7 @@ export class FakeServices {
     this.failingChildren.clear();
     this.diskBases.clear();
     this.createAborted = false;
+    this.defaultPool = 0;
     this.contexts?.reset();
   }
 
@@ -689,6 +692,8 @@ export class FakeServices {
       memory_mib: req.memory_mib ?? 256,
       cpus: req.cpus ?? 1,
       labels: req.labels ?? {},
+      // As the real create: the default pool is asked for and fills in the background.
+      pool: { size: this.defaultPool, ready: 0, prewarm: this.defaultPool > 0, memory_bytes: 0 },
     });
     this.snapshots.set(req.tag, snapshot);
     return snapshot;
@@ -856,7 +861,9 @@ export class FakeServices {
       compact: async (tag, to) => this.compact(tag, to),
       lineage: async (tag) => this.lineage(tag),
       setPool: async (tag, size, opts) => {
-        const pool = { size, ready: size, prewarm: opts?.prewarm ?? false };
+        // Each waiting VM takes what an idle child does (docs/snapshots.md: 13.5–18 MiB).
+        const memory_bytes = size * 16 * MiB;
+        const pool = { size, ready: size, prewarm: opts?.prewarm ?? false, memory_bytes };
         this.snapshots.set(tag, { ...this.usable(tag), pool });
         return pool;
       },

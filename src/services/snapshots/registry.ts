@@ -43,7 +43,7 @@ export interface RegistryOptions {
    */
   forkedFrom(tag: string): string[];
   /** The VMM pool of a snapshot. */
-  poolState(tag: string): PoolStateT;
+  poolState(tag: string): Promise<PoolStateT>;
 }
 
 export class SnapshotRegistry {
@@ -341,7 +341,7 @@ export class SnapshotRegistry {
       logical_bytes: files.reduce((a, f) => a + f.size, 0),
       physical_bytes: physicalBytes(m),
       children_alive: this.opts.forkedFrom(m.tag).length,
-      pool: this.opts.poolState(m.tag),
+      pool: await this.opts.poolState(m.tag),
       ancestors: ancestors(m, manifests),
       dependents: descendants(m.tag, manifests).reverse(),
       depth: 0,
@@ -393,7 +393,7 @@ function unpublishedWire(
     logical_bytes: 0,
     physical_bytes: 0,
     children_alive: 0,
-    pool: { size: 0, ready: 0, prewarm: false },
+    pool: { size: 0, ready: 0, prewarm: false, memory_bytes: 0 },
     depth: 0,
     ancestors: [],
     dependents: [],

@@ -99,7 +99,7 @@ export class SnapshotManager implements SnapshotService {
       log: this.log,
       maxCreating: opts.maxCreating,
       forkedFrom: (tag) => opts.sandboxes.forkedFrom(tag),
-      poolState: (tag) => this.pool.state(tag),
+      poolState: (tag) => this.poolState(tag),
     });
     this.pool = new Pool(
       async (tag, prewarm) => {
@@ -348,7 +348,21 @@ export class SnapshotManager implements SnapshotService {
     const prewarm = Boolean(opts.prewarm);
     this.registry.setPool(tag, size, prewarm);
     await this.pool.setSize(tag, size, prewarm);
-    return this.pool.state(tag);
+    return this.poolState(tag);
+  }
+
+  /**
+   * A snapshot's pool as the API shows it, with the host memory its waiting VMs take (each
+   * one's cgroup, as a sandbox's usage; null where a VM has none: limits not enforced).
+   * Pool VMs are QEMUs `forkd ps` does not list as sandboxes: this is how they are seen.
+   */
+  async poolState(tag: string): Promise<PoolStateT> {
+    const used = await Promise.all(
+      this.pool.members(tag).map((c) => this.opts.limiter.usage(c.id).catch(() => undefined)),
+    );
+    const known = used.every((u) => u !== undefined);
+    const memory = known ? used.reduce((sum, u) => sum + (u?.memoryBytes ?? 0), 0) : null;
+    return { ...this.pool.state(tag), memory_bytes: memory };
   }
 
   async fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome> {

@@ -1,10 +1,10 @@
 /**
  * The CLI's snapshot verbs — `forkd snapshot create|info|verify|pool`, `snapshots`, `fork`,
- * `rmi` — run as a user runs them, against the API app over the fake services on a unix
- * socket (FORKD_URL): tables and `--json`, progress on stderr, exit codes, partial fork
- * failures, Ctrl-C during a create reaching the daemon as an abort, and what every verb
- * says of a failed or unfinished snapshot. The same verbs against real VMs are the
- * end-to-end tests' job.
+ * `rmi`, `ps --pool` — run as a user runs them, against the API app over the fake services
+ * on a unix socket (FORKD_URL): tables and `--json`, progress on stderr, exit codes, partial
+ * fork failures, Ctrl-C during a create reaching the daemon as an abort, what every verb
+ * says of a failed or unfinished snapshot, and pool VMs made visible. The same verbs
+ * against real VMs are the end-to-end tests' job.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -287,4 +287,40 @@ test('a branch has no children until something is forked from it (its source is 
   assert.equal(await children(), 1);
   const refused = await forkd('rmi', 'step');
   assert.equal(refused.code, 4, 'the child forked from it still holds it');
+});
+
+test('snapshot create says it started a pool and how to turn it off; ps counts pool VMs', async () => {
+  fake.reset();
+  fake.defaultPool = 2;
+  const made = await forkd('snapshot', 'create', '--tag', 'pooled');
+  assert.equal(made.code, 0, made.stderr);
+  assert.match(
+    made.stderr,
+    /started a pre-warmed pool of 2 VMs for fast forks \(not sandboxes: `forkd ps --pool` shows them\); `forkd snapshot pool pooled 0` removes it, `forkd daemon --default-pool 0` starts none/,
+  );
+  assert.equal((await forkd('snapshot', 'pool', 'pooled', '2', '--prewarm')).code, 0);
+  const ps = await forkd('ps');
+  assert.equal(ps.code, 0, ps.stderr);
+  assert.match(
+    ps.stderr,
+    /^\+ 2 pool VMs waiting for forks \(pooled 2\), not sandboxes: `forkd ps --pool`$/m,
+  );
+  const pools = await forkd('ps', '--pool');
+  assert.equal(pools.code, 0, pools.stderr);
+  const [header, row] = out(pools).trimEnd().split('\n');
+  assert.match(header!, /^SNAPSHOT\s+READY\s+SIZE\s+KIND\s+MEMORY$/);
+  assert.match(row!, /^pooled\s+2\s+2\s+pre-warmed\s+32 MiB$/);
+  assert.deepEqual(await json('ps', '--pool'), [
+    {
+      tag: 'pooled',
+      pool: { size: 2, ready: 2, prewarm: true, memory_bytes: 32 * 1024 * 1024 },
+    },
+  ]);
+  const info = await forkd('snapshot', 'info', 'pooled');
+  assert.match(out(info), /^pool\s+2 of 2 ready, pre-warmed, 32 MiB of host memory$/m);
+  assert.equal((await forkd('snapshot', 'pool', 'pooled', '0')).code, 0);
+  assert.doesNotMatch((await forkd('ps')).stderr, /pool VM/);
+  fake.defaultPool = 0;
+  const quiet = await forkd('snapshot', 'create', '--tag', 'unpooled');
+  assert.doesNotMatch(quiet.stderr, /pool/);
 });

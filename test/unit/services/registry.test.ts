@@ -38,7 +38,7 @@ beforeEach(async () => {
     log: silentLog,
     maxCreating: 1,
     forkedFrom: () => [],
-    poolState: () => ({ size: 0, ready: 0, prewarm: false }),
+    poolState: async () => ({ size: 0, ready: 0, prewarm: false, memory_bytes: 0 }),
   });
 });
 
