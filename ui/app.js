@@ -129,8 +129,9 @@ class App {
       snapshots.filter((s) => s.source_sandbox).map((s) => [s.tag, s.source_sandbox]),
     );
     const shown = this.graph.update(nodes, tiers, sources);
-    // Pool VMs are QEMUs but not sandboxes: counted here so they are not hidden.
-    const pools = new Map(snapshots.filter((s) => s.pool.ready > 0).map((s) => [s.tag, s.pool]));
+    // Pool VMs are QEMUs but not sandboxes: counted here so they are not hidden. By the size
+    // asked for: a VM becoming ready is no row change, so no event would redraw the count.
+    const pools = new Map(snapshots.filter((s) => s.pool.size > 0).map((s) => [s.tag, s.pool]));
     this.renderList(shown, tiers, pools);
     void this.details.refresh();
   }
@@ -140,7 +141,7 @@ class App {
       if (n.kind === 'sandbox' && tiers.get(n.id) !== 'running')
         return `${n.state} · ${tiers.get(n.id)}`;
       const pool = n.kind === 'snapshot' ? pools.get(n.id) : undefined;
-      return pool ? `${n.state} · ${poolVms(pool.ready)}` : n.state;
+      return pool ? `${n.state} · ${poolVms(pool.size)}` : n.state;
     };
     const rows = nodes.map((n) =>
       h(
@@ -158,10 +159,10 @@ class App {
       ),
     );
     document.querySelector('#nodes tbody').replaceChildren(...rows);
-    const total = [...pools.values()].reduce((sum, p) => sum + p.ready, 0);
+    const total = [...pools.values()].reduce((sum, p) => sum + p.size, 0);
     $('pool-summary').hidden = total === 0;
     $('pool-summary').textContent =
-      `+ ${poolVms(total)} waiting for forks (not sandboxes; forkd snapshot pool TAG 0 removes them)`;
+      `+ ${poolVms(total)} kept for forks (not sandboxes; forkd snapshot pool TAG 0 removes them)`;
   }
 }
 
