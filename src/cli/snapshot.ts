@@ -253,6 +253,7 @@ function poolNote(s: SnapshotInfo): string {
 async function info(tag: string, flags: DaemonFlags): Promise<void> {
   const s = (await Snapshot.get(parseName(tag, 'the tag'), clientConfig(flags))).info;
   if (flags.json) return printJson(snapshotJson(s));
+  const ready = s.state === 'ready';
   printFields([
     ['tag', s.tag],
     ['state', usable(s) ? 'ready, bootable' : whyUnusable(s)],
@@ -267,16 +268,25 @@ async function info(tag: string, flags: DaemonFlags): Promise<void> {
     ['kernel', s.kernel],
     ['qemu', s.qemu],
     ['labels', formatLabels(s.labels)],
-    ['children', `${s.childrenAlive} alive`],
-    ['pool', formatPool(s.pool)],
-    ['size', `${formatBytes(s.logicalBytes)} logical, ${formatBytes(s.physicalBytes)} on disk`],
-    ...(s.memory ? [['memory stored', memoryStorage(s.memory)] as [string, string]] : []),
+    // An unfinished snapshot has no files, children or pool: zeros would read as empty.
+    ...(ready ? publishedFields(s) : []),
   ]);
+  if (!ready) return;
   process.stdout.write('\n');
   printTable(
     ['FILE', 'SIZE', 'ON DISK', 'SHA256'],
     s.files.map((f) => [f.name, formatBytes(f.size), formatBytes(f.allocated), f.sha256]),
   );
+}
+
+/** What only a published snapshot has: children, pool, sizes. */
+function publishedFields(s: SnapshotInfo): [string, string][] {
+  return [
+    ['children', `${s.childrenAlive} alive`],
+    ['pool', formatPool(s.pool)],
+    ['size', `${formatBytes(s.logicalBytes)} logical, ${formatBytes(s.physicalBytes)} on disk`],
+    ...(s.memory ? [['memory stored', memoryStorage(s.memory)] as [string, string]] : []),
+  ];
 }
 
 /** How a snapshot's memory is stored: full, or a diff (and its cache for forks). */

@@ -233,6 +233,7 @@ test('a failed branch is listed failed with why; every verb given it says so and
     out(info),
     /^state\s+failed: the daemon stopped .*; remove it with `forkd rmi cut`$/m,
   );
+  assert.doesNotMatch(out(info), /^(size|pool|FILE)\s/m, 'no files, no pool: nothing to show');
   for (const args of [
     ['snapshot', 'verify', 'cut'],
     ['fork', 'cut'],
