@@ -129,11 +129,20 @@ class App {
       snapshots.filter((s) => s.source_sandbox).map((s) => [s.tag, s.source_sandbox]),
     );
     const shown = this.graph.update(nodes, tiers, sources);
-    this.renderList(shown, tiers);
+    // Pool VMs are QEMUs but not sandboxes: counted here so they are not hidden. By the size
+    // asked for: a VM becoming ready is no row change, so no event would redraw the count.
+    const pools = new Map(snapshots.filter((s) => s.pool.size > 0).map((s) => [s.tag, s.pool]));
+    this.renderList(shown, tiers, pools);
     void this.details.refresh();
   }
 
-  renderList(nodes, tiers) {
+  renderList(nodes, tiers, pools) {
+    const stateOf = (n) => {
+      if (n.kind === 'sandbox' && tiers.get(n.id) !== 'running')
+        return `${n.state} · ${tiers.get(n.id)}`;
+      const pool = n.kind === 'snapshot' ? pools.get(n.id) : undefined;
+      return pool ? `${n.state} · ${poolVms(pool.size)}` : n.state;
+    };
     const rows = nodes.map((n) =>
       h(
         'tr',
@@ -144,20 +153,20 @@ class App {
         },
         h('td', {}, n.kind),
         h('td', {}, h('code', {}, n.id)),
-        h(
-          'td',
-          {},
-          n.kind === 'sandbox' && tiers.get(n.id) !== 'running'
-            ? `${n.state} · ${tiers.get(n.id)}`
-            : n.state,
-        ),
+        h('td', {}, stateOf(n)),
         h('td', {}, n.parent ? `${n.parent.kind} ${n.parent.id}` : '—'),
         h('td', {}, ago(n.created_at)),
       ),
     );
     document.querySelector('#nodes tbody').replaceChildren(...rows);
+    const total = [...pools.values()].reduce((sum, p) => sum + p.size, 0);
+    $('pool-summary').hidden = total === 0;
+    $('pool-summary').textContent =
+      `+ ${poolVms(total)} kept for forks (not sandboxes; forkd snapshot pool TAG 0 removes them)`;
   }
 }
+
+const poolVms = (n) => `${n} pool VM${n === 1 ? '' : 's'}`;
 
 let app;
 

@@ -60,10 +60,7 @@ export class DetailsPanel {
     return [
       h('h2', {}, 'snapshot ', h('code', {}, s.tag)),
       facts([
-        [
-          'state',
-          s.bootable ? s.state : `${s.state} (not bootable${s.reason ? `: ${s.reason}` : ''})`,
-        ],
+        ['state', snapshotState(s)],
         [
           'from',
           s.source_sandbox ? `branch of sandbox ${s.source_sandbox}` : `image ${s.image ?? '—'}`,
@@ -77,7 +74,8 @@ export class DetailsPanel {
         [
           'pool',
           s.pool.size
-            ? `${s.pool.ready}/${s.pool.size} ready${s.pool.prewarm ? ', pre-warmed' : ''}`
+            ? `${s.pool.ready}/${s.pool.size} VMs ready${s.pool.prewarm ? ', pre-warmed' : ''}` +
+              (s.pool.memory_bytes ? `, ${bytes(s.pool.memory_bytes)}` : '')
             : 'none',
         ],
         ['kernel', s.kernel],
@@ -295,4 +293,12 @@ function chart(label, values, now) {
   line.setAttribute('points', points);
   svg.append(line);
   return h('figure', {}, h('figcaption', {}, `${label} `, h('strong', {}, now)), svg);
+}
+
+/** A snapshot's state, and for one that cannot be forked why and what to do (as the CLI). */
+function snapshotState(s) {
+  const why = s.reason ? `: ${s.reason}` : '';
+  if (s.state === 'failed') return `failed${why}; remove it with forkd rmi ${s.tag}`;
+  if (s.state === 'writing') return `writing${why}`;
+  return s.bootable ? s.state : `${s.state} (not bootable${why})`;
 }

@@ -69,7 +69,7 @@ function oncePerScrape<T>(fn: () => Promise<T>): () => Promise<T> {
  */
 function poolGauges(registry: Registry, snapshots: SnapshotService): void {
   const list = oncePerScrape(() => snapshots.list().catch(() => []));
-  const gauge = (name: string, help: string, read: (s: SnapshotT) => number) =>
+  const gauge = (name: string, help: string, read: (s: SnapshotT) => number | null) =>
     new Gauge({
       name,
       help,
@@ -78,11 +78,20 @@ function poolGauges(registry: Registry, snapshots: SnapshotService): void {
       async collect() {
         const all = await list();
         this.reset();
-        for (const s of all) this.set({ tag: s.tag }, read(s));
+        for (const s of all) {
+          const value = read(s);
+          if (value !== null) this.set({ tag: s.tag }, value);
+        }
       },
     });
   gauge('forkd_snapshot_pool_size', 'VMM pool size asked for, by snapshot', (s) => s.pool.size);
   gauge('forkd_snapshot_pool_ready', 'Pre-started VMMs waiting, by snapshot', (s) => s.pool.ready);
+  // Pool VMs are not sandboxes: without this their memory shows in no sandbox's usage.
+  gauge(
+    'forkd_snapshot_pool_memory_bytes',
+    'Host memory of the waiting pool VMs, by snapshot (absent where not measured)',
+    (s) => (s.pool.ready > 0 ? s.pool.memory_bytes : null),
+  );
 }
 
 /** Per running sandbox: CPU and memory use and limits, from one usage read per scrape. */

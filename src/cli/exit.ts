@@ -53,6 +53,8 @@ const BY_CODE: Record<ErrorCode, number> = {
   unsupported: EXIT.refused,
   sandbox_broken: EXIT.refused,
   snapshot_broken: EXIT.refused,
+  snapshot_failed: EXIT.refused,
+  snapshot_writing: EXIT.refused,
   name_taken: EXIT.refused,
   unauthorized: EXIT.refused,
   guest_permission_denied: EXIT.refused,

@@ -1,20 +1,22 @@
 /**
  * `forkd ps`: the daemon's sandboxes (live ones, or all with --all) as a table — id, state,
  * tier (running, paused, hibernated), its idle policy, image, the snapshot it was forked from, memory, cpus,
- * times, labels — or `--json`.
+ * times, labels — or `--json`. The snapshots' pool VMs are QEMUs too but not sandboxes:
+ * a line on stderr counts them, and `--pool` lists them by snapshot instead.
  */
 import type { Command } from 'commander';
-import { Sandbox, type SandboxInfo } from '@forkd/sdk';
-import { sandboxToWire } from '@forkd/sdk/wire';
+import { Sandbox, Snapshot, type SandboxInfo, type SnapshotInfo } from '@forkd/sdk';
+import { POOL_STATE, sandboxToWire, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { formatIdle } from './idle-flags.js';
 import { formatLimits } from './limits.js';
-import { action, printJson, printTable } from './output.js';
+import { action, formatBytes, printJson, printTable } from './output.js';
 import { parseLabelFilter } from './parse.js';
 
 interface PsFlags extends DaemonFlags {
   all?: boolean;
   label?: string;
+  pool?: boolean;
 }
 
 /** States a sandbox can still be used in; `ps` without --all shows only these. */
@@ -25,6 +27,7 @@ export function register(cmd: Command): void {
     cmd
       .option('-a, --all', 'include stopped and dead sandboxes')
       .option('--label <k=v>', 'only sandboxes with this label')
+      .option('--pool', "list the snapshots' pool VMs (pre-started for forks) instead")
       .option('--json', 'machine-readable output'),
   ).action(action(ps));
 }
@@ -40,12 +43,50 @@ export async function listSandboxes(
 }
 
 async function ps(flags: PsFlags): Promise<void> {
+  if (flags.pool) return pools(flags);
   const shown = await listSandboxes(flags, Boolean(flags.all));
   if (flags.json) return printJson(shown.map((s) => sandboxToWire(s)));
-  if (shown.length === 0) {
-    process.stderr.write('no sandboxes: start one with `forkd create`\n');
+  if (shown.length === 0) process.stderr.write('no sandboxes: start one with `forkd create`\n');
+  else printSandboxes(shown);
+  const pooled = await pooledSnapshots(flags).catch(() => []); // a count only: never fail ps
+  const total = pooled.reduce((n, s) => n + s.pool.ready, 0);
+  if (total > 0) {
+    const each = pooled.map((s) => `${s.tag} ${s.pool.ready}`).join(', ');
+    process.stderr.write(
+      `+ ${total} pool VM${total === 1 ? '' : 's'} waiting for forks (${each}), not sandboxes: \`forkd ps --pool\`\n`,
+    );
+  }
+}
+
+/** Snapshots with a pool (asked for, or VMs still waiting). */
+async function pooledSnapshots(flags: DaemonFlags): Promise<SnapshotInfo[]> {
+  const all = await Snapshot.list(clientConfig(flags));
+  return all.filter((s) => s.pool.size > 0 || s.pool.ready > 0);
+}
+
+/** `ps --pool`: each snapshot's pool VMs, and how to remove them. */
+async function pools(flags: PsFlags): Promise<void> {
+  const pooled = await pooledSnapshots(flags);
+  if (flags.json)
+    return printJson(pooled.map((s) => ({ tag: s.tag, pool: toWire(POOL_STATE, s.pool) })));
+  if (pooled.length === 0) {
+    process.stderr.write('no pool VMs: `forkd snapshot pool TAG N` keeps N ready for forks\n');
     return;
   }
+  printTable(
+    ['SNAPSHOT', 'READY', 'SIZE', 'KIND', 'MEMORY'],
+    pooled.map((s) => [
+      s.tag,
+      String(s.pool.ready),
+      String(s.pool.size),
+      s.pool.prewarm ? 'pre-warmed' : 'waiting',
+      s.pool.memoryBytes === null ? '-' : formatBytes(s.pool.memoryBytes),
+    ]),
+  );
+  process.stderr.write('remove a pool with `forkd snapshot pool TAG 0`\n');
+}
+
+function printSandboxes(shown: SandboxInfo[]): void {
   printTable(
     [
       'ID',

@@ -29,7 +29,14 @@ import {
   type NetworkFlags,
 } from './network-flags.js';
 import { LIMITS } from './rules.js';
-import { formatLabels, shortTime, snapshotJson, usable, whyUnusable } from './snapshots.js';
+import {
+  formatLabels,
+  formatPool,
+  shortTime,
+  snapshotJson,
+  usable,
+  whyUnusable,
+} from './snapshots.js';
 
 export interface CreateFlags extends DaemonFlags, NetworkFlags {
   image?: string;
@@ -205,7 +212,10 @@ export async function create(flags: CreateFlags): Promise<number | void> {
   try {
     const snap = await Snapshot.create({ ...opts, onProgress, signal: interrupt.signal });
     if (flags.json) printJson(snapshotJson(snap.info));
-    else process.stdout.write(`${describe(snap.info)}\n`);
+    else {
+      process.stdout.write(`${describe(snap.info)}\n`);
+      if (snap.info.pool.size > 0) process.stderr.write(`  ${poolNote(snap.info)}\n`);
+    }
   } catch (e) {
     if (!interrupt.signal.aborted) throw e;
     process.stderr.write(
@@ -226,9 +236,24 @@ function describe(s: SnapshotInfo): string {
   );
 }
 
+/**
+ * The default pool a create starts runs QEMUs nobody asked for: say so, where they are
+ * seen and how to turn them off (docs/snapshots.md, "Fast forks by default").
+ */
+function poolNote(s: SnapshotInfo): string {
+  const { size, prewarm } = s.pool;
+  const kind = prewarm ? 'pre-warmed ' : '';
+  return (
+    `started a ${kind}pool of ${size} VM${size === 1 ? '' : 's'} for fast forks (not sandboxes: ` +
+    `\`forkd ps --pool\` shows them); \`forkd snapshot pool ${s.tag} 0\` removes it, ` +
+    '`forkd daemon --default-pool 0` starts none for new snapshots'
+  );
+}
+
 async function info(tag: string, flags: DaemonFlags): Promise<void> {
   const s = (await Snapshot.get(parseName(tag, 'the tag'), clientConfig(flags))).info;
   if (flags.json) return printJson(snapshotJson(s));
+  const ready = s.state === 'ready';
   printFields([
     ['tag', s.tag],
     ['state', usable(s) ? 'ready, bootable' : whyUnusable(s)],
@@ -243,16 +268,25 @@ async function info(tag: string, flags: DaemonFlags): Promise<void> {
     ['kernel', s.kernel],
     ['qemu', s.qemu],
     ['labels', formatLabels(s.labels)],
-    ['children', `${s.childrenAlive} alive`],
-    ['pool', `${s.pool.ready} of ${s.pool.size} ready${s.pool.prewarm ? ', pre-warmed' : ''}`],
-    ['size', `${formatBytes(s.logicalBytes)} logical, ${formatBytes(s.physicalBytes)} on disk`],
-    ...(s.memory ? [['memory stored', memoryStorage(s.memory)] as [string, string]] : []),
+    // An unfinished snapshot has no files, children or pool: zeros would read as empty.
+    ...(ready ? publishedFields(s) : []),
   ]);
+  if (!ready) return;
   process.stdout.write('\n');
   printTable(
     ['FILE', 'SIZE', 'ON DISK', 'SHA256'],
     s.files.map((f) => [f.name, formatBytes(f.size), formatBytes(f.allocated), f.sha256]),
   );
+}
+
+/** What only a published snapshot has: children, pool, sizes. */
+function publishedFields(s: SnapshotInfo): [string, string][] {
+  return [
+    ['children', `${s.childrenAlive} alive`],
+    ['pool', formatPool(s.pool)],
+    ['size', `${formatBytes(s.logicalBytes)} logical, ${formatBytes(s.physicalBytes)} on disk`],
+    ...(s.memory ? [['memory stored', memoryStorage(s.memory)] as [string, string]] : []),
+  ];
 }
 
 /** How a snapshot's memory is stored: full, or a diff (and its cache for forks). */

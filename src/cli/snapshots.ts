@@ -1,11 +1,12 @@
 /**
- * `forkd snapshots`: the daemon's snapshots as a table (tag, image, memory, disk, created,
- * children alive, labels) or `--json`; a snapshot that cannot be forked is named on stderr
- * with the reason. Also the formatting `forkd snapshot info` shares.
+ * `forkd snapshots`: the daemon's snapshots as a table (tag, state, image, memory, disk,
+ * created, children alive, labels) or `--json`; a snapshot that cannot be forked (failed,
+ * still being written, not bootable) is named on stderr with the reason and what to do.
+ * Also the formatting `forkd snapshot info` shares.
  */
 import type { Command } from 'commander';
 import { Snapshot, type SnapshotInfo } from '@forkd/sdk';
-import { SNAPSHOT, SNAPSHOT_MEMORY, toWire } from '@forkd/sdk/wire';
+import { POOL_STATE, SNAPSHOT, SNAPSHOT_MEMORY, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, formatBytes, printJson, printTable } from './output.js';
 
@@ -23,14 +24,16 @@ async function listSnapshots(flags: DaemonFlags): Promise<void> {
     return;
   }
   printTable(
-    ['TAG', 'IMAGE', 'MEMORY', 'DISK', 'CREATED', 'CHILDREN', 'LABELS', 'ORIGIN'],
+    ['TAG', 'STATE', 'IMAGE', 'MEMORY', 'DISK', 'CREATED', 'CHILDREN', 'LABELS', 'ORIGIN'],
     all.map((s) => [
       s.tag,
+      stateWord(s),
       s.image ?? s.parent ?? '-',
       `${s.memoryMib}M`,
-      formatBytes(s.physicalBytes),
+      // An unfinished snapshot has no files: `0 B` would read as an empty one.
+      s.state === 'ready' ? formatBytes(s.physicalBytes) : '-',
       shortTime(s.createdAt),
-      String(s.childrenAlive),
+      s.state === 'ready' ? String(s.childrenAlive) : '-',
       formatLabels(s.labels),
       formatOrigin(s),
     ]),
@@ -43,6 +46,7 @@ async function listSnapshots(flags: DaemonFlags): Promise<void> {
 /** A snapshot in the REST API's shape (what `--json` prints). */
 export function snapshotJson(s: SnapshotInfo): Record<string, unknown> {
   const json = toWire(SNAPSHOT, s);
+  json.pool = toWire(POOL_STATE, s.pool);
   if (s.memory) json.memory = toWire(SNAPSHOT_MEMORY, s.memory);
   return json;
 }
@@ -52,10 +56,25 @@ export function usable(s: SnapshotInfo): boolean {
   return s.state === 'ready' && s.bootable;
 }
 
-/** Why a snapshot cannot be forked, in a few words. */
+/** `ready`, `writing`, `failed`, or `not bootable` (ready, but a file or layer is wrong). */
+export function stateWord(s: SnapshotInfo): string {
+  return s.state === 'ready' && !s.bootable ? 'not bootable' : s.state;
+}
+
+/** Why a snapshot cannot be forked, in a few words, and what to do about it. */
 export function whyUnusable(s: SnapshotInfo): string {
-  const what = s.state === 'ready' ? 'not bootable' : s.state;
-  return s.reason ? `${what}: ${s.reason}` : what;
+  const why = `${stateWord(s)}${s.reason ? `: ${s.reason}` : ''}`;
+  if (s.state === 'failed') return `${why}; remove it with \`forkd rmi ${s.tag}\``;
+  if (s.state === 'writing')
+    return `${why}; \`forkd snapshot info ${s.tag}\` shows when it is ready`;
+  return why;
+}
+
+/** `2 of 2 ready, pre-warmed, 34 MiB of host memory`: a pool's VMs and what they take. */
+export function formatPool(pool: SnapshotInfo['pool']): string {
+  const kind = pool.prewarm ? ', pre-warmed' : '';
+  const memory = pool.memoryBytes ? `, ${formatBytes(pool.memoryBytes)} of host memory` : '';
+  return `${pool.ready} of ${pool.size} ready${kind}${memory}`;
 }
 
 /** Where it came from: `REF@sha256:abcdef012345`, the pack file, or `-` when made here. */

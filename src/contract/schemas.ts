@@ -684,6 +684,19 @@ export const SnapshotOrigin = Type.Object({
   at: Type.String({ format: 'date-time' }),
 });
 
+/**
+ * A snapshot's pool of pre-started VMMs (docs/snapshots.md, "The VMM pool"): QEMUs that are
+ * not sandboxes (`forkd ps` counts them apart), so what they take is shown here.
+ */
+export const PoolState = Type.Object({
+  size: Type.Integer({ description: 'pool VMs asked for' }),
+  ready: Type.Integer({ description: 'pool VMs waiting now' }),
+  prewarm: Type.Boolean(),
+  memory_bytes: Type.Union([Type.Integer(), Type.Null()], {
+    description: 'host memory the waiting VMs take together (null: not measured on this host)',
+  }),
+});
+
 export const Snapshot = Type.Object(
   {
     tag: SnapshotTag,
@@ -702,8 +715,10 @@ export const Snapshot = Type.Object(
     files: Type.Array(SnapshotFile),
     logical_bytes: Type.Integer(),
     physical_bytes: Type.Integer(),
-    children_alive: Type.Integer({ description: 'running sandboxes forked from it' }),
-    pool: Type.Object({ size: Type.Integer(), ready: Type.Integer(), prewarm: Type.Boolean() }),
+    children_alive: Type.Integer({
+      description: 'running sandboxes forked from it (not a source branched into it)',
+    }),
+    pool: PoolState,
     depth: Type.Integer({
       description: 'layers of parent snapshots under its disk (0 = standalone)',
     }),
@@ -891,11 +906,6 @@ export const SetPool = Type.Object(
   },
   strict,
 );
-export const PoolState = Type.Object({
-  size: Type.Integer(),
-  ready: Type.Integer(),
-  prewarm: Type.Boolean(),
-});
 
 // ---- host ----------------------------------------------------------------------------
 

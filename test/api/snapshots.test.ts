@@ -115,7 +115,7 @@ test('list and get show children alive, pool and bootable; an unknown tag is 404
     one.body.files.map((f) => f.name),
     ['memory', 'vmstate', 'disk.qcow2'],
   );
-  assert.deepEqual(one.body.pool, { size: 0, ready: 0, prewarm: false });
+  assert.deepEqual(one.body.pool, { size: 0, ready: 0, prewarm: false, memory_bytes: 0 });
   const broken = await call<{ bootable: boolean; reason: string }>(
     `/v1/snapshots/${SEED.brokenSnapshot}`,
   );
@@ -152,7 +152,12 @@ test('pool: PUT passes the size and answers the pool state', async () => {
   fake.reset();
   const res = await call({ method: 'PUT', url: `${SNAP}/pool`, payload: { size: 4 } });
   assert.equal(res.status, 200);
-  assert.deepEqual(res.body, { size: 4, ready: 4, prewarm: false });
+  assert.deepEqual(res.body, {
+    size: 4,
+    ready: 4,
+    prewarm: false,
+    memory_bytes: 4 * 16 * 1024 * 1024,
+  });
   assert.deepEqual(lastCall().args, [SEED.snapshot, 4, { prewarm: undefined }]);
   const missing = await call<ErrorJson>({
     method: 'PUT',
@@ -302,9 +307,11 @@ test('forks are counted per child in /metrics; pools are gauges by tag', async (
     `forkd_snapshot_pool_size{tag="${SEED.snapshot}"} 3`,
     `forkd_snapshot_pool_ready{tag="${SEED.snapshot}"} 3`,
     `forkd_snapshot_pool_size{tag="${SEED.brokenSnapshot}"} 0`,
+    `forkd_snapshot_pool_memory_bytes{tag="${SEED.snapshot}"} ${3 * 16 * 1024 * 1024}`,
   ]) {
     assert.ok(text.includes(line), line);
   }
+  assert.doesNotMatch(text, /forkd_snapshot_pool_memory_bytes\{tag="broken"\}/, 'no pool VMs');
   local.failWith('snapshots', 'list', new Error('store locked'));
   const failing = await a.inject('/metrics');
   assert.equal(failing.statusCode, 200, 'a failing listing does not fail the scrape');

@@ -155,6 +155,9 @@ export function conformance(kind: string, subject: () => Subject): void {
         ['conf-branch', 'ready', s.snapshot, source.id],
       );
       assert.equal((await sandboxes.get(source.id)).state, 'running', 'the source keeps running');
+      // Its disk now layers on the branch, but nothing was forked from it: no child of it.
+      assert.equal((await snapshots.get('conf-branch')).children_alive, 0);
+      assert.equal((await snapshots.get(s.snapshot)).children_alive, 1, 'the source, forked');
       const nodes = (await snapshots.lineage(s.snapshot)).nodes;
       const node = nodes.find((n) => n.id === 'conf-branch');
       assert.deepEqual(node?.parent, { kind: 'snapshot', id: s.snapshot });

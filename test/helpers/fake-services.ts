@@ -24,6 +24,7 @@ import { FakeContexts, SEED_CONTEXT } from './fake-contexts.js';
 import { FakePtys } from './fake-pty.js';
 import { RowChanges } from '../../src/store/changes.js';
 import { EventFeed } from '../../src/services/events.js';
+import { unfinished } from '../../src/services/snapshots/registry.js';
 import type {
   AuditEntry,
   BranchOutcome,
@@ -166,7 +167,7 @@ function snapshotRecord(tag: string, over: Partial<SnapshotT> = {}): SnapshotT {
     logical_bytes: files.reduce((sum, f) => sum + f.size, 0),
     physical_bytes: files.reduce((sum, f) => sum + f.allocated, 0),
     children_alive: 0,
-    pool: { size: 0, ready: 0, prewarm: false },
+    pool: { size: 0, ready: 0, prewarm: false, memory_bytes: 0 },
     depth: 0,
     ancestors: [],
     dependents: [],
@@ -232,6 +233,8 @@ export class FakeServices {
   readonly failingChildren = new Set<number>();
   /** Set when a snapshot create stopped because its progress callback threw (client gone). */
   createAborted = false;
+  /** The pre-warmed pool a created snapshot gets (`--default-pool`; 0 here, as in tests). */
+  defaultPool = 0;
   readonly services: Services;
   readonly contexts = new FakeContexts((id) => void this.running(id), SEED.sandbox);
 
@@ -296,13 +299,13 @@ export class FakeServices {
     };
     return {
       pack: async (tag, file) => {
-        this.snapshot(tag);
+        this.usable(tag);
         const files = { files: 4, logical_bytes: 4096 };
         return { tag, file, bytes: 1024, chain: [tag], image: 'busybox', ...files };
       },
       unpack: async (_file, opts) => install(opts?.tag, opts?.force),
       push: async (tag, reference) => {
-        this.snapshot(tag);
+        this.usable(tag);
         const digest = `sha256:${'0'.repeat(64)}`;
         const counts = { blobs: 5, uploaded: 5, skipped: 0, mounted: 0, bytes_uploaded: 4096 };
         return { reference: `${reference}@${digest}`, digest, ...counts };
@@ -370,6 +373,7 @@ export class FakeServices {
     this.failingChildren.clear();
     this.diskBases.clear();
     this.createAborted = false;
+    this.defaultPool = 0;
     this.contexts?.reset();
   }
 
@@ -447,12 +451,29 @@ export class FakeServices {
     const ancestors = this.ancestors(tag);
     return {
       ...s,
-      children_alive: this.children(tag).length,
+      children_alive: this.children(tag).filter((c) => c.snapshot === tag).length,
       depth: ancestors.length,
       ancestors,
       dependents: this.dependents(tag),
-      memory: fakeMemory(s.parent, ancestors.length),
+      memory: s.state === 'ready' ? fakeMemory(s.parent, ancestors.length) : undefined,
     };
+  }
+
+  /** A snapshot a verb uses: as the real registry, an unfinished one is refused with why. */
+  private usable(tag: string): SnapshotT {
+    const s = this.snapshot(tag);
+    if (s.state !== 'ready') throw unfinished(tag, s.state, s.reason);
+    return s;
+  }
+
+  /** Add a branch cut off by a daemon stop: listed `failed` with why, no files. */
+  addFailedSnapshot(tag: string, reason: string): void {
+    const none = { files: [], logical_bytes: 0, physical_bytes: 0 };
+    const failed = { state: 'failed' as const, bootable: false, reason, memory: undefined };
+    this.snapshots.set(
+      tag,
+      snapshotRecord(tag, { ...none, ...failed, source_sandbox: SEED.sandbox }),
+    );
   }
 
   /** Parent, grandparent, … of a snapshot. */
@@ -671,6 +692,8 @@ export class FakeServices {
       memory_mib: req.memory_mib ?? 256,
       cpus: req.cpus ?? 1,
       labels: req.labels ?? {},
+      // As the real create: the default pool is asked for and fills in the background.
+      pool: { size: this.defaultPool, ready: 0, prewarm: this.defaultPool > 0, memory_bytes: 0 },
     });
     this.snapshots.set(req.tag, snapshot);
     return snapshot;
@@ -693,7 +716,7 @@ export class FakeServices {
     n: number,
     req: { labels?: Record<string, string>; limits?: LimitsRequestT; idle?: IdleRequest },
   ) {
-    const source = this.snapshot(tag);
+    const source = this.usable(tag);
     if (!source.bootable) {
       throw new ForkdError('snapshot_not_bootable', `snapshot ${tag} is not bootable`, {
         file: 'memory',
@@ -797,7 +820,7 @@ export class FakeServices {
 
   /** A standalone copy of `tag` under `to`: no parent, one layer. */
   private compact(tag: string, to: string): SnapshotT {
-    const source = this.snapshot(tag);
+    const source = this.usable(tag);
     this.checkFreeTag(to);
     const { labels, image, memory_mib, cpus } = source;
     this.snapshots.set(to, snapshotRecord(to, { labels, image, memory_mib, cpus }));
@@ -830,7 +853,7 @@ export class FakeServices {
       list: async () => [...this.snapshots.keys()].map((tag) => this.snapshot(tag)),
       get: async (tag) => this.snapshot(tag),
       verify: async (tag) => {
-        const s = this.snapshot(tag);
+        const s = this.usable(tag);
         if (s.bootable) return { ok: true, problems: [] };
         return { ok: false, problems: [{ file: 'memory', problem: 'missing' }] };
       },
@@ -838,8 +861,10 @@ export class FakeServices {
       compact: async (tag, to) => this.compact(tag, to),
       lineage: async (tag) => this.lineage(tag),
       setPool: async (tag, size, opts) => {
-        const pool = { size, ready: size, prewarm: opts?.prewarm ?? false };
-        this.snapshots.set(tag, { ...this.snapshot(tag), pool });
+        // Each waiting VM takes what an idle child does (docs/snapshots.md: 13.5–18 MiB).
+        const memory_bytes = size * 16 * MiB;
+        const pool = { size, ready: size, prewarm: opts?.prewarm ?? false, memory_bytes };
+        this.snapshots.set(tag, { ...this.usable(tag), pool });
         return pool;
       },
       fork: async (req) => {

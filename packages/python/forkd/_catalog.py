@@ -56,6 +56,20 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
             "records: it cannot be forked."
         ),
     ),
+    "snapshot_failed": CatalogEntry(
+        409,
+        (
+            "The snapshot was never finished (a branch cut off or failed): it has no files and "
+            "can only be removed."
+        ),
+    ),
+    "snapshot_writing": CatalogEntry(
+        409,
+        (
+            "The snapshot is still being written (a branch that did not wait): retry once it "
+            "is ready."
+        ),
+    ),
     "snapshot_in_use": CatalogEntry(
         409,
         "Sandboxes or other snapshots depend on the snapshot; remove them first or force.",
@@ -313,6 +327,28 @@ class SnapshotBrokenError(ForkdError):
     """
 
     code = "snapshot_broken"
+    status = 409
+
+
+class SnapshotFailedError(ForkdError):
+    """The snapshot was never finished (a branch cut off or failed): it has no files and can
+    only be removed.
+
+    Code ``snapshot_failed``, HTTP 409.
+    """
+
+    code = "snapshot_failed"
+    status = 409
+
+
+class SnapshotWritingError(ForkdError):
+    """The snapshot is still being written (a branch that did not wait): retry once it is
+    ready.
+
+    Code ``snapshot_writing``, HTTP 409.
+    """
+
+    code = "snapshot_writing"
     status = 409
 
 
@@ -620,6 +656,8 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "snapshot_not_found": SnapshotNotFoundError,
     "snapshot_not_bootable": SnapshotNotBootableError,
     "snapshot_broken": SnapshotBrokenError,
+    "snapshot_failed": SnapshotFailedError,
+    "snapshot_writing": SnapshotWritingError,
     "snapshot_in_use": SnapshotInUseError,
     "image_in_use": ImageInUseError,
     "guest_file_not_found": GuestFileNotFoundError,
@@ -666,6 +704,8 @@ __all__ = [
     "SnapshotNotFoundError",
     "SnapshotNotBootableError",
     "SnapshotBrokenError",
+    "SnapshotFailedError",
+    "SnapshotWritingError",
     "SnapshotInUseError",
     "ImageInUseError",
     "GuestFileNotFoundError",

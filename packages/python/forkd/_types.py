@@ -176,12 +176,15 @@ class SnapshotFileInfo:
 
 @dataclass(frozen=True)
 class PoolInfo:
-    """A snapshot's pool of pre-started VMMs: the size asked for, how many wait ready, and
-    whether they are pre-warmed (restored, run once and paused)."""
+    """A snapshot's pool of pre-started VMMs: the size asked for, how many wait ready,
+    whether they are pre-warmed (restored, run once and paused), and the host memory the
+    waiting VMs take together (``None``: not measured, or an older daemon). They are QEMUs but
+    not sandboxes: ``Sandbox.list()`` does not return them."""
 
     size: int
     ready: int
     prewarm: bool = False
+    memory_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)

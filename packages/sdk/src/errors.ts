@@ -46,6 +46,16 @@ export const ERROR_CATALOG = {
     meaning:
       "A layer of the snapshot's disk chain is missing or is not the one its manifest records: it cannot be forked.",
   },
+  snapshot_failed: {
+    status: 409,
+    meaning:
+      'The snapshot was never finished (a branch cut off or failed): it has no files and can only be removed.',
+  },
+  snapshot_writing: {
+    status: 409,
+    meaning:
+      'The snapshot is still being written (a branch that did not wait): retry once it is ready.',
+  },
   snapshot_in_use: {
     status: 409,
     meaning: 'Sandboxes or other snapshots depend on the snapshot; remove them first or force.',
@@ -342,6 +352,8 @@ export const {
   SnapshotNotFoundError,
   SnapshotNotBootableError,
   SnapshotBrokenError,
+  SnapshotFailedError,
+  SnapshotWritingError,
   SnapshotInUseError,
   ImageInUseError,
   GuestFileNotFoundError,

@@ -275,17 +275,20 @@ export interface SnapshotFileInfo {
 }
 
 /**
- * A snapshot's pool of pre-started VMMs (wire object `PoolState`): the size asked for and
- * how many wait ready for a fork.
+ * A snapshot's pool of pre-started VMMs (wire object `PoolState`): the size asked for, how
+ * many wait ready for a fork, and the host memory they take. They are QEMUs but not
+ * sandboxes: `Sandbox.list()` does not return them.
  *
  * @example
- * const { size, ready }: PoolInfo = await snapshot.setPool(4);
+ * const { size, ready, memoryBytes }: PoolInfo = await snapshot.setPool(4);
  */
 export interface PoolInfo {
   size: number;
   ready: number;
   /** Pool VMs are restored, run once and paused ahead of the fork. */
   prewarm: boolean;
+  /** Host memory of the waiting VMs together; null when not measured (or an older daemon). */
+  memoryBytes: number | null;
 }
 
 /**

@@ -240,14 +240,19 @@ export const SNAPSHOT_FILE: WireNames<SnapshotFileInfo> = {
   sha256: 'sha256',
 };
 
-/** A wire pool state; a daemon older than pre-warmed pools sends no `prewarm`. */
+/** A wire pool state; an older daemon sends no `prewarm` nor `memory_bytes`. */
 export function poolFromWire(wire: unknown): PoolInfo {
   const pool = fromWire(POOL_STATE, wire);
-  return { ...pool, prewarm: pool.prewarm ?? false };
+  return { ...pool, prewarm: pool.prewarm ?? false, memoryBytes: pool.memoryBytes ?? null };
 }
 
 /** `PoolState` in schemas.ts (also a Snapshot's `pool`). */
-export const POOL_STATE: WireNames<PoolInfo> = { size: 'size', ready: 'ready', prewarm: 'prewarm' };
+export const POOL_STATE: WireNames<PoolInfo> = {
+  size: 'size',
+  ready: 'ready',
+  prewarm: 'prewarm',
+  memoryBytes: 'memory_bytes',
+};
 
 /** `VerifyResult` in schemas.ts. */
 export const VERIFY_RESULT: WireNames<VerifyReport> = { ok: 'ok', problems: 'problems' };

@@ -66,9 +66,12 @@ export interface SandboxHost {
   lease(id: string): Promise<Lease>;
   /** Record a sandbox forked from a snapshot, start it with `start`, and own it from then on. */
   createForked(init: ForkInit, start: SandboxStarter, caller: Caller): Promise<SandboxT>;
-  /** Running sandboxes that depend on a snapshot: forked from it, or branched into it. */
-  childrenOf(tag: string): string[];
-  /** Running sandboxes forked from a snapshot (their first overlay sits on its disk). */
+  /**
+   * Running sandboxes whose disk depends on a snapshot: forked from it, or branched into it
+   * (removal must hold or fold them). Not its children: those are `forkedFrom` only.
+   */
+  runningOn(tag: string): string[];
+  /** Running sandboxes forked from a snapshot (their first overlay sits on its disk): its children. */
   forkedFrom(tag: string): string[];
   /** Running sources whose disk layers on a snapshot they were branched into, not forked from. */
   layeredOn(tag: string): string[];

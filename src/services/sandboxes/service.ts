@@ -283,7 +283,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   /** Running sandboxes that depend on a snapshot: forked from it, or branched into it. */
-  childrenOf(tag: string): string[] {
+  runningOn(tag: string): string[] {
     return this.activeIds((r) => r.snapshot === tag || r.disk_base === tag);
   }
 

@@ -37,6 +37,11 @@ export class Pool {
     };
   }
 
+  /** The members waiting now (to measure them; taking one is `take`). */
+  members(tag: string): readonly PreparedChild[] {
+    return [...(this.ready.get(tag) ?? [])];
+  }
+
   /** Total members ready, for /metrics. */
   total(): number {
     let n = 0;

@@ -37,10 +37,13 @@ export interface RegistryOptions {
   log: ServiceLog;
   /** Snapshot writes at once (create, branch, compact; default 2); past it `capacity`. */
   maxCreating?: number;
-  /** Running sandboxes that depend on a snapshot (SandboxHost.childrenOf). */
-  childrenOf(tag: string): string[];
+  /**
+   * A snapshot's children: the running sandboxes forked from it (SandboxHost.forkedFrom).
+   * A source branched into it layers on it but is no child of it (issue 29).
+   */
+  forkedFrom(tag: string): string[];
   /** The VMM pool of a snapshot. */
-  poolState(tag: string): PoolStateT;
+  poolState(tag: string): Promise<PoolStateT>;
 }
 
 export class SnapshotRegistry {
@@ -65,7 +68,7 @@ export class SnapshotRegistry {
       // A branch leaves a trace (its source may have answered `no_wait` already); a create
       // that died with its parent VM leaves nothing.
       if (row.source === null) this.rows.delete(row.tag);
-      else this.rows.update(row.tag, { state: 'failed', reason: INTERRUPTED(row.tag) });
+      else this.rows.update(row.tag, { state: 'failed', reason: INTERRUPTED });
     }
     await sweepStaging(this.opts.paths);
     await sweepMemory(this.opts.paths);
@@ -98,6 +101,13 @@ export class SnapshotRegistry {
     const row = this.rows.get(tag);
     // A `writing` row no writer holds is one whose undo could not remove it (rowWrite).
     const stale = row?.state === 'writing' && !this.creating.has(tag);
+    if (row?.state === 'failed') {
+      throw new ForkdError(
+        'name_taken',
+        `snapshot "${tag}" exists, failed (${row.reason ?? 'its write failed'}): remove it with \`forkd rmi ${tag}\` or pick another tag`,
+        { tag },
+      );
+    }
     if ((row && !stale) || this.creating.has(tag)) {
       throw new ForkdError('name_taken', `snapshot "${tag}" already exists or is being written`, {
         tag,
@@ -127,6 +137,7 @@ export class SnapshotRegistry {
    */
   async release(tag: string): Promise<void> {
     this.creating.delete(tag);
+    this.pending.delete(tag);
     await rm(snapshotDir(this.opts.paths, tag), { recursive: true, force: true });
     this.rowWrite(tag, 'could not remove the row of a failed snapshot', () =>
       this.rows.delete(tag),
@@ -159,6 +170,7 @@ export class SnapshotRegistry {
       crashPoint('publish:renamed');
       this.rows.update(tag, { state: 'ready', size_bytes: physicalBytes(manifest) });
       this.creating.delete(tag);
+      this.pending.delete(tag);
       return manifest;
     } catch (e) {
       // Files first: on a full disk the row writes themselves can fail (SQLITE_FULL) until
@@ -169,6 +181,7 @@ export class SnapshotRegistry {
         throw e;
       }
       this.creating.delete(tag);
+      this.pending.delete(tag);
       await rm(snapshotDir(this.opts.paths, tag), { recursive: true, force: true });
       const reason = e instanceof Error ? e.message : String(e);
       this.rowWrite(tag, 'could not mark a snapshot failed', () =>
@@ -242,6 +255,7 @@ export class SnapshotRegistry {
     const out: SnapshotT[] = [];
     for (const m of all.values()) out.push(await this.toWire(m, all));
     for (const row of this.rows.list('failed')) out.push(this.failedWire(row));
+    for (const [tag, wire] of this.pending) if (this.creating.has(tag)) out.push(wire);
     return out;
   }
 
@@ -268,10 +282,18 @@ export class SnapshotRegistry {
     return out;
   }
 
-  /** The manifest of a published snapshot (snapshot_not_found otherwise). */
+  /**
+   * The manifest of a published snapshot. A tag that is listed but unpublished answers
+   * what it is — `snapshot_failed` with why and how to remove it, `snapshot_writing` — so
+   * no verb calls a snapshot `forkd snapshots` shows missing; else `snapshot_not_found`.
+   */
   async manifest(tag: string): Promise<SnapshotManifest> {
     validateTag(tag);
-    if (!this.isPublished(tag)) {
+    const row = this.rows.get(tag);
+    if (row?.state === 'failed') throw unfinished(tag, 'failed', row.reason);
+    // A `writing` row no writer holds is hidden (rowWrite): not found, as before.
+    if (row?.state === 'writing' && this.creating.has(tag)) throw unfinished(tag, 'writing');
+    if (row?.state !== 'ready') {
       throw new ForkdError('snapshot_not_found', `no snapshot "${tag}": see \`forkd snapshots\``, {
         tag,
       });
@@ -318,8 +340,8 @@ export class SnapshotRegistry {
       files,
       logical_bytes: files.reduce((a, f) => a + f.size, 0),
       physical_bytes: physicalBytes(m),
-      children_alive: this.opts.childrenOf(m.tag).length,
-      pool: this.opts.poolState(m.tag),
+      children_alive: this.opts.forkedFrom(m.tag).length,
+      pool: await this.opts.poolState(m.tag),
       ancestors: ancestors(m, manifests),
       dependents: descendants(m.tag, manifests).reverse(),
       depth: 0,
@@ -333,8 +355,29 @@ export class SnapshotRegistry {
   }
 }
 
-const INTERRUPTED = (tag: string) =>
-  `the daemon stopped before this branch was published; its source was repaired: remove it with \`forkd rmi ${tag}\``;
+/**
+ * What a verb given a listed but unfinished snapshot answers: `snapshot_failed` with why
+ * and how to remove it, or `snapshot_writing` with how to see when it is ready.
+ */
+export function unfinished(tag: string, state: 'failed' | 'writing', reason?: string | null) {
+  if (state === 'writing') {
+    return new ForkdError(
+      'snapshot_writing',
+      `snapshot "${tag}" is still being written: retry once \`forkd snapshot info ${tag}\` says ready`,
+      { tag, state },
+    );
+  }
+  const why = reason ?? 'its write failed';
+  return new ForkdError(
+    'snapshot_failed',
+    `snapshot "${tag}" failed and cannot be used: ${why}; remove it with \`forkd rmi ${tag}\``,
+    { tag, state, reason: why },
+  );
+}
+
+/** Why a branch cut off by a daemon stop failed (how to remove it is said where it is shown). */
+const INTERRUPTED =
+  'the daemon stopped before this branch was published; its source was repaired and runs on';
 
 /** The REST shape of a snapshot with no published files (being written, or failed). */
 function unpublishedWire(
@@ -350,7 +393,7 @@ function unpublishedWire(
     logical_bytes: 0,
     physical_bytes: 0,
     children_alive: 0,
-    pool: { size: 0, ready: 0, prewarm: false },
+    pool: { size: 0, ready: 0, prewarm: false, memory_bytes: 0 },
     depth: 0,
     ancestors: [],
     dependents: [],

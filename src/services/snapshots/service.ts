@@ -98,8 +98,8 @@ export class SnapshotManager implements SnapshotService {
       store: opts.store,
       log: this.log,
       maxCreating: opts.maxCreating,
-      childrenOf: (tag) => opts.sandboxes.childrenOf(tag),
-      poolState: (tag) => this.pool.state(tag),
+      forkedFrom: (tag) => opts.sandboxes.forkedFrom(tag),
+      poolState: (tag) => this.poolState(tag),
     });
     this.pool = new Pool(
       async (tag, prewarm) => {
@@ -212,7 +212,7 @@ export class SnapshotManager implements SnapshotService {
       const manifests = await this.registry.manifests();
       const subtree = [tag, ...descendants(tag, manifests)];
       // A sandbox forked from one and branched into another is listed under both: once.
-      const more = new Set(subtree.flatMap((t) => this.opts.sandboxes.childrenOf(t)));
+      const more = new Set(subtree.flatMap((t) => this.opts.sandboxes.runningOn(t)));
       const next = [...more].filter((id) => !held.has(id));
       if (next.length === 0) return manifests;
       for (const id of next) held.set(id, await this.opts.sandboxes.lockDisk(id));
@@ -308,7 +308,7 @@ export class SnapshotManager implements SnapshotService {
   /** The eviction itself; only from the background queue (or from a job already in it). */
   private async evictNow(): Promise<string[]> {
     const inUse = (t: string) =>
-      this.opts.sandboxes.childrenOf(t).length > 0 || this.pool.state(t).size > 0;
+      this.opts.sandboxes.runningOn(t).length > 0 || this.pool.state(t).size > 0;
     const budget = this.opts.memoryCacheBytes ?? memoryCacheBudget();
     return evictMaterialized(this.opts.paths, await this.registry.manifests(), inUse, budget);
   }
@@ -348,7 +348,21 @@ export class SnapshotManager implements SnapshotService {
     const prewarm = Boolean(opts.prewarm);
     this.registry.setPool(tag, size, prewarm);
     await this.pool.setSize(tag, size, prewarm);
-    return this.pool.state(tag);
+    return this.poolState(tag);
+  }
+
+  /**
+   * A snapshot's pool as the API shows it, with the host memory its waiting VMs take (each
+   * one's cgroup, as a sandbox's usage; null where a VM has none: limits not enforced).
+   * Pool VMs are QEMUs `forkd ps` does not list as sandboxes: this is how they are seen.
+   */
+  async poolState(tag: string): Promise<PoolStateT> {
+    const used = await Promise.all(
+      this.pool.members(tag).map((c) => this.opts.limiter.usage(c.id).catch(() => undefined)),
+    );
+    const known = used.every((u) => u !== undefined);
+    const memory = known ? used.reduce((sum, u) => sum + (u?.memoryBytes ?? 0), 0) : null;
+    return { ...this.pool.state(tag), memory_bytes: memory };
   }
 
   async fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome> {

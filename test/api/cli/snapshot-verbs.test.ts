@@ -1,8 +1,9 @@
 /**
  * The CLI's snapshot verbs — `forkd snapshot create|info|verify|pool`, `snapshots`, `fork`,
- * `rmi` — run as a user runs them, against the API app over the fake services on a unix
- * socket (FORKD_URL): tables and `--json`, progress on stderr, exit codes, partial fork
- * failures, and Ctrl-C during a create reaching the daemon as an abort. The same verbs
+ * `rmi`, `ps --pool` — run as a user runs them, against the API app over the fake services
+ * on a unix socket (FORKD_URL): tables and `--json`, progress on stderr, exit codes, partial
+ * fork failures, Ctrl-C during a create reaching the daemon as an abort, what every verb
+ * says of a failed or unfinished snapshot, and pool VMs made visible. The same verbs
  * against real VMs are the end-to-end tests' job.
  */
 import { test } from 'node:test';
@@ -107,8 +108,15 @@ test('snapshots: a table; a snapshot that cannot be forked is named with the rea
   const r = await forkd('snapshots');
   assert.equal(r.code, 0, r.stderr);
   const [header, ...rows] = out(r).trimEnd().split('\n');
-  assert.match(header!, /^TAG\s+IMAGE\s+MEMORY\s+DISK\s+CREATED\s+CHILDREN\s+LABELS\s+ORIGIN$/);
-  assert.match(rows[0]!, /^warm\s+base\s+256M\s+63 MiB\s+1970-01-01 00:00\s+2\s+team=a\s+-$/);
+  assert.match(
+    header!,
+    /^TAG\s+STATE\s+IMAGE\s+MEMORY\s+DISK\s+CREATED\s+CHILDREN\s+LABELS\s+ORIGIN$/,
+  );
+  assert.match(
+    rows[0]!,
+    /^warm\s+ready\s+base\s+256M\s+63 MiB\s+1970-01-01 00:00\s+2\s+team=a\s+-$/,
+  );
+  assert.match(rows[1]!, /^broken\s+not bootable\s+base\s/);
   assert.match(r.stderr, /snapshot broken cannot be forked: not bootable: memory is missing/);
   const list = await json<{ tag: string; children_alive: number }[]>('snapshots');
   assert.deepEqual(
@@ -202,4 +210,118 @@ test('rmi refuses while children run, --force kills them', async () => {
     list.map((s) => s.tag),
     ['broken'],
   );
+});
+
+/** Why the fake's failed branch failed (the registry's words after a daemon stop). */
+const CUT = 'the daemon stopped before this branch was published';
+
+test('a failed branch is listed failed with why; every verb given it says so and how to remove it', async () => {
+  fake.reset();
+  fake.addFailedSnapshot('cut', CUT);
+  const list = await forkd('snapshots');
+  assert.equal(list.code, 0, list.stderr);
+  const row = out(list)
+    .split('\n')
+    .find((l) => l.startsWith('cut '));
+  assert.match(row ?? '', /^cut\s+failed\s+base\s+256M\s+-\s+1970-01-01 00:00\s+-\s/);
+  assert.match(
+    list.stderr,
+    /snapshot cut cannot be forked: failed: the daemon stopped .*; remove it with `forkd rmi cut`/,
+  );
+  const info = await forkd('snapshot', 'info', 'cut');
+  assert.match(
+    out(info),
+    /^state\s+failed: the daemon stopped .*; remove it with `forkd rmi cut`$/m,
+  );
+  assert.doesNotMatch(out(info), /^(size|pool|FILE)\s/m, 'no files, no pool: nothing to show');
+  for (const args of [
+    ['snapshot', 'verify', 'cut'],
+    ['fork', 'cut'],
+    ['snapshot', 'pool', 'cut', '1'],
+    ['snapshot', 'compact', 'cut', '--to', 'flat'],
+    ['push', 'cut', 'localhost:5000/cut:1'],
+  ]) {
+    const r = await forkd(...args);
+    assert.equal(r.code, 4, `${args.join(' ')}: ${r.stderr}`);
+    assert.match(
+      r.stderr,
+      /snapshot "cut" failed and cannot be used: the daemon stopped .*; remove it with `forkd rmi cut` \[snapshot_failed\]/,
+      args.join(' '),
+    );
+  }
+  const json = await forkd('fork', 'cut', '--json');
+  const body = JSON.parse(json.stderr.toString()) as {
+    error: { code: string; details: { reason: string } };
+  };
+  assert.deepEqual([body.error.code, body.error.details.reason], ['snapshot_failed', CUT]);
+  const rmi = await forkd('rmi', 'cut');
+  assert.equal(rmi.code, 0, rmi.stderr);
+  assert.doesNotMatch(out(await forkd('snapshots')), /^cut /m);
+});
+
+test('a snapshot still being written is listed writing; a fork of it says so', async () => {
+  fake.reset();
+  const branched = await forkd('branch', SEED.sandbox, '--tag', 'later', '--no-wait');
+  assert.equal(branched.code, 0, branched.stderr);
+  const list = await forkd('snapshots');
+  assert.match(out(list), /^later\s+writing\s/m);
+  assert.match(
+    list.stderr,
+    /snapshot later cannot be forked: writing; `forkd snapshot info later`/,
+  );
+  const r = await forkd('fork', 'later');
+  assert.equal(r.code, 4);
+  assert.match(r.stderr, /snapshot "later" is still being written: .* \[snapshot_writing\]/);
+});
+
+test('a branch has no children until something is forked from it (its source is not one)', async () => {
+  fake.reset();
+  const branched = await forkd('branch', SEED.sandbox, '--tag', 'step');
+  assert.equal(branched.code, 0, branched.stderr);
+  const children = async () =>
+    (await json<{ tag: string; children_alive: number }[]>('snapshots')).find(
+      (s) => s.tag === 'step',
+    )?.children_alive;
+  assert.equal(await children(), 0, 'the source layers on its branch but is no child of it');
+  assert.match(out(await forkd('snapshot', 'info', 'step')), /^children\s+0 alive$/m);
+  assert.equal((await forkd('fork', 'step')).code, 0);
+  assert.equal(await children(), 1);
+  const refused = await forkd('rmi', 'step');
+  assert.equal(refused.code, 4, 'the child forked from it still holds it');
+});
+
+test('snapshot create says it started a pool and how to turn it off; ps counts pool VMs', async () => {
+  fake.reset();
+  fake.defaultPool = 2;
+  const made = await forkd('snapshot', 'create', '--tag', 'pooled');
+  assert.equal(made.code, 0, made.stderr);
+  assert.match(
+    made.stderr,
+    /started a pre-warmed pool of 2 VMs for fast forks \(not sandboxes: `forkd ps --pool` shows them\); `forkd snapshot pool pooled 0` removes it, `forkd daemon --default-pool 0` starts none/,
+  );
+  assert.equal((await forkd('snapshot', 'pool', 'pooled', '2', '--prewarm')).code, 0);
+  const ps = await forkd('ps');
+  assert.equal(ps.code, 0, ps.stderr);
+  assert.match(
+    ps.stderr,
+    /^\+ 2 pool VMs waiting for forks \(pooled 2\), not sandboxes: `forkd ps --pool`$/m,
+  );
+  const pools = await forkd('ps', '--pool');
+  assert.equal(pools.code, 0, pools.stderr);
+  const [header, row] = out(pools).trimEnd().split('\n');
+  assert.match(header!, /^SNAPSHOT\s+READY\s+SIZE\s+KIND\s+MEMORY$/);
+  assert.match(row!, /^pooled\s+2\s+2\s+pre-warmed\s+32 MiB$/);
+  assert.deepEqual(await json('ps', '--pool'), [
+    {
+      tag: 'pooled',
+      pool: { size: 2, ready: 2, prewarm: true, memory_bytes: 32 * 1024 * 1024 },
+    },
+  ]);
+  const info = await forkd('snapshot', 'info', 'pooled');
+  assert.match(out(info), /^pool\s+2 of 2 ready, pre-warmed, 32 MiB of host memory$/m);
+  assert.equal((await forkd('snapshot', 'pool', 'pooled', '0')).code, 0);
+  assert.doesNotMatch((await forkd('ps')).stderr, /pool VM/);
+  fake.defaultPool = 0;
+  const quiet = await forkd('snapshot', 'create', '--tag', 'unpooled');
+  assert.doesNotMatch(quiet.stderr, /pool/);
 });

@@ -48,7 +48,7 @@ const INFO: SnapshotInfo = {
   logicalBytes: 100,
   physicalBytes: 40,
   childrenAlive: 2,
-  pool: { size: 2, ready: 1, prewarm: false },
+  pool: { size: 2, ready: 1, prewarm: false, memoryBytes: null }, // an older daemon's
   depth: 0,
   ancestors: [],
   dependents: [],
@@ -199,7 +199,7 @@ test('verify, setPool, remove (force as a query), static remove, in-use refusal'
     json(res, 200, { ok: false, problems: [{ file: 'memory', problem: 'missing', extra: 1 }] }),
   );
   fake.on('PUT /v1/snapshots/:tag/pool', (_r, res) =>
-    json(res, 200, { size: 4, ready: 0, prewarm: false }),
+    json(res, 200, { size: 4, ready: 0, prewarm: false, memory_bytes: 0 }),
   );
   fake.on('DELETE /v1/snapshots/:tag', (_r, res) => noContent(res));
   const snap = await Snapshot.get(TAG, config);
@@ -208,9 +208,10 @@ test('verify, setPool, remove (force as a query), static remove, in-use refusal'
     problems: [{ file: 'memory', problem: 'missing' }],
   });
   assert.equal(fake.last('POST /v1/snapshots/:tag/verify')?.body.length, 0, 'verify has no body');
-  assert.deepEqual(await snap.setPool(4), { size: 4, ready: 0, prewarm: false });
+  const pool = { size: 4, ready: 0, prewarm: false, memoryBytes: 0 };
+  assert.deepEqual(await snap.setPool(4), pool);
   assert.deepEqual(sent('PUT /v1/snapshots/:tag/pool'), { size: 4 });
-  assert.deepEqual(snap.info.pool, { size: 4, ready: 0, prewarm: false });
+  assert.deepEqual(snap.info.pool, pool);
   await snap.remove();
   assert.deepEqual(fake.last('DELETE /v1/snapshots/:tag')?.query, {});
   await Snapshot.remove(TAG, { ...config, force: true });

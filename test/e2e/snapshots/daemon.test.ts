@@ -1,8 +1,8 @@
 /**
  * Snapshots through a real `forkd daemon` (SDK and CLI), and the daemon SIGKILLed in the
  * middle of `snapshot create`, of a branch and of a live branch's copy: after a restart no
- * half snapshot is listed as whole (a branch cut off is `failed`, with the reason) and no
- * stray QEMU, process or file remains.
+ * half snapshot is listed as whole (a branch cut off is `failed`, with the reason, and the
+ * CLI's verbs say so of it) and no stray QEMU, process or file remains.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -181,6 +181,25 @@ test('daemon SIGKILLed during a live copy: copier and frozen fork end, restart r
   const cut = await Snapshot.get('live-cut', { url: daemon.url });
   assert.equal(cut.info.state, 'failed', 'the half-copied snapshot is listed as if whole');
   assert.match(cut.info.reason ?? '', /daemon stopped/);
+  // Listed with its state, and every verb given it says it failed, why, and how to remove it.
+  const env = { ...home.env, FORKD_URL: daemon.url };
+  const list = await forkd(['snapshots'], { env });
+  assert.match(list.stdout.toString(), /^live-cut\s+failed\s/m);
+  assert.match(
+    list.stderr,
+    /live-cut cannot be forked: failed: the daemon stopped .*forkd rmi live-cut/,
+  );
+  for (const args of [
+    ['snapshot', 'verify', 'live-cut'],
+    ['fork', 'live-cut'],
+  ]) {
+    const r = await forkd(args, { env });
+    assert.equal(r.code, 4, `${args.join(' ')}: ${r.stderr}`);
+    assert.match(
+      r.stderr,
+      /failed and cannot be used: the daemon stopped .*`forkd rmi live-cut` \[snapshot_failed\]/,
+    );
+  }
   const stale = (await readdir(home.paths.snapshots)).filter((n) => n.startsWith('.staging'));
   assert.deepEqual(stale, [], 'a staging dir survived');
   await again.kill();

@@ -152,6 +152,10 @@ test('a pool serves forks from pre-started VMMs and refills itself', async () =>
   assert.equal(state.size, 2);
   await s.snapshots.pool.settled('warm');
   assert.equal(s.snapshots.pool.state('warm').ready, 2);
+  // Pool VMs are not sandboxes: what they take is in the snapshot's answer (their cgroups).
+  const { pool } = await s.snapshots.get('warm');
+  assert.equal(pool.ready, 2);
+  assert.ok((pool.memory_bytes ?? 0) > 2 * 1024 * 1024, `pool memory ${pool.memory_bytes}`);
   const ids = await forkN(2);
   for (const id of ids) assert.equal(await sh(s, id, 'cat /root/warm.txt'), 'warmed\n');
   await s.snapshots.pool.settled('warm');

@@ -95,7 +95,7 @@ async function assertEverySnapshotForks(): Promise<string[]> {
   const tags: string[] = [];
   for (const info of await Snapshot.list({ url: url() })) {
     if (info.state === 'failed') {
-      assert.match(info.reason ?? '', /forkd rmi/, info.tag);
+      assert.ok(info.reason, info.tag);
       await Snapshot.remove(info.tag, { url: url() });
       continue;
     }

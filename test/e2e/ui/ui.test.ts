@@ -116,6 +116,12 @@ test('the tree follows the CLI, branches from the UI, a terminal, a kill', async
 
   await cli(['snapshot', 'create', '--tag', 'ui-base', '--image', 'busybox']);
   const snapMs = await appears('snapshot', 'ui-base');
+  // Pool VMs are not sandboxes: the list counts them, so they are not hidden.
+  await cli(['snapshot', 'pool', 'ui-base', '1']);
+  await row('snapshot', 'ui-base').filter({ hasText: '1 pool VM' }).waitFor({ timeout: 10_000 });
+  assert.match((await page.textContent('#pool-summary')) ?? '', /^\+ 1 pool VM kept for forks/);
+  await cli(['snapshot', 'pool', 'ui-base', '0']);
+  await page.locator('#pool-summary').waitFor({ state: 'hidden', timeout: 10_000 });
   const ids = (await cli(['fork', 'ui-base', '-n', '2'])).trim().split(/\s+/);
   assert.equal(ids.length, 2, `fork printed ${ids.join(' ')}`);
   const [first, second] = ids as [string, string];

@@ -3,7 +3,8 @@
  * temp FORKD_HOME, and a row write made to fail as SQLite does on a full disk
  * (SQLITE_FULL). A failed publish leaves nothing under its tag (files renamed into place
  * included) unless the writer asks to keep it `failed`; a failed reserve or undo claims
- * nothing that blocks a retry.
+ * nothing that blocks a retry. A listed `failed` or `writing` snapshot is answered as what
+ * it is by every verb, never as missing.
  */
 import { after, beforeEach, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -36,8 +37,8 @@ beforeEach(async () => {
     store,
     log: silentLog,
     maxCreating: 1,
-    childrenOf: () => [],
-    poolState: () => ({ size: 0, ready: 0, prewarm: false }),
+    forkedFrom: () => [],
+    poolState: async () => ({ size: 0, ready: 0, prewarm: false, memory_bytes: 0 }),
   });
 });
 
@@ -129,5 +130,45 @@ test('reserve: a row insert that fails claims neither the tag nor the cap', asyn
   assert.throws(
     () => registry.reserve('b', null),
     (e) => isForkdError(e, 'capacity'),
+  );
+});
+
+test('a failed snapshot: every verb says it failed, why, and how to remove it', async () => {
+  registry.reserve('t', 'sbx-000000000000');
+  const dir = await staged('t');
+  const ready = Promise.reject(new Error('live copy failed: SIGKILL'));
+  await assert.rejects(registry.publish('t', dir, meta('t'), { ready, keepFailed: true }));
+  assert.deepEqual(
+    (await registry.list()).map((s) => [s.tag, s.state]),
+    [['t', 'failed']],
+  );
+  const failed = (e: unknown) =>
+    isForkdError(e, 'snapshot_failed') &&
+    /snapshot "t" failed and cannot be used: live copy failed: SIGKILL; remove it with `forkd rmi t`/.test(
+      e.message,
+    ) &&
+    e.details?.reason === 'live copy failed: SIGKILL';
+  await assert.rejects(registry.verify('t'), failed); // was snapshot_not_found
+  await assert.rejects(registry.bootable('t'), failed); // what fork, pool, compact, pack use
+  assert.throws(
+    () => registry.reserve('t', null),
+    (e) => isForkdError(e, 'name_taken') && /failed .*forkd rmi t/.test(e.message),
+  );
+  await registry.delete('t');
+  await assert.rejects(registry.verify('t'), (e) => isForkdError(e, 'snapshot_not_found'));
+});
+
+test('a snapshot still being written (no_wait) is listed `writing`; using it says so', async () => {
+  registry.reserve('w', 'sbx-000000000000');
+  registry.writing(meta('w'), '/x/sbx-000000000000');
+  assert.deepEqual(
+    (await registry.list()).map((s) => [s.tag, s.state]),
+    [['w', 'writing']],
+  );
+  await assert.rejects(registry.bootable('w'), (e) => isForkdError(e, 'snapshot_writing'));
+  await registry.publish('w', await staged('w'), meta('w'));
+  assert.deepEqual(
+    (await registry.list()).map((s) => [s.tag, s.state]),
+    [['w', 'ready']],
   );
 });
