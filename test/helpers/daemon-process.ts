@@ -91,19 +91,24 @@ export interface FileDaemon {
 }
 
 /**
- * A daemon for the tests of one file: a fresh test home (made ready by `prepare`: images,
- * a private guest) and `forkd daemon ARGS…` on it, started before the file's tests; after
- * them every sandbox it still runs is killed, the daemon stopped and the home removed.
+ * A daemon for the tests of one file: a fresh test home made ready by `prepare` (images, a
+ * private guest, a test's own servers; what it returns is added to the daemon's arguments)
+ * and `forkd daemon` on it, started before the file's tests. After them every sandbox it
+ * still runs is killed, the daemon stopped, `cleanup` run and the home removed. One hook
+ * each: Node 20 does not wait for one top-level `before` to end before starting the next.
  */
 export function daemonForFile(
-  opts: { prepare?: (home: TestHome) => Promise<void>; args?: string[] } = {},
+  opts: {
+    prepare?: (home: TestHome) => Promise<string[] | void>;
+    cleanup?: () => Promise<void>;
+  } = {},
 ): FileDaemon {
   let home: TestHome | undefined;
   let daemon: DaemonProcess | undefined;
   before(async () => {
     home = await makeTestHome();
-    await opts.prepare?.(home);
-    daemon = await startDaemon(home, opts.args);
+    const args = await opts.prepare?.(home);
+    daemon = await startDaemon(home, args ?? []);
   });
   after(async () => {
     try {
@@ -111,8 +116,12 @@ export function daemonForFile(
       const left = url ? await Sandbox.list({ url }).catch(() => []) : [];
       await Promise.allSettled(left.map((s) => Sandbox.kill(s.id, { url })));
     } finally {
-      await daemon?.stop();
-      await home?.cleanup();
+      try {
+        await daemon?.stop();
+        await opts.cleanup?.();
+      } finally {
+        await home?.cleanup();
+      }
     }
   });
   const started = <T>(value: T | undefined): T => {
