@@ -170,6 +170,14 @@ export function optionalName(text: string | undefined, what: string): string | u
   return text === undefined ? undefined : parseName(text, what);
 }
 
+/** `--cwd` is a guest path: relative to what would it be? */
+export function parseCwd(cwd: string | undefined): string | undefined {
+  if (cwd !== undefined && !cwd.startsWith('/')) {
+    throw usage(`--cwd "${cwd}" must be an absolute path in the sandbox`, { flag: '--cwd' });
+  }
+  return cwd;
+}
+
 /** `--user NAME|UID`. */
 export function parseUser(text: string | undefined, flag = '--user'): string | undefined {
   if (text !== undefined && !USER.test(text)) {
