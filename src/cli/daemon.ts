@@ -14,7 +14,14 @@ import { action } from './output.js';
 /** The daemon's options as commander hands them over (numbers still text). */
 type DaemonFlags = Pick<
   DaemonOptions,
-  'socket' | 'listen' | 'tlsCert' | 'tlsKey' | 'tokenFile' | 'auditFile' | 'e2bListen'
+  | 'socket'
+  | 'listen'
+  | 'tlsCert'
+  | 'tlsKey'
+  | 'tokenFile'
+  | 'auditFile'
+  | 'e2bListen'
+  | 'dnsUpstream'
 > & {
   maxBooting?: string;
   maxExecs?: string;
@@ -73,6 +80,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     tokenFile: flags.tokenFile,
     auditFile: flags.auditFile,
     e2bListen: flags.e2bListen,
+    dnsUpstream: flags.dnsUpstream,
     maxBooting: positiveInt('--max-booting', flags.maxBooting),
     maxExecs: positiveInt('--max-execs', flags.maxExecs),
     branchMode,
@@ -105,6 +113,10 @@ export function register(cmd: Command): void {
     .option('--token-file <file>', 'bearer tokens, one ID:TOKEN per line (mode 0600)')
     .option('--audit-file <file>', 'also append audit entries here as JSON lines')
     .option('--e2b-listen <host:port>', 'serve the E2B SDK here (needs --token-file; docs/e2b.md)')
+    .option(
+      '--dns-upstream <addr[:port]>',
+      "resolver the guests' DNS queries go to (default: FORKD_DNS_UPSTREAM, else the host's first nameserver)",
+    )
     .option('--max-booting <n>', 'sandboxes booting at once before 503 (default 4)')
     .option('--max-execs <n>', 'commands running at once before 503 (default 256)')
     .option(

@@ -7,6 +7,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { Sandbox, type EvalForkResult, type Execution } from '@forkd/sdk';
+import { evalForkToWire, executionToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { EXIT } from './exit.js';
 import { action, printJson } from './output.js';
@@ -34,7 +35,7 @@ export function register(cmd: Command): void {
       .option('--timeout <seconds>', 'interrupt the code after this long (the context lives on)')
       .option('--fan-out <file>', 'variants to run, one child each: a JSON array or one per line')
       .option('--keep', 'with --fan-out: keep the children running')
-      .option('--json', 'print the Execution (or the fan-out results) as JSON'),
+      .option('--json', 'print the Execution (or the fan-out results) as the REST API answers it'),
   ).action(
     action(async (id: string, code: string | undefined, flags: EvalFlags) => {
       const sandbox = await Sandbox.connect(parseSandboxId(id), clientConfig(flags));
@@ -115,7 +116,7 @@ async function runOne(
             onStderr: (s: string) => void process.stderr.write(s),
           }),
     });
-    if (o.json) printJson(x);
+    if (o.json) printJson(executionToWire(x));
     else {
       if (x.text !== undefined) process.stdout.write(`${x.text}\n`);
       for (const line of describeRich(x)) process.stderr.write(line);
@@ -128,7 +129,7 @@ async function runOne(
 }
 
 function printFanOut(out: EvalForkResult, json: boolean): number {
-  if (json) printJson(out);
+  if (json) printJson(evalForkToWire(out));
   for (const r of out.results) {
     if (json) continue;
     const head = `[${r.index}] ${r.sandbox ?? '-'}: `;

@@ -20,6 +20,7 @@ import {
   parseCommandTimeout,
   parseEnv,
   parseSandboxId,
+  parseCwd,
   parseUser,
   usage,
 } from './parse.js';
@@ -73,14 +74,6 @@ async function execOnTerminal(id: string, argv: string[], flags: ExecFlags): Pro
     cwd: parseCwd(flags.cwd),
     user: parseUser(flags.user),
   });
-}
-
-/** `--cwd` is a guest path: relative to what would it be? */
-function parseCwd(cwd: string | undefined): string | undefined {
-  if (cwd !== undefined && !cwd.startsWith('/')) {
-    throw usage(`--cwd "${cwd}" must be an absolute path in the sandbox`, { flag: '--cwd' });
-  }
-  return cwd;
 }
 
 /** How `attach` wires a command to this process. */

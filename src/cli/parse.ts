@@ -5,7 +5,18 @@
  * JSON pointer or pattern from the daemon ever reaches the user for these.
  */
 import { ForkdError } from '@forkd/sdk';
-import { DESCRIBED, ENV_NAME, LABEL_KEY, LIMITS, NAME, SANDBOX_ID, USER } from './rules.js';
+import {
+  DESCRIBED,
+  ENV_NAME,
+  LABEL_KEY,
+  LIMITS,
+  NAME,
+  readSize,
+  SANDBOX_ID,
+  USER,
+} from './rules.js';
+
+const MIB = 1024 * 1024;
 
 type Range = { readonly min: number; readonly max: number };
 
@@ -31,12 +42,20 @@ export function formatMib(mib: number): string {
   return Number.isInteger(g) ? `${g}G` : `${Math.floor(g * 10) / 10}G`;
 }
 
-/** "256M", "1G", "1.5G", "512" (MiB) → MiB, rounded down; `flag` names it in errors. */
+/**
+ * "256M", "1G", "1.5G", "512" (MiB), "1K" → MiB, rounded down (so under 1 MiB is 0, which
+ * the caller's range then refuses by its minimum); `flag` names it in errors.
+ */
 export function parseSize(text: string, flag: string): number {
-  const m = /^(\d+(?:\.\d+)?)\s*([MmGg])?(?:i?[Bb])?$/.exec(text.trim());
-  if (!m) throw usage(`${flag} "${text}" is not a size like 256M or 1G`, { flag });
-  const n = Number(m[1]);
-  return Math.floor(/^[Gg]/.test(m[2] ?? '') ? n * 1024 : n);
+  const size = readSize(text, MIB);
+  if (!size) throw usage(`${flag} "${text}" is not a size like 256M or 1G`, { flag });
+  if ('unknownUnit' in size) {
+    throw usage(
+      `${flag} "${text}": unknown unit "${size.unknownUnit}"; use K, M, G or T (powers of 1024), e.g. 256M`,
+      { flag },
+    );
+  }
+  return Math.floor(size.bytes / MIB);
 }
 
 /** A guest's memory: a size within the contract's range (the host's RAM is the daemon's). */
@@ -44,9 +63,11 @@ export function parseMemory(text: string, flag = '--memory'): number {
   const mib = parseSize(text, flag);
   const { min, max } = LIMITS.memoryMib;
   if (mib < min || mib > max) {
-    throw usage(`${flag} must be between ${formatMib(min)} and ${formatMib(max)}, not ${text}`, {
-      flag,
-    });
+    const why = mib < min ? 'too small' : 'too large';
+    throw usage(
+      `${flag} ${text} is ${why}: it must be between ${formatMib(min)} and ${formatMib(max)}`,
+      { flag, min: formatMib(min), max: formatMib(max) },
+    );
   }
   return mib;
 }
@@ -147,6 +168,14 @@ export function parseName(text: string, what: string): string {
 /** The same, for an optional flag. */
 export function optionalName(text: string | undefined, what: string): string | undefined {
   return text === undefined ? undefined : parseName(text, what);
+}
+
+/** `--cwd` is a guest path: relative to what would it be? */
+export function parseCwd(cwd: string | undefined): string | undefined {
+  if (cwd !== undefined && !cwd.startsWith('/')) {
+    throw usage(`--cwd "${cwd}" must be an absolute path in the sandbox`, { flag: '--cwd' });
+  }
+  return cwd;
 }
 
 /** `--user NAME|UID`. */

@@ -6,6 +6,9 @@
  */
 import * as contract from '../contract/rules.js';
 
+/** Sizes (`256M`, `1.5G`, `1K`): the number and unit the contract reads. */
+export const readSize = contract.readSize;
+
 /** Names of images and tags of snapshots. */
 export const NAME = contract.NAME_RULE;
 export const SANDBOX_ID = new RegExp(contract.SANDBOX_ID_PATTERN);

@@ -17,7 +17,9 @@ import {
   parseCommandTimeout,
   parseCpus,
   parseEnv,
+  parseCwd,
   parseMemory,
+  parseUser,
   usage,
 } from './parse.js';
 
@@ -26,6 +28,8 @@ interface RunOptions extends LimitFlags {
   memory: string;
   cpus: string;
   env: string[];
+  cwd?: string;
+  user?: string;
   timeout?: string;
   stdin?: boolean;
   json?: boolean;
@@ -41,7 +45,7 @@ interface RunRequest {
   limits?: LimitsOptions;
   timeoutS?: number;
   forwardStdin: boolean;
-  /** From the image config when no command is given. */
+  /** `--cwd`, `--user`; else the image config's WorkingDir and User. */
   cwd?: string;
   user?: string;
 }
@@ -62,6 +66,8 @@ export function register(cmd: Command): void {
     .option('--memory <size>', 'guest memory, e.g. 256M or 1G', '256M')
     .option('--cpus <n>', 'virtual CPUs', '1')
     .option('-e, --env <K=V>', 'environment variable (repeatable)', collect, [])
+    .option('--cwd <dir>', "working directory in the sandbox (default: the image's WorkingDir)")
+    .option('--user <user>', "user name or uid to run as (default: the image's User)")
     .option('--timeout <seconds>', 'kill the command after this many seconds (exit 124)')
     .option('-i, --stdin', 'forward stdin even when it is a terminal')
     .action(
@@ -74,12 +80,7 @@ export function register(cmd: Command): void {
         }
         const daemon = await findDaemon();
         const boot = daemon ? bootThroughDaemon : bootInProcess;
-        if (argv.length === 0) {
-          const defaults = await imageDefaults(req.image!, daemon);
-          argv = defaults.argv;
-          req.cwd = defaults.cwd;
-          req.user = defaults.user;
-        }
+        if (argv.length === 0) argv = await imageCommand(req.image!, daemon);
         const stop = interruptible();
         try {
           const sandbox = await boot(argv, req, stop.signal);
@@ -105,6 +106,8 @@ function runRequest(opts: RunOptions): RunRequest {
     memoryMiB: parseMemory(opts.memory),
     cpus: parseCpus(opts.cpus),
     env: parseEnv(opts.env),
+    cwd: parseCwd(opts.cwd),
+    user: parseUser(opts.user),
     limits: parseLimitFlags(opts),
     timeoutS: parseCommandTimeout(opts.timeout),
     forwardStdin: forwardsStdin(opts.stdin),
@@ -112,23 +115,18 @@ function runRequest(opts: RunOptions): RunRequest {
 }
 
 /**
- * With no command, `run` runs what the image config says (Entrypoint + Cmd, in WorkingDir,
- * as User); an image without one needs a command.
+ * With no command, `run` runs what the image config says (Entrypoint + Cmd); an image
+ * without one needs a command. Its WorkingDir and User apply to any command, this one too.
  */
-async function imageDefaults(
-  image: string,
-  daemon: Forkd | undefined,
-): Promise<{ argv: string[]; cwd?: string; user?: string }> {
-  let config:
-    { entrypoint?: string[]; cmd?: string[]; workingDir?: string; user?: string } | undefined;
+async function imageCommand(image: string, daemon: Forkd | undefined): Promise<string[]> {
+  let config: { entrypoint?: string[]; cmd?: string[] } | undefined;
   if (daemon) config = (await daemon.images.get(image)).config;
   else {
     const [{ paths }, { getImage }] = await Promise.all([
       import('../config.js'),
       import('../services/images/index.js'),
     ]);
-    const c = (await getImage(paths(), image)).config;
-    config = c && { entrypoint: c.entrypoint, cmd: c.cmd, workingDir: c.working_dir, user: c.user };
+    config = (await getImage(paths(), image)).config;
   }
   const argv = [...(config?.entrypoint ?? []), ...(config?.cmd ?? [])];
   if (argv.length === 0) {
@@ -136,9 +134,7 @@ async function imageDefaults(
       'missing the command: give one after --, or use an image whose config has an Entrypoint or Cmd',
     );
   }
-  // The agent takes a user or uid; a config's `user:group` runs as that user's own group.
-  const user = config?.user?.split(':')[0] || undefined;
-  return { argv, cwd: config?.workingDir || undefined, user };
+  return argv;
 }
 
 /** Without a daemon the VM runs in this process: only then are the services loaded. */
@@ -147,14 +143,15 @@ async function bootInProcess(
   req: RunRequest,
   signal: AbortSignal,
 ): Promise<Booted> {
-  const [{ paths }, { DEFAULT_IMAGE }, sandboxes, { Limiter, runCgroupParent }] = await Promise.all(
-    [
+  const [{ paths }, images, sandboxes, { withExecDefaults }, { Limiter, runCgroupParent }] =
+    await Promise.all([
       import('../config.js'),
       import('../services/images/index.js'),
       import('../services/sandboxes/sandbox.js'),
+      import('../services/sandboxes/exec.js'),
       import('../services/limits.js'),
-    ],
-  );
+    ]);
+  const { DEFAULT_IMAGE, getImage, imageExecDefaults } = images;
   const { bootSandbox, destroySandbox, resolveResources } = sandboxes;
   const p = paths();
   // The same cgroup and default limits as a daemon's sandbox, under a parent of its own.
@@ -169,8 +166,13 @@ async function bootInProcess(
     signal,
     placement: { limiter, limits },
   });
+  // As a daemon's sandbox does: the image's WorkingDir and User where no flag names them.
+  const full = withExecDefaults(
+    req,
+    imageExecDefaults(await getImage(p, req.image ?? DEFAULT_IMAGE)),
+  );
   return {
-    run: () => runIn(sandbox, argv, req),
+    run: () => runIn(sandbox, argv, full),
     destroy: () => destroySandbox(sandbox),
   };
 }

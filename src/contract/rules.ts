@@ -111,3 +111,20 @@ export const MEMORY_UNITS: Readonly<Record<string, number>> = {
   ti: 1024 ** 4,
   tib: 1024 ** 4,
 };
+
+/**
+ * A size as people write it: a number and one of `MEMORY_UNITS` (any case). A bare number
+ * counts `bare` bytes each (bytes in the API, MiB in the CLI's `--memory`). Undefined when
+ * the text is no number and unit; `unknownUnit` when the unit is none of those.
+ */
+export function readSize(
+  text: string,
+  bare = 1,
+): { bytes: number } | { unknownUnit: string } | undefined {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$/.exec(text);
+  if (!m) return undefined;
+  const unit = m[2] ?? '';
+  const factor = unit === '' ? bare : MEMORY_UNITS[unit.toLowerCase()];
+  if (factor === undefined) return { unknownUnit: unit };
+  return { bytes: Math.floor(Number(m[1]) * factor) };
+}

@@ -19,6 +19,7 @@ import { parseLimitDefaults, type LimitDefaultFlags } from '../services/limits.j
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
 import type { BranchModeT } from '../contract/schemas.js';
 import type { VmTuning } from '../drivers/qemu/tuning.js';
+import { dnsUpstreamSetting } from '../drivers/net/dns.js';
 import { Store } from '../store/db.js';
 import { installMcp } from '../mcp/http.js';
 import { createLogger, fastifyLoggerOptions, type LogLevel } from './log.js';
@@ -58,6 +59,11 @@ export interface DaemonOptions {
   tuning?: Partial<VmTuning>;
   /** Pre-warmed pool of each created snapshot (default 2, FORKD_DEFAULT_POOL; docs/snapshots.md). */
   defaultPool?: number;
+  /**
+   * Where the DNS proxy forwards guests' queries, `ADDR[:PORT]` as typed (default:
+   * FORKD_DNS_UPSTREAM, else the host's first nameserver; docs/network.md).
+   */
+  dnsUpstream?: string;
   logLevel?: LogLevel;
   logger?: Logger;
 }
@@ -131,7 +137,9 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
   const p = pathsOf(opts.home);
   const log = opts.logger ?? createLogger(opts.logLevel);
   const { tokens, tcp, e2b } = await loadTransport(opts);
-  const limitDefaults = parseLimitDefaults(opts.limitDefaults ?? {}); // bad flags: before anything
+  // Bad flags are refused before anything is claimed or started.
+  const limitDefaults = parseLimitDefaults(opts.limitDefaults ?? {});
+  const upstream = dnsUpstreamSetting(opts.dnsUpstream);
   const run = await claimRunDir(p.home, opts.socket ?? defaultSocket(p.home));
   let store: Store | undefined;
   let built: ServiceSet | undefined;
@@ -151,6 +159,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       hibernateIdleAfterS: opts.hibernateIdleAfterS,
       tuning: opts.tuning,
       defaultPool: opts.defaultPool,
+      ...(upstream ? { network: { upstream } } : {}),
     });
     const services = built;
     const recovered = await services.start();

@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LimitsRequestT } from '../contract/schemas.js';
-import { LIMIT_RANGES, MEMORY_UNITS } from '../contract/rules.js';
+import { LIMIT_RANGES, readSize } from '../contract/rules.js';
 import {
   Cgroup,
   detectCgroups,
@@ -65,24 +65,22 @@ export function hostCores(): number {
  * or without `i`/`B`, any case); anything else is a `bad_request` naming `field`.
  */
 export function parseSize(text: string, field: string): number {
-  const m = /^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$/.exec(text);
-  if (!m) {
+  const size = readSize(text);
+  if (!size) {
     throw new ForkdError(
       'bad_request',
       `${field} "${text}" is not a size: write a number and a unit, e.g. 768M or 2G`,
       { field, value: text },
     );
   }
-  const unit = (m[2] ?? '').toLowerCase();
-  const factor = MEMORY_UNITS[unit];
-  if (factor === undefined) {
+  if ('unknownUnit' in size) {
     throw new ForkdError(
       'bad_request',
-      `${field} "${text}": unknown unit "${m[2]}"; use K, M, G or T (powers of 1024), e.g. 768M`,
+      `${field} "${text}": unknown unit "${size.unknownUnit}"; use K, M, G or T (powers of 1024), e.g. 768M`,
       { field, value: text, units: ['K', 'M', 'G', 'T'] },
     );
   }
-  return Math.floor(Number(m[1]) * factor);
+  return size.bytes;
 }
 
 /** Bytes as the CLI shows them: `768M`, `1.5G`. */

@@ -1,14 +1,16 @@
 /**
  * A real `forkd daemon` for end-to-end tests: the built CLI as a child process on a test
  * home's FORKD_HOME, ready once /healthz answers, stopped by its pid (SIGTERM, then SIGKILL
- * if it does not exit) so a failing test never leaves it running.
+ * if it does not exit) so a failing test never leaves it running; `daemonForFile` gives a
+ * test file one on a home of its own, and removes both after the file's tests.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { after, before } from 'node:test';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Forkd } from '@forkd/sdk';
+import { Forkd, Sandbox } from '@forkd/sdk';
 import { CLI } from './cli.js';
-import type { TestHome } from './home.js';
+import { makeTestHome, type TestHome } from './home.js';
 
 const OUTPUT_KEEP = 256 * 1024;
 const READY_MS = 30_000;
@@ -80,4 +82,58 @@ async function stop(child: ChildProcess): Promise<void> {
   const timer = setTimeout(() => child.kill('SIGKILL'), STOP_MS);
   await gone;
   clearTimeout(timer);
+}
+
+/** The home and daemon of a test file ({@link daemonForFile}), set before its tests run. */
+export interface FileDaemon {
+  readonly home: TestHome;
+  readonly daemon: DaemonProcess;
+}
+
+/**
+ * A daemon for the tests of one file: a fresh test home made ready by `prepare` (images, a
+ * private guest, a test's own servers; what it returns is added to the daemon's arguments)
+ * and `forkd daemon` on it, started before the file's tests. After them every sandbox it
+ * still runs is killed, the daemon stopped, `cleanup` run and the home removed. One hook
+ * each: Node 20 does not wait for one top-level `before` to end before starting the next.
+ */
+export function daemonForFile(
+  opts: {
+    prepare?: (home: TestHome) => Promise<string[] | void>;
+    cleanup?: () => Promise<void>;
+  } = {},
+): FileDaemon {
+  let home: TestHome | undefined;
+  let daemon: DaemonProcess | undefined;
+  before(async () => {
+    home = await makeTestHome();
+    const args = await opts.prepare?.(home);
+    daemon = await startDaemon(home, args ?? []);
+  });
+  after(async () => {
+    try {
+      const url = daemon?.url;
+      const left = url ? await Sandbox.list({ url }).catch(() => []) : [];
+      await Promise.allSettled(left.map((s) => Sandbox.kill(s.id, { url })));
+    } finally {
+      try {
+        await daemon?.stop();
+        await opts.cleanup?.();
+      } finally {
+        await home?.cleanup();
+      }
+    }
+  });
+  const started = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error('the daemon of this file has not started');
+    return value;
+  };
+  return {
+    get home() {
+      return started(home);
+    },
+    get daemon() {
+      return started(daemon);
+    },
+  };
 }

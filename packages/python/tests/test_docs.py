@@ -1,7 +1,8 @@
 """docs/python.md shows only code that runs: every ``python`` block in it is one of
 packages/python/examples/ verbatim (and every example is shown), and each example, like
 the README's Python block, runs to success as a program of its own against a real daemon,
-leaving no sandbox or snapshot."""
+leaving no sandbox or snapshot; and the Install section's first block works with a python3
+that has nothing but the standard library."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 from typing import Dict, List
 
@@ -21,6 +23,8 @@ DAEMON: support.DaemonProcess
 DOC = os.path.join(support.REPO, "docs", "python.md")
 README = os.path.join(support.REPO, "README.md")
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.M | re.S)
+# The first sh block of the Install section, the one a new user runs first.
+INSTALL_BLOCK = re.compile(r"^## Install\n.*?^```sh\n(.*?)^```$", re.M | re.S)
 EXAMPLES = sorted(glob.glob(os.path.join(support.PACKAGE, "examples", "*.py")))
 
 
@@ -65,6 +69,22 @@ class DocsTest(unittest.TestCase):
     def test_the_readme_python_block_runs(self) -> None:
         (block,) = PYTHON_BLOCK.findall(read(README))
         self.run_program("README.md", ["-c", block])
+
+    def test_the_install_block_runs_on_a_plain_python3(self) -> None:
+        # A python3 with the standard library only (no build, setuptools or pip), as on a
+        # host whose python3 is not Debian's: what the Install section says must work there.
+        match = INSTALL_BLOCK.search(read(DOC))
+        assert match is not None, "docs/python.md has no sh block under ## Install"
+        with tempfile.TemporaryDirectory(prefix="forkd-plain-python-") as venv:
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+            env["PATH"] = f"{os.path.join(venv, 'bin')}:{env.get('PATH', '')}"
+            run = subprocess.run(
+                ["bash", "-ec", match.group(1)], cwd=support.REPO, env=env, capture_output=True, text=True, timeout=60
+            )
+        self.assertEqual(run.returncode, 0, f"{run.stdout}\n{run.stderr}")
+        self.assertIn(f"forkd {forkd.__version__}", run.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()

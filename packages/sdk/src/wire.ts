@@ -5,6 +5,7 @@
  * of silently reading `undefined`. Exported as `@forkd/sdk/wire`; not a stable API.
  */
 import type { BranchResult } from './branch.js';
+import type { EvalForkResult, Execution, Result } from './contexts.js';
 import type {
   CommandResult,
   Egress,
@@ -314,6 +315,48 @@ export function snapshotFromWire(wire: unknown): SnapshotInfo {
     ancestors: info.ancestors ?? [],
     dependents: info.dependents ?? [],
     ...(info.memory ? { memory: fromWire(SNAPSHOT_MEMORY, info.memory) } : {}),
+  };
+}
+
+/** `EvalResult` in contract/eval.ts (an Execution's `results[]`). */
+export const EVAL_RESULT: WireNames<Pick<Result, 'isMainResult' | 'data'>> = {
+  isMainResult: 'is_main_result',
+  data: 'data',
+};
+
+/** `Execution` in contract/eval.ts. */
+export const EXECUTION: WireNames<Execution> = {
+  results: 'results',
+  logs: 'logs',
+  error: 'error',
+  text: 'text',
+  executionCount: 'execution_count',
+  durationMs: 'duration_ms',
+};
+
+/**
+ * An Execution → its wire form, what `POST /v1/sandboxes/:id/eval` answers (and `forkd
+ * eval --json` prints): snake_case, and `text` null when the cell ended with no value.
+ *
+ * @example
+ * console.log(JSON.stringify(executionToWire(await sandbox.runCode('6 * 7'))));
+ */
+export function executionToWire(x: Execution): Record<string, unknown> {
+  return {
+    ...toWire(EXECUTION, x),
+    results: x.results.map((r) => toWire(EVAL_RESULT, r)),
+    text: x.text ?? null,
+  };
+}
+
+/** An EvalForkResult → its wire form (`POST /v1/sandboxes/:id/eval-fork`'s answer). */
+export function evalForkToWire(out: EvalForkResult): Record<string, unknown> {
+  return {
+    snapshot: out.snapshot,
+    results: out.results.map((r) => ({
+      ...r,
+      execution: r.execution && executionToWire(r.execution),
+    })),
   };
 }
 

@@ -124,8 +124,10 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     const sandbox = ctx.sandboxOf(request);
     const [from, to] = [pathOf(msg, 'source'), pathOf(msg, 'destination')];
     await stat(sandbox, from);
-    // forkd's file service has no rename: the guest's own mv does it, in one step.
-    const r = await sandboxes.exec(sandbox, { argv: ['mv', '-f', '--', from, to] });
+    // forkd's file service has no rename: the guest's own mv does it, in one step, as root
+    // like the file service's other calls (not as the image config's User).
+    const argv = ['mv', '-f', '--', from, to];
+    const r = await sandboxes.exec(sandbox, { argv, user: 'root' });
     if (r.exit_code !== 0) {
       const why = Buffer.from(r.stderr, 'base64').toString('utf8').trim().slice(0, 300);
       throw new ForkdError('guest_error', `mv ${from} ${to} failed: ${why}`);

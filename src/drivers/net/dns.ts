@@ -3,11 +3,13 @@
  * sandbox's veth (every query of the guest is redirected there by its namespace's filter),
  * DNS over TCP's framing (a 2-byte length before each message), just enough of the
  * DNS wire format to read the question and the A records of an answer, a REFUSED reply,
- * and forwarding to the upstream resolver. What to do with a name is the caller's call.
+ * and forwarding to the upstream resolver (the host's, or the address the daemon was given:
+ * `parseDnsUpstream`). What to do with a name is the caller's call.
  */
 import { createSocket, type Socket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
-import { createServer, type Server, type Socket as TcpSocket } from 'node:net';
+import { createServer, isIP, type Server, type Socket as TcpSocket } from 'node:net';
+import { ForkdError } from '../../errors.js';
 
 export interface DnsQuestion {
   id: number;
@@ -120,12 +122,48 @@ export function forwardQuery(
   });
 }
 
+const DNS_PORT = 53;
+
+/**
+ * An upstream resolver as typed: `ADDR` or `ADDR:PORT`, an IPv6 address in brackets with a
+ * port (`[::1]:53`) or bare without (`::1`); port 53 when none. Only an address: a name
+ * would need a resolver to find the resolver. `what` names the flag or variable in errors.
+ */
+export function parseDnsUpstream(text: string, what = '--dns-upstream'): DnsEndpoint {
+  const t = text.trim();
+  const m = /^\[([^\]]+)\](?::(\d+))?$/.exec(t) ?? /^([^:]+)(?::(\d+))?$/.exec(t);
+  const host = m ? (m[1] as string) : t;
+  const port = m?.[2] === undefined ? DNS_PORT : Number(m[2]);
+  if (isIP(host) !== 0 && port >= 1 && port <= 65535) {
+    return { host, port };
+  }
+  throw new ForkdError(
+    'bad_request',
+    `${what} "${text}" is not a resolver address: give an IP address and optionally a port, ` +
+      'e.g. 192.0.2.53, 127.0.0.1:5353 or [2001:db8::53]:53',
+    { field: what, value: text },
+  );
+}
+
+/**
+ * The daemon's upstream: `--dns-upstream` as typed, else FORKD_DNS_UPSTREAM, else none (the
+ * host's resolver, read at each query).
+ */
+export function dnsUpstreamSetting(
+  flag: string | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): DnsEndpoint | undefined {
+  if (flag !== undefined) return parseDnsUpstream(flag);
+  const set = env.FORKD_DNS_UPSTREAM;
+  return set ? parseDnsUpstream(set, 'FORKD_DNS_UPSTREAM') : undefined;
+}
+
 /** The host's resolver: the first nameserver of /etc/resolv.conf. */
 export function systemResolver(): DnsEndpoint | undefined {
   try {
     const text = readFileSync('/etc/resolv.conf', 'utf8');
     const m = /^\s*nameserver\s+(\S+)/m.exec(text);
-    return m ? { host: m[1] as string, port: 53 } : undefined;
+    return m ? { host: m[1] as string, port: DNS_PORT } : undefined;
   } catch {
     return undefined;
   }

@@ -22,6 +22,8 @@ export {
   imageFiles,
   getImage,
   imageEnv,
+  imageExecDefaults,
+  type ExecDefaults,
   listImages,
   removeImage,
   type Image,

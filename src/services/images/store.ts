@@ -99,6 +99,24 @@ export function imageEnv(image: ImageManifest): Record<string, string> {
   return env;
 }
 
+/** Where and as whom a command runs when its request names neither (docs/images.md). */
+export interface ExecDefaults {
+  cwd?: string;
+  user?: string;
+}
+
+/**
+ * An image config's WorkingDir and User, which Docker applies to every command of a
+ * container (`docker run IMG CMD`, `docker exec`): the same for every command in a sandbox
+ * of the image, its forks included. The agent takes a user or uid, so a `user:group` runs
+ * as that user with its own group.
+ */
+export function imageExecDefaults(image: ImageManifest): ExecDefaults {
+  const cwd = image.config?.working_dir || undefined;
+  const user = image.config?.user?.split(':')[0] || undefined;
+  return { ...(cwd ? { cwd } : {}), ...(user ? { user } : {}) };
+}
+
 /** Image names follow the name rule (src/contract/rules.ts). */
 export function validateImageName(name: string): void {
   checkName('image name', name);

@@ -1,7 +1,8 @@
 /**
  * Commands in a sandbox, from the REST shapes to the agent driver and back: buffered
  * (base64 output in one answer) or streamed (events as the agent sends them, with an exec
- * id for stdin and signals). A streamed command whose reader goes away is killed.
+ * id for stdin and signals). A streamed command whose reader goes away is killed. A command
+ * that names no cwd or user gets its image's WorkingDir and User (`withExecDefaults`).
  */
 import { randomBytes } from 'node:crypto';
 import type { ExecRequestT, ExecResultT } from '../../contract/schemas.js';
@@ -28,6 +29,16 @@ const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$
 export function decodeBase64(field: string, text: string): Buffer {
   if (!BASE64.test(text)) throw new ForkdError('bad_request', `${field} must be base64`, { field });
   return Buffer.from(text, 'base64');
+}
+
+/** A request with `defaults` (its image's WorkingDir and User) where it names none. */
+export function withExecDefaults<R extends { cwd?: string; user?: string }>(
+  req: R,
+  defaults: { cwd?: string; user?: string },
+): R {
+  const cwd = req.cwd ?? defaults.cwd;
+  const user = req.user ?? defaults.user;
+  return { ...req, ...(cwd ? { cwd } : {}), ...(user ? { user } : {}) };
 }
 
 function agentRequest(req: ExecRequestT): ExecRequest {

@@ -39,7 +39,7 @@ import type {
   SandboxUsageT,
 } from '../contracts.js';
 import { formatSize, Limiter } from '../limits.js';
-import { DEFAULT_IMAGE, getImage } from '../images/index.js';
+import { DEFAULT_IMAGE, getImage, imageExecDefaults, type ExecDefaults } from '../images/index.js';
 import {
   bootSandbox,
   destroySandbox,
@@ -48,7 +48,7 @@ import {
   sandboxDir,
   type Sandbox,
 } from './sandbox.js';
-import { runBuffered, startStreaming } from './exec.js';
+import { runBuffered, startStreaming, withExecDefaults } from './exec.js';
 import { listSessions, openOrAttach } from './pty.js';
 import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
@@ -114,10 +114,12 @@ export interface SandboxServiceOptions {
 
 /** A running sandbox as this process holds it (awake or parked: tiers.ts). */
 interface Live extends Parkable {
-  readonly row: Pick<SandboxRow, 'memory_mib' | 'cpus'>;
+  readonly row: Pick<SandboxRow, 'memory_mib' | 'cpus' | 'image'>;
   dir: string;
   /** Streaming execs by exec id, until they exit. */
   execs: Map<string, ExecHandle>;
+  /** Its image's WorkingDir and User, read at its first command. */
+  execDefaults?: Promise<ExecDefaults>;
 }
 
 /** A boot in progress, so a kill can abort it. */
@@ -444,7 +446,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const live: Live = {
       id: row.id,
       dir: row.dir,
-      row: { memory_mib: row.memory_mib, cpus: row.cpus },
+      row: { memory_mib: row.memory_mib, cpus: row.cpus, image: row.image },
       vm: undefined,
       agent: undefined,
       execs: new Map(),
@@ -766,17 +768,19 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   async exec(id: string, req: ExecRequestT): Promise<ExecResultT> {
     const live = await this.awake(id);
+    const full = withExecDefaults(req, await this.execDefaults(live));
     return busyWhile(
       live,
-      this.execGate.around(() => runBuffered(live.agent, req)),
+      this.execGate.around(() => runBuffered(live.agent, full)),
     );
   }
 
   async execStream(id: string, req: ExecRequestT): Promise<ExecStream> {
     const live = await this.awake(id);
+    const full = withExecDefaults(req, await this.execDefaults(live));
     const release = this.execGate.enter();
     try {
-      const { stream, handle } = await startStreaming(live.agent, req);
+      const { stream, handle } = await startStreaming(live.agent, full);
       live.execs.set(stream.execId, handle);
       void busyWhile(live, handle.result).catch(() => undefined);
       const done = () => {
@@ -842,9 +846,24 @@ export class SandboxManager implements SandboxService, SandboxHost {
     onData: (chunk: Buffer, offset: number) => void,
   ): Promise<PtyAttachment> {
     const live = await this.awake(id);
-    const attachment = await openOrAttach(live.agent, req, onData);
+    // A reattach joins the session as it runs (and refuses cwd and user).
+    const full = req.session ? req : withExecDefaults(req, await this.execDefaults(live));
+    const attachment = await openOrAttach(live.agent, full, onData);
     void busyWhile(live, attachment.ended).catch(() => undefined);
     return attachment;
+  }
+
+  /**
+   * The WorkingDir and User of the sandbox's image (forks have their snapshot's), for its
+   * commands that name none, as Docker applies them to `docker exec`. Read once: an image
+   * cannot be replaced while a sandbox uses it. None when the image is not on this host.
+   */
+  private execDefaults(live: Live): Promise<ExecDefaults> {
+    const image = live.row.image;
+    live.execDefaults ??= image
+      ? getImage(this.opts.paths, image).then(imageExecDefaults, () => ({}))
+      : Promise.resolve({});
+    return live.execDefaults;
   }
 
   async ptySessions(id: string): Promise<PtySessionT[]> {

@@ -1,13 +1,16 @@
 /**
  * `forkd eval` and `forkd context` as a user runs them, over the fake services (through
  * the SDK's runCode, contexts and evalFork): the value printed, output streamed, a
- * traceback on stderr with exit 1, --json, --fan-out from a file, and the context verbs.
+ * traceback on stderr with exit 1, --json (the REST API's Execution), --fan-out from a file,
+ * and the context verbs.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Value } from 'typebox/value';
+import { EvalForkResult, Execution } from '../../../src/contract/eval.js';
 import { cliOverFakes, out } from '../../helpers/fake-cli.js';
 import { SEED } from '../../helpers/fake-services.js';
 
@@ -24,6 +27,10 @@ test('eval prints the value; print output streams; an exception exits 1 with its
   assert.match(bad.stderr.toString(), /KeyError/);
   const x = await json<{ results: { data: Record<string, string> }[] }>('eval', SEED.sandbox, 'v');
   assert.equal(x.results[0]?.data['text/plain'], 'v');
+  // --json prints what the REST API answers: the contract's snake_case fields, text included.
+  assert.ok(Value.Check(Execution, x), JSON.stringify(x));
+  assert.deepEqual(Object.keys(x), Object.keys(Execution.properties));
+  assert.deepEqual(Object.keys(x.results[0] ?? {}), ['is_main_result', 'data']);
   const missing = await forkd('eval', SEED.sandbox, '1', '--context', 'nope');
   assert.equal(missing.code, 3, 'context_not_found exits like every not-found');
 });
@@ -44,6 +51,7 @@ test('eval --fan-out runs one variant per child, from a JSON array or lines', as
     join(dir, 'v.txt'),
   );
   assert.equal(lines.results.length, 3);
+  assert.ok(Value.Check(EvalForkResult, lines), JSON.stringify(lines));
   await writeFile(join(dir, 'bad.json'), '[1, 2]');
   assert.equal((await forkd('eval', SEED.sandbox, '--fan-out', join(dir, 'bad.json'))).code, 2);
 });

@@ -42,7 +42,18 @@ const CASES: Case[] = [
   {
     args: ['run', '--memory', '8M', '--', 'true'],
     exit: EXIT.usage,
-    says: /--memory must be between 64M and 64G, not 8M/,
+    says: /--memory 8M is too small: it must be between 64M and 64G/,
+  },
+  {
+    // A size in K is a size: what is wrong is that it is under the minimum.
+    args: ['create', '--memory', '1K'],
+    exit: EXIT.usage,
+    says: /--memory 1K is too small: it must be between 64M and 64G \[bad_request\]/,
+  },
+  {
+    args: ['create', '--memory', '2X'],
+    exit: EXIT.usage,
+    says: /--memory "2X": unknown unit "X"; use K, M, G or T/,
   },
   {
     args: ['create', '--cpus', '0'],

@@ -6,35 +6,19 @@
  * user or cwd reported as such, the logs of a stopped sandbox, kill --label, the tree of
  * branches of branches.
  */
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, readdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Sandbox } from '@forkd/sdk';
 import { forkd as runCli, type CliResult } from '../../helpers/cli.js';
-import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
-import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
+import { daemonForFile } from '../../helpers/daemon-process.js';
+import { assertNoLeftovers } from '../../helpers/home.js';
 
-let home: TestHome;
-let daemon: DaemonProcess | undefined;
+const file = daemonForFile();
 
-before(async () => {
-  home = await makeTestHome();
-  daemon = await startDaemon(home);
-});
-after(async () => {
-  try {
-    const url = daemon?.url;
-    const left = url ? await Sandbox.list({ url }).catch(() => []) : [];
-    await Promise.allSettled(left.map((s) => Sandbox.kill(s.id, { url })));
-  } finally {
-    await daemon?.stop();
-    await home.cleanup();
-  }
-});
-
-const forkd = (args: string[], input?: string | Buffer) => runCli(args, { env: home.env, input });
+const forkd = (args: string[], input?: string | Buffer) =>
+  runCli(args, { env: file.home.env, input });
 
 /** Run, require exit 0, parse stdout as JSON. */
 async function json<T>(args: string[]): Promise<T> {
@@ -88,12 +72,12 @@ test('create, ps, exec, cp, logs, kill round trip with --json', async () => {
   const timedOut = await forkd(['exec', id, '--timeout', '1', '--', 'sleep', '30']);
   assert.equal(timedOut.code, 124);
 
-  const local = join(home.dir, 'up.bin');
+  const local = join(file.home.dir, 'up.bin');
   const data = randomBytes(3 * 1024 * 1024 + 7);
   await writeFile(local, data);
   const up = await json<{ to: string; size: number }>(['cp', local, `${id}:/tmp/`]);
   assert.deepEqual(up, { from: local, to: `${id}:/tmp/up.bin`, size: data.length });
-  const back = join(home.dir, 'down.bin');
+  const back = join(file.home.dir, 'down.bin');
   ok(await forkd(['cp', `${id}:/tmp/up.bin`, back]), 'cp down');
   assert.ok((await readFile(back)).equals(data), 'cp round trip is byte-identical');
   const toStdout = await forkd(['cp', `${id}:/tmp/up.bin`, '-']);
@@ -135,7 +119,7 @@ test('errors: unknown sandbox, bad input, and a daemon that is not there', async
   const bad = await forkd(['create', '--memory', '8']);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /\[bad_request\]/);
-  const nowhere = await forkd(['ps', '--url', `unix:${join(home.dir, 'nobody.sock')}`]);
+  const nowhere = await forkd(['ps', '--url', `unix:${join(file.home.dir, 'nobody.sock')}`]);
   assert.equal(nowhere.code, 5);
   assert.match(nowhere.stderr, /forkd daemon.*\[daemon_unreachable\]/);
 });
@@ -154,11 +138,11 @@ test('images lists through the daemon; run goes through it and cleans up', async
 
 test('cp: 20 MB both ways byte-identical; -r trees; missing directories named, -p makes them', async () => {
   const id = (await json<SandboxJson>(['create'])).id;
-  const big = join(home.dir, 'big.bin');
+  const big = join(file.home.dir, 'big.bin');
   const data = randomBytes(20 * 1000 * 1000);
   await writeFile(big, data);
   ok(await forkd(['cp', big, `${id}:/root/big.bin`]), 'cp up 20 MB');
-  const back = join(home.dir, 'big-back.bin');
+  const back = join(file.home.dir, 'big-back.bin');
   ok(await forkd(['cp', `${id}:/root/big.bin`, back]), 'cp down 20 MB');
   assert.ok((await readFile(back)).equals(data), '20 MB round trip is byte-identical');
 
@@ -166,15 +150,15 @@ test('cp: 20 MB both ways byte-identical; -r trees; missing directories named, -
   assert.equal(noDir.code, 3, noDir.stderr);
   assert.match(noDir.stderr, new RegExp(`${id}:/no/such/dir: no such directory in the sandbox`));
   ok(await forkd(['cp', '-p', back, `${id}:/no/such/dir/x`]), 'cp -p');
-  const hostNoDir = await forkd(['cp', `${id}:/root/big.bin`, join(home.dir, 'none', 'x')]);
+  const hostNoDir = await forkd(['cp', `${id}:/root/big.bin`, join(file.home.dir, 'none', 'x')]);
   assert.equal(hostNoDir.code, 2, hostNoDir.stderr);
   assert.match(
     hostNoDir.stderr,
-    new RegExp(`${join(home.dir, 'none')}: no such directory on this host`),
+    new RegExp(`${join(file.home.dir, 'none')}: no such directory on this host`),
   );
   assert.doesNotMatch(hostNoDir.stderr, /forkd-\d+\.part|internal/, "names the user's path");
 
-  const tree = join(home.dir, 'tree');
+  const tree = join(file.home.dir, 'tree');
   await mkdir(join(tree, 'sub'), { recursive: true });
   await writeFile(join(tree, 'run.sh'), '#!/bin/sh\necho ran\n', { mode: 0o755 });
   await writeFile(join(tree, 'sub', 'data.bin'), data.subarray(0, 100_000));
@@ -192,7 +176,7 @@ test('cp: 20 MB both ways byte-identical; -r trees; missing directories named, -
     'cd /root/tree && ./link && wc -c < sub/data.bin',
   ]);
   assert.equal(ran.stdout.toString(), 'ran\n100000\n', ran.stderr);
-  const down = join(home.dir, 'tree-back');
+  const down = join(file.home.dir, 'tree-back');
   ok(await forkd(['cp', '-r', `${id}:/root/tree`, down]), 'cp -r down');
   assert.deepEqual((await readdir(down)).sort(), ['link', 'run.sh', 'sub']);
   assert.ok((await readFile(join(down, 'sub', 'data.bin'))).equals(data.subarray(0, 100_000)));
@@ -264,5 +248,5 @@ test('tree: branches of one sandbox are siblings under it, a branch of a branch 
 
 test('nothing is left behind', async () => {
   assert.deepEqual(await json<SandboxJson[]>(['ps']), []);
-  await assertNoLeftovers(home);
+  await assertNoLeftovers(file.home);
 });

@@ -114,13 +114,17 @@ function run(
   });
 }
 
-/** A scratch directory like a clone: the docs, and dist/ where the README's alias points. */
+/**
+ * A scratch directory like a clone: the docs, dist/ where the README's alias points, and
+ * packages/ (the Python SDK a block puts on PYTHONPATH).
+ */
 async function workDir(): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'forkd-docs-'));
   dirs.push(dir);
   await cp('README.md', join(dir, 'README.md'));
   await cp('docs', join(dir, 'docs'), { recursive: true });
   await symlink(resolve('dist'), join(dir, 'dist'));
+  await symlink(resolve('packages'), join(dir, 'packages'));
   const bin = join(dir, 'bin');
   await mkdir(bin);
   await writeFile(join(bin, 'forkd'), `#!/bin/sh\nexec "${process.execPath}" "${CLI}" "$@"\n`, {

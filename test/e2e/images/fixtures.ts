@@ -1,9 +1,19 @@
 /**
- * Shared by the image tests: a private FORKD_HOME per test, and reading an ext4 image
- * from the outside with e2fsprogs (debugfs, e2fsck) — no mount, so no root needed.
+ * Shared by the image tests: a private FORKD_HOME per test, a minimal busybox root to build
+ * test images from, and reading an ext4 image from the outside with e2fsprogs (debugfs,
+ * e2fsck) — no mount, so no root needed.
  */
 import type { TestContext } from 'node:test';
-import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
+import {
+  copyFile,
+  mkdir,
+  mkdtemp,
+  readFile,
+  readdir,
+  rm,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { paths, type Paths } from '../../../src/config.js';
@@ -51,4 +61,21 @@ export async function ext4Stat(
 /** e2fsck -fn: a full read-only check; throws when the filesystem has errors. */
 export async function ext4Check(image: string): Promise<void> {
   await run('e2fsck', ['-fn', image]);
+}
+
+/**
+ * A minimal root in `dir`: the host's static busybox with `applets` linked in /bin, an
+ * empty /app, and users root and app (uid 1000, group app, home `appHome`).
+ */
+export async function busyboxRoot(dir: string, applets: string[], appHome: string): Promise<void> {
+  await mkdir(join(dir, 'bin'), { recursive: true });
+  await copyFile('/bin/busybox', join(dir, 'bin/busybox'));
+  for (const a of applets) await symlink('busybox', join(dir, 'bin', a));
+  await mkdir(join(dir, 'app'));
+  await mkdir(join(dir, 'etc'));
+  await writeFile(
+    join(dir, 'etc/passwd'),
+    `root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:${appHome}:/bin/sh\n`,
+  );
+  await writeFile(join(dir, 'etc/group'), 'root:x:0:\napp:x:1000:\n');
 }

@@ -10,7 +10,6 @@ import assert from 'node:assert/strict';
 import {
   chmod,
   chown,
-  copyFile,
   link,
   mkdir,
   mkdtemp,
@@ -37,7 +36,7 @@ import { isForkdError } from '../../../src/errors.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import { forkd } from '../../helpers/cli.js';
 import { startDaemon } from '../../helpers/daemon-process.js';
-import { ext4Read, ext4Stat, ext4Check } from './fixtures.js';
+import { busyboxRoot, ext4Read, ext4Stat, ext4Check } from './fixtures.js';
 import {
   layerFromDir,
   ociImage,
@@ -71,16 +70,7 @@ const APPLETS = ['sh', 'echo', 'stat', 'id', 'test', 'ls', 'cat', 'pwd'];
 /** Three layers: a base, one that deletes and makes an opaque dir (zstd), a tiny plain one. */
 async function makeLayers(): Promise<Layer[]> {
   const l1 = join(scratch, 'l1');
-  await mkdir(join(l1, 'bin'), { recursive: true });
-  await copyFile('/bin/busybox', join(l1, 'bin/busybox'));
-  for (const a of APPLETS) await symlink('busybox', join(l1, 'bin', a));
-  await mkdir(join(l1, 'app'));
-  await mkdir(join(l1, 'etc'));
-  await writeFile(
-    join(l1, 'etc/passwd'),
-    'root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/app:/bin/sh\n',
-  );
-  await writeFile(join(l1, 'etc/group'), 'root:x:0:\napp:x:1000:\n');
+  await busyboxRoot(l1, APPLETS, '/app');
   await writeFile(join(l1, 'app/hello.txt'), 'hello\n');
   await symlink('hello.txt', join(l1, 'app/link'));
   await link(join(l1, 'app/hello.txt'), join(l1, 'app/hard'));

@@ -1,6 +1,7 @@
 /**
  * The DNS proxy's wire format (the question of a query, the A records of an answer,
- * REFUSED, TCP framing) and a listener answering over UDP and TCP on loopback.
+ * REFUSED, TCP framing), a listener answering over UDP and TCP on loopback, and the
+ * daemon's `--dns-upstream` / FORKD_DNS_UPSTREAM as typed.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,7 +9,9 @@ import { connect } from 'node:net';
 import {
   answerAddresses,
   DnsListener,
+  dnsUpstreamSetting,
   frame,
+  parseDnsUpstream,
   parseQuestion,
   refusedReply,
   takeFrames,
@@ -102,4 +105,32 @@ test('the listener answers DNS over TCP on loopback, two queries on one connecti
   const byId = new Map(replies.map((r) => [r.readUInt16BE(0), r]));
   assert.deepEqual(answerAddresses(byId.get(7) as Buffer).ips, ['198.51.100.2']);
   assert.equal((byId.get(8) as Buffer)[3]! & 0x0f, 5, 'REFUSED');
+});
+
+test('--dns-upstream: an address with an optional port, 53 by default; anything else named', () => {
+  assert.deepEqual(parseDnsUpstream('192.0.2.53'), { host: '192.0.2.53', port: 53 });
+  assert.deepEqual(parseDnsUpstream('127.0.0.1:5353'), { host: '127.0.0.1', port: 5353 });
+  assert.deepEqual(parseDnsUpstream('[2001:db8::53]:5353'), { host: '2001:db8::53', port: 5353 });
+  assert.deepEqual(parseDnsUpstream('::1'), { host: '::1', port: 53 });
+  for (const bad of ['dns.example', '1.2.3', '127.0.0.1:0', '127.0.0.1:65536', '1.1.1.1:x', '']) {
+    assert.throws(
+      () => parseDnsUpstream(bad),
+      (e: Error & { code?: string }) =>
+        e.code === 'bad_request' &&
+        e.message.startsWith(`--dns-upstream "${bad}" is not a resolver address: give an IP`),
+      bad,
+    );
+  }
+  assert.equal(dnsUpstreamSetting(undefined, {}), undefined, 'the host resolver by default');
+  const env = { FORKD_DNS_UPSTREAM: '127.0.0.1:5300' };
+  assert.deepEqual(dnsUpstreamSetting(undefined, env), { host: '127.0.0.1', port: 5300 });
+  assert.deepEqual(
+    dnsUpstreamSetting('10.0.0.1', env),
+    { host: '10.0.0.1', port: 53 },
+    'flag wins',
+  );
+  assert.throws(
+    () => dnsUpstreamSetting(undefined, { FORKD_DNS_UPSTREAM: 'x' }),
+    /FORKD_DNS_UPSTREAM "x"/,
+  );
 });

@@ -1,7 +1,8 @@
 /**
  * The SDK's hand-written types cannot drift from the REST contract: each wire-name table
  * in @forkd/sdk/wire must name exactly the properties of its schema in src/contract/schemas.ts
- * (snapshots with their chain fields, branch results, lineage nodes and their edges).
+ * (snapshots with their chain fields, branch results, lineage nodes and their edges), and in
+ * src/contract/eval.ts (an eval's Execution and its results, which `forkd eval --json` prints).
  * (Request bodies are checked against the schemas by the fake daemon in client.test.ts.)
  */
 import { test } from 'node:test';
@@ -9,7 +10,9 @@ import assert from 'node:assert/strict';
 import type { TSchema } from 'typebox';
 import {
   BRANCH_RESULT,
+  EVAL_RESULT,
   EXEC_RESULT,
+  EXECUTION,
   FILE_STAT,
   FORK_FAILURE,
   FORK_RESULT,
@@ -31,6 +34,7 @@ import {
   type WireNames,
 } from '@forkd/sdk/wire';
 import * as schemas from '../../../src/contract/schemas.js';
+import * as evalSchemas from '../../../src/contract/eval.js';
 
 interface ObjectSchema {
   properties: Record<string, TSchema>;
@@ -86,6 +90,8 @@ const TABLES: [string, WireNames<object>, TSchema][] = [
   ['BranchResult', BRANCH_RESULT, schemas.BranchResult],
   ['Lineage.nodes[]', LINEAGE_NODE, items(schemas.Lineage, 'nodes')],
   ['LineageNode.parent', LINEAGE_EDGE, edgeOf(schemas.LineageNode)],
+  ['Execution', EXECUTION, evalSchemas.Execution],
+  ['EvalResult', EVAL_RESULT, evalSchemas.EvalResult],
 ];
 
 for (const [name, table, schema] of TABLES) {

@@ -32,6 +32,7 @@ test('sizes: powers of 1024, any case, with or without i/B; bare numbers are byt
   assert.equal(parseSize('512M', 'f'), 512 * MiB);
   assert.equal(parseSize('512mib', 'f'), 512 * MiB);
   assert.equal(parseSize('1.5G', 'f'), 1536 * MiB);
+  assert.equal(parseSize('1K', 'f'), 1024);
   assert.equal(parseSize('2 GB', 'f'), 2048 * MiB);
   assert.equal(parseSize('1048576', 'f'), MiB);
   refuses(() => parseSize('512X', 'limits.memory'), 'limits.memory', /unknown unit "X"/);
