@@ -111,7 +111,11 @@ export class BranchManager implements BranchService {
     const over = await this.memoryParent(source);
     await refuseWhenFull(this.opts.paths.snapshots, `branch of ${id}`);
     const chosen = await this.modes.choose(req.mode, source.vm.pid);
-    const room = await CopyRoom.take(source, chosen, req.mode !== undefined, this.log);
+    const room = await CopyRoom.take(source, chosen, req.mode !== undefined, this.log).catch(
+      async (e: unknown) => {
+        throw await this.failed(e, source, tag, chosen);
+      },
+    );
     const { mode } = room;
     const release = () => room.release();
     try {
@@ -179,14 +183,19 @@ export class BranchManager implements BranchService {
         if (captured) await this.undoCapture(source, captured, warn);
         await this.registry.release(tag);
       }
-      // A source killed mid-branch fails the capture with whatever broke first (a closed
-      // monitor, a refused ptrace that reads like a seccomp denial): say what happened.
-      if (await source.vm.gone()) {
-        throw diedDuringBranch(id, tag, mode, await source.deathReason().catch(() => null));
-      }
-      // Undone by now (staging removed, disk switch folded back): what is free is what is left.
-      throw await asDiskFull(e, this.opts.paths.snapshots, `branch of ${id}`);
+      throw await this.failed(e, source, tag, mode);
     }
+  }
+
+  /** The error a failed branch answers, once it is undone. */
+  private async failed(e: unknown, source: Lease, tag: string, mode: BranchModeT) {
+    // A source killed mid-branch fails with whatever broke first (a closed monitor, its
+    // /proc entry gone, a refused ptrace that reads like a seccomp denial): say what happened.
+    if (await source.vm.gone()) {
+      return diedDuringBranch(source.id, tag, mode, await source.deathReason().catch(() => null));
+    }
+    // Undone by now (staging removed, disk switch folded back): what is free is what is left.
+    return asDiskFull(e, this.opts.paths.snapshots, `branch of ${source.id}`);
   }
 
   /**
