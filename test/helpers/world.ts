@@ -4,6 +4,10 @@
  * real uses) that serve HTTP, HTTPS (a self-signed certificate made here) and DNS
  * (world-server.ts). Sandboxes reach it through forkd's
  * NAT exactly as they would reach the internet; `close` removes every trace of it.
+ *
+ * One world at a time on a host: its addresses and the host route to 203.0.113.0/24 are
+ * fixed, so test files that run side by side (network, dns-upstream) take turns through a
+ * `flock(1)` lock held from start to close (the kernel drops it if the test dies).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -27,10 +31,31 @@ export interface World {
   close(): Promise<void>;
 }
 
+/** Wait (up to 15 min) for the host's one world; resolves with its release. */
+async function holdWorldLock(): Promise<() => Promise<void>> {
+  const holder = spawn(
+    'flock',
+    ['-w', '900', '/run/forkd-test-world.lock', 'sh', '-c', 'echo held; exec cat >/dev/null'],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const exited = once(holder, 'exit');
+  await Promise.race([
+    once(holder.stdout, 'data'),
+    exited.then(([code]) => {
+      throw new Error(`the test world lock was not free within 15 min (flock exit ${code})`);
+    }),
+  ]);
+  return async () => {
+    holder.stdin.end();
+    await exited;
+  };
+}
+
 export async function startWorld(): Promise<World> {
   const name = `fkdworld-${process.pid}`;
   const veth = `fkdw-${process.pid % 100000}`;
   let server: ChildProcess | undefined;
+  const release = await holdWorldLock();
   const tlsDir = await mkdtemp(join(tmpdir(), 'fkdworld-'));
   const close = async () => {
     if (server?.pid && server.exitCode === null) {
@@ -41,6 +66,7 @@ export async function startWorld(): Promise<World> {
     await run('ip', ['route', 'del', '203.0.113.0/24']).catch(() => undefined);
     await run('ip', ['netns', 'del', name]).catch(() => undefined);
     await rm(tlsDir, { recursive: true, force: true });
+    await release();
   };
   try {
     await run('ip', ['netns', 'add', name]);
