@@ -52,9 +52,24 @@ function exitStatus(r: CommandResult): number {
   return 128 + (signo ?? os.signals.SIGKILL);
 }
 
-/** Open a FIFO containerd reads for writing (it holds the read end open already). */
-async function openWriter(path: string): Promise<FileHandle | undefined> {
-  return path ? open(path, constants.O_WRONLY) : undefined;
+/**
+ * A FIFO containerd reads, opened for writing (its reader is open already). Once the
+ * reader is gone (`ctr run -d` exits after Start), output is dropped: the process runs on,
+ * as it would with nobody reading its logs.
+ */
+async function openWriter(
+  path: string,
+): Promise<{ write(b: Uint8Array): Promise<void>; close(): Promise<void> } | undefined> {
+  if (!path) return undefined;
+  const fh: FileHandle = await open(path, constants.O_WRONLY);
+  let broken = false;
+  return {
+    write: async (b) => {
+      if (broken) return;
+      await fh.write(b).catch(() => (broken = true));
+    },
+    close: () => fh.close(),
+  };
 }
 
 export class TaskProcess {
@@ -97,9 +112,7 @@ export class TaskProcess {
         envs: this.spec.env,
         cwd: this.spec.cwd,
         user: this.spec.user,
-        onOutput: async (stream, chunk) => {
-          await (stream === 'stdout' ? stdout : stderr)?.write(chunk);
-        },
+        onOutput: (stream, chunk) => (stream === 'stdout' ? stdout : stderr)?.write(chunk),
       });
     } catch (e) {
       await Promise.all([stdout?.close(), stderr?.close()]);
