@@ -17,6 +17,8 @@ const TOPICS = {
   '/tasks/delete': 'TaskDelete',
   '/tasks/exec-added': 'TaskExecAdded',
   '/tasks/exec-started': 'TaskExecStarted',
+  '/tasks/paused': 'TaskPaused',
+  '/tasks/resumed': 'TaskResumed',
 } as const;
 
 export type Topic = keyof typeof TOPICS;

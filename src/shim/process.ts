@@ -18,7 +18,7 @@ import type { ProcessSpec } from './bundle.js';
 import { CODE, TtrpcError } from './ttrpc.js';
 
 /** containerd's process states (`containerd.v1.types.Status`). */
-export const STATUS = { created: 1, running: 2, stopped: 3 } as const;
+export const STATUS = { created: 1, running: 2, stopped: 3, paused: 4 } as const;
 
 /** The FIFO paths containerd gave for a process (empty: none). */
 export interface ProcessIO {

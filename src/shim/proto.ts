@@ -152,6 +152,8 @@ const root = protobuf.Root.fromJSON({
         ),
         TaskExecAdded: msg(['container_id', 'string'], ['exec_id', 'string']),
         TaskExecStarted: msg(['container_id', 'string'], ['exec_id', 'string'], ['pid', 'uint32']),
+        TaskPaused: msg(['container_id', 'string']),
+        TaskResumed: msg(['container_id', 'string']),
         Envelope: msg(
           ['timestamp', TS],
           ['namespace', 'string'],

@@ -41,6 +41,12 @@ interface KillRequest extends IdRequest {
 /** A containerd timestamp, or none (the zero time) when `ms` is undefined. */
 const at = (ms: number | undefined) => (ms === undefined ? undefined : timestamp(ms));
 
+/** Whether the daemon has the sandbox parked in an idle tier (its own word, never ours). */
+async function parked(sandbox: Sandbox): Promise<boolean> {
+  const { tier } = await sandbox.refresh();
+  return tier === 'paused' || tier === 'hibernated';
+}
+
 /** A daemon error as a ttrpc status containerd maps to its own error kinds. */
 export function statusOf(e: unknown): unknown {
   if (e instanceof TtrpcError) return e;
@@ -102,6 +108,8 @@ export class TaskService {
       Exec: ['task.ExecProcessRequest', (r: ExecRequest) => this.exec(r), 'google.protobuf.Empty'],
       ResizePty: ['task.ResizePtyRequest', async () => ({}), 'google.protobuf.Empty'],
       CloseIO: ['task.CloseIORequest', async () => ({}), 'google.protobuf.Empty'],
+      Pause: ['task.IdRequest', (r: IdRequest) => this.pause(r, true), 'google.protobuf.Empty'],
+      Resume: ['task.IdRequest', (r: IdRequest) => this.pause(r, false), 'google.protobuf.Empty'],
       Connect: ['task.IdRequest', () => this.connect(), 'task.ConnectResponse'],
       Shutdown: [
         'task.ShutdownRequest',
@@ -231,14 +239,30 @@ export class TaskService {
     return { pid: p.pid, exit_status: p.exitStatus, exited_at: at(p.exitedAt) };
   }
 
+  /**
+   * Pause parks the sandbox in forkd's `paused` idle tier (QEMU stopped, memory kept);
+   * Resume wakes it. Either is a no-op on a task already there.
+   */
+  private async pause(r: IdRequest, pause: boolean): Promise<object> {
+    const task = this.get(r.id);
+    if ((await parked(task.sandbox)) === pause) return {};
+    if (pause) await task.sandbox.pause({ tier: 'paused' });
+    else await task.sandbox.resume();
+    await this.o.publisher.publish(pause ? '/tasks/paused' : '/tasks/resumed', {
+      container_id: task.id,
+    });
+    return {};
+  }
+
   private async state(r: IdRequest): Promise<object> {
     const { task, p } = this.lookup(r);
+    const running = p.status === STATUS.running;
     return {
       id: r.exec_id || task.id,
       exec_id: r.exec_id,
       bundle: task.bundle,
       pid: p.pid,
-      status: p.status,
+      status: running && (await parked(task.sandbox)) ? STATUS.paused : p.status,
       ...p.io,
       exit_status: p.exitStatus,
       exited_at: at(p.exitedAt),

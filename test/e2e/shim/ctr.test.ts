@@ -133,6 +133,12 @@ test('a detached task: exec runs a second process, kill stops it, delete removes
     assert.equal(e.stdout.toString(), 'from-exec\n', e.stderr);
     assert.equal(e.code, 4);
 
+    assert.equal((await ctrd.ctr(['task', 'pause', 'det'])).code, 0);
+    assert.equal(await taskStatus('det'), 'PAUSED');
+    assert.equal((await sandboxesOf('det'))[0]?.tier, 'paused');
+    assert.equal((await ctrd.ctr(['task', 'resume', 'det'])).code, 0);
+    assert.equal(await taskStatus('det'), 'RUNNING');
+
     const k = await ctrd.ctr(['task', 'kill', 'det']);
     assert.equal(k.code, 0, k.stderr);
     await until(
@@ -164,6 +170,8 @@ test('a detached task: exec runs a second process, kill stops it, delete removes
     '/tasks/exec-added e1',
     '/tasks/exec-started e1',
     '/tasks/exit e1',
+    '/tasks/paused',
+    '/tasks/resumed',
     '/tasks/exit det',
     '/tasks/delete det',
   ]);
