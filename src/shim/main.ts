@@ -12,7 +12,7 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { closeSync, constants, openSync, writeSync } from 'node:fs';
+import { closeSync, constants, openSync, rmSync, writeSync } from 'node:fs';
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { constants as os } from 'node:os';
@@ -163,7 +163,8 @@ async function runServer(f: Flags): Promise<void> {
     setTimeout(() => {
       server.close();
       publisher.close();
-      void rm(path, { force: true }).finally(() => process.exit(0));
+      rmSync(path, { force: true }); // sync: a FIFO open stuck in libuv's pool must not hold the exit
+      process.exit(0);
     }, 50);
   };
   const service = new TaskService({ namespace: f.namespace, publisher, log, shutdown: stop });

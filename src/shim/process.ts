@@ -4,8 +4,8 @@
  * gave, its exit status kept for Wait, State and the exit event. The guest pid is the
  * process's pid as containerd sees it.
  */
-import { open, type FileHandle } from 'node:fs/promises';
-import { constants } from 'node:fs';
+import { constants, openSync } from 'node:fs';
+import { Socket } from 'node:net';
 import { constants as os } from 'node:os';
 import {
   isForkdError,
@@ -52,24 +52,67 @@ function exitStatus(r: CommandResult): number {
   return 128 + (signo ?? os.signals.SIGKILL);
 }
 
+/** Where a process's output goes: a FIFO containerd reads. */
+interface Output {
+  write(b: Uint8Array): Promise<void>;
+  close(): Promise<void>;
+}
+
 /**
- * A FIFO containerd reads, opened for writing (its reader is open already). Once the
- * reader is gone (`ctr run -d` exits after Start), output is dropped: the process runs on,
- * as it would with nobody reading its logs.
+ * A FIFO containerd reads, opened for writing without waiting and written in the event
+ * loop, with backpressure to the exec stream. If nobody reads it (no reader at Start, or
+ * `ctr run -d` gone since), output is dropped: the process runs on, as it would with nobody
+ * reading its logs.
  */
-async function openWriter(
-  path: string,
-): Promise<{ write(b: Uint8Array): Promise<void>; close(): Promise<void> } | undefined> {
+function openWriter(path: string): Output | undefined {
   if (!path) return undefined;
-  const fh: FileHandle = await open(path, constants.O_WRONLY);
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_WRONLY | constants.O_NONBLOCK);
+  } catch {
+    return undefined; // ENXIO: no reader
+  }
+  const socket = new Socket({ fd, readable: false, writable: true });
   let broken = false;
+  socket.on('error', () => (broken = true));
   return {
-    write: async (b) => {
-      if (broken) return;
-      await fh.write(b).catch(() => (broken = true));
-    },
-    close: () => fh.close(),
+    write: (b) =>
+      new Promise((resolve) => {
+        if (broken || socket.destroyed) return resolve();
+        socket.write(b, (e) => {
+          if (e) broken = true;
+          resolve();
+        });
+      }),
+    close: () =>
+      new Promise((resolve) => {
+        if (socket.destroyed) return resolve();
+        socket.once('close', () => resolve());
+        socket.end();
+      }),
   };
+}
+
+/**
+ * The stdin FIFO, read as a stream in the event loop. Opened without waiting: a client
+ * that will write has its write end open already (ctr opens it before Create and waits in
+ * open(2) for a reader, which counts as a writer), and one whose input was empty has come
+ * and gone, so the first read is end of file — as it should be.
+ */
+function openReader(path: string): Socket | undefined {
+  if (!path) return undefined;
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  return new Socket({ fd, readable: true, writable: false });
+}
+
+/** Copy the FIFO into the process's stdin until end of file, then close it. */
+async function forward(from: Socket, to: CommandHandle): Promise<void> {
+  try {
+    for await (const chunk of from) await to.stdin.write(chunk as Buffer);
+    await to.stdin.end();
+  } catch {
+    from.destroy(); // the process exited before reading it all: not an error of ours
+  }
 }
 
 export class TaskProcess {
@@ -103,21 +146,23 @@ export class TaskProcess {
     if (this.status !== STATUS.created) {
       throw new TtrpcError(CODE.failedPrecondition, `process ${this.name} was already started`);
     }
-    const [stdout, stderr] = await Promise.all([
-      openWriter(this.io.stdout),
-      openWriter(this.io.stderr),
-    ]);
+    const stdin = openReader(this.io.stdin);
+    const stdout = openWriter(this.io.stdout);
+    const stderr = openWriter(this.io.stderr);
     try {
       this.handle = await commands.start(this.spec.args, {
         envs: this.spec.env,
         cwd: this.spec.cwd,
         user: this.spec.user,
+        keepStdinOpen: stdin !== undefined,
         onOutput: (stream, chunk) => (stream === 'stdout' ? stdout : stderr)?.write(chunk),
       });
     } catch (e) {
+      stdin?.destroy();
       await Promise.all([stdout?.close(), stderr?.close()]);
       throw e;
     }
+    if (stdin) void forward(stdin, this.handle);
     this.pid = this.handle.pid;
     this.status = STATUS.running;
     void this.handle
@@ -127,6 +172,7 @@ export class TaskProcess {
         return 128 + os.signals.SIGKILL;
       })
       .then(async (status) => {
+        stdin?.destroy();
         await Promise.all([stdout?.close(), stderr?.close()]).catch(() => undefined);
         this.exit(status);
       });

@@ -15,6 +15,8 @@ const SHIM = join(process.cwd(), 'dist', 'src', 'shim', 'main.js');
 const READY_MS = 30_000;
 const STOP_MS = 10_000;
 const OUTPUT_KEEP = 256 * 1024;
+/** The longest one ctr call may take (a cold boot under TCG on a busy host fits). */
+const CTR_MS = 180_000;
 
 export interface Containerd {
   dir: string;
@@ -26,8 +28,8 @@ export interface Containerd {
   fifoDir: string;
   /** The bundle directory of task `id` in namespace `default`. */
   bundle(id: string): string;
-  /** Run `ctr --address … ARGS…` with stdin at end of file. */
-  ctr(args: string[]): Promise<CliResult>;
+  /** Run `ctr --address … ARGS…` with `input` on its stdin, then end of file. */
+  ctr(args: string[], input?: string): Promise<CliResult>;
   /** Start `ctr ARGS…` and keep it running (`ctr events`); the returned stop ends it. */
   ctrBackground(args: string[]): { output(): string; stop(): Promise<void> };
   /** containerd's log, for failure messages. */
@@ -69,7 +71,8 @@ export async function startContainerd(forkdUrl: string): Promise<Containerd> {
   const keep = (c: Buffer) => (log = (log + c.toString('utf8')).slice(-OUTPUT_KEEP));
   child.stdout.on('data', keep);
   child.stderr.on('data', keep);
-  const ctr = (args: string[]) => run('ctr', ['--address', address, ...args]);
+  const ctr = (args: string[], input?: string) =>
+    run('ctr', ['--address', address, ...args], input);
   const c: Containerd = {
     dir,
     address,
@@ -104,9 +107,12 @@ async function waitReady(
   }
 }
 
-function run(cmd: string, args: string[]): Promise<CliResult> {
+function run(cmd: string, args: string[], input?: string): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    // A hung call fails its test (SIGTERM, then code null) instead of hanging the file.
+    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], timeout: CTR_MS });
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(input ?? '');
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout.on('data', (d: Buffer) => out.push(d));

@@ -42,18 +42,11 @@ after(async () => {
 });
 
 /** `ctr run` of task `id` with the forkd runtime: detached or not, extra flags before the rootfs. */
-function run(id: string, argv: string[], flags: string[] = []) {
-  return ctrd.ctr([
-    'run',
-    '--fifo-dir',
-    ctrd.fifoDir,
-    ...RUNTIME,
-    ...flags,
-    '--rootfs',
-    ctrd.rootfs,
-    id,
-    ...argv,
-  ]);
+function run(id: string, argv: string[], flags: string[] = [], input?: string) {
+  return ctrd.ctr(
+    ['run', '--fifo-dir', ctrd.fifoDir, ...RUNTIME, ...flags, '--rootfs', ctrd.rootfs, id, ...argv],
+    input,
+  );
 }
 
 /** The running sandboxes of containerd task `id`. */
@@ -102,6 +95,17 @@ test('with the forkd.dev/snapshot annotation the task is a fork of the warm snap
   assert.equal(r.stdout.toString(), 'warmed\nwarm-process\n', `${r.stderr}\n${ctrd.output()}`);
   assert.equal(r.code, 0);
   assert.deepEqual(await sandboxesOf('warm'), []);
+});
+
+test("ctr run's stdin reaches the process, and its end is end of file", async () => {
+  const r = await run(
+    'stdin',
+    ['wc', '-l'],
+    ['--rm', '--annotation', `forkd.dev/snapshot=${WARM}`],
+    'a\nb\n',
+  );
+  assert.equal(r.stdout.toString().trim(), '2', `${r.stderr}\n${ctrd.output()}`);
+  assert.equal(r.code, 0);
 });
 
 test('a detached task: exec runs a second process, kill stops it, delete removes the sandbox; events in order', async (t) => {
