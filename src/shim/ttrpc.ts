@@ -11,6 +11,8 @@ import { decode, encode } from './proto.js';
 const HEADER = 10;
 const TYPE_REQUEST = 1;
 const TYPE_RESPONSE = 2;
+/** How long a client call waits for its answer (containerd's shims give events 5 s). */
+const CALL_MS = 5000;
 /** ttrpc's own limit on one message. */
 const MAX_MESSAGE = 4 << 20;
 
@@ -137,6 +139,8 @@ async function answer(
 export class TtrpcClient {
   private nextId = 1;
   private readonly waiting = new Map<number, (res: Frame | Error) => void>();
+  /** The connection ended (the server restarted): every call fails at once. */
+  private closed = false;
 
   private constructor(private readonly socket: Socket) {
     readFrames(socket, (f) => {
@@ -145,6 +149,7 @@ export class TtrpcClient {
       this.waiting.delete(f.streamId);
     });
     const fail = (e?: Error) => {
+      this.closed = true;
       for (const settle of this.waiting.values()) settle(e ?? new Error('ttrpc connection closed'));
       this.waiting.clear();
     };
@@ -164,13 +169,18 @@ export class TtrpcClient {
     });
   }
 
-  /** Call `service/method`; resolves with the response payload, rejects with its status. */
+  /**
+   * Call `service/method`; resolves with the response payload, rejects with its status, or
+   * when no answer came within `timeoutMs`.
+   */
   call(
     service: string,
     method: string,
     payload: Uint8Array,
     metadata: Record<string, string> = {},
+    timeoutMs = CALL_MS,
   ): Promise<Buffer> {
+    if (this.closed) return Promise.reject(new Error('ttrpc connection closed'));
     const id = this.nextId;
     this.nextId += 2; // clients use odd stream ids
     const request = encode('ttrpc.Request', {
@@ -180,7 +190,12 @@ export class TtrpcClient {
       metadata: Object.entries(metadata).map(([key, value]) => ({ key, value })),
     });
     return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(id);
+        reject(new Error(`no answer to ${service}/${method} within ${timeoutMs} ms`));
+      }, timeoutMs);
       this.waiting.set(id, (res) => {
+        clearTimeout(timer);
         if (res instanceof Error) return reject(res);
         const r = decode<{ status: { code: number; message: string } | null; payload: Buffer }>(
           'ttrpc.Response',

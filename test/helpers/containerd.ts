@@ -34,6 +34,8 @@ export interface Containerd {
   ctrBackground(args: string[]): { output(): string; stop(): Promise<void> };
   /** containerd's log, for failure messages. */
   output(): string;
+  /** Stop containerd and start it again on the same dirs; running shims stay up. */
+  restart(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -63,14 +65,18 @@ export async function startContainerd(forkdUrl: string): Promise<Containerd> {
     ].join('\n'),
   );
   const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, FORKD_URL: forkdUrl };
-  const child = spawn('containerd', ['--config', join(dir, 'config.toml')], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
   let log = '';
-  const keep = (c: Buffer) => (log = (log + c.toString('utf8')).slice(-OUTPUT_KEEP));
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
+  const launch = () => {
+    const child = spawn('containerd', ['--config', join(dir, 'config.toml')], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const keep = (c: Buffer) => (log = (log + c.toString('utf8')).slice(-OUTPUT_KEEP));
+    child.stdout.on('data', keep);
+    child.stderr.on('data', keep);
+    return child;
+  };
+  let child = launch();
   const ctr = (args: string[], input?: string) =>
     run('ctr', ['--address', address, ...args], input);
   const c: Containerd = {
@@ -82,7 +88,15 @@ export async function startContainerd(forkdUrl: string): Promise<Containerd> {
     ctr,
     ctrBackground: (args) => background('ctr', ['--address', address, ...args]),
     output: () => log,
-    stop: () => stop(child, dir),
+    restart: async () => {
+      await end(child);
+      child = launch();
+      await waitReady(child, ctr, () => log);
+    },
+    stop: async () => {
+      await end(child);
+      await sweep(dir);
+    },
   };
   try {
     await waitReady(child, ctr, () => log);
@@ -151,14 +165,18 @@ async function processesNaming(dir: string): Promise<number[]> {
   return pids;
 }
 
-async function stop(child: ChildProcess, dir: string): Promise<void> {
-  if (child.exitCode === null && child.signalCode === null) {
-    const gone = new Promise((r) => child.once('exit', r));
-    child.kill('SIGTERM');
-    const timer = setTimeout(() => child.kill('SIGKILL'), STOP_MS);
-    await gone;
-    clearTimeout(timer);
-  }
+/** End containerd by its pid (SIGTERM, SIGKILL after 10 s); its shims keep running. */
+async function end(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const gone = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), STOP_MS);
+  await gone;
+  clearTimeout(timer);
+}
+
+/** Kill what is left of this containerd (its shims, by pid) and remove its directory. */
+async function sweep(dir: string): Promise<void> {
   for (const pid of await processesNaming(dir)) {
     try {
       process.kill(pid, 'SIGKILL');

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CODE, serve, TtrpcClient, TtrpcError, type Handler } from '../../../src/shim/ttrpc.js';
 import { decode, encode } from '../../../src/shim/proto.js';
@@ -118,4 +119,21 @@ test('an event reaches containerd as a ForwardRequest envelope, in order', async
       id: 'b',
     },
   ]);
+});
+
+test('a call on a connection the server closed fails at once, not never', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'forkd-ttrpc-'));
+  const path = join(dir, 's');
+  const server = createServer((s) => s.destroy()); // a containerd that went away
+  await new Promise<void>((r) => server.listen(path, r));
+  try {
+    const c = await TtrpcClient.connect(path);
+    await sleep(50);
+    const started = Date.now();
+    await assert.rejects(c.call('x.S', 'M', new Uint8Array()), /closed/);
+    assert.ok(Date.now() - started < 1000);
+  } finally {
+    server.close();
+    await rm(dir, { recursive: true, force: true });
+  }
 });

@@ -181,6 +181,34 @@ test('a detached task: exec runs a second process, kill stops it, delete removes
   ]);
 });
 
+test('a containerd restarted mid-task finds the task again through its shim', async () => {
+  const r = await run(
+    'again',
+    ['sleep', '100000'],
+    ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
+  );
+  assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
+  await ctrd.restart();
+  assert.equal(await taskStatus('again'), 'RUNNING', ctrd.output());
+  const e = await ctrd.ctr([
+    'task',
+    'exec',
+    '--fifo-dir',
+    ctrd.fifoDir,
+    '--exec-id',
+    'e2',
+    'again',
+    'echo',
+    'still-here',
+  ]);
+  assert.equal(e.stdout.toString(), 'still-here\n', e.stderr);
+  assert.equal((await ctrd.ctr(['task', 'kill', '-s', 'SIGKILL', 'again'])).code, 0);
+  await until('the task stops', async () => (await taskStatus('again')) === 'STOPPED');
+  assert.equal((await ctrd.ctr(['task', 'delete', 'again'])).code, 0);
+  assert.equal((await ctrd.ctr(['container', 'rm', 'again'])).code, 0);
+  assert.deepEqual(await sandboxesOf('again'), []);
+});
+
 test('a shim SIGKILLed mid-task leaves no sandbox once containerd has run delete', async () => {
   const r = await run(
     'lost',
