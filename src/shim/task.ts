@@ -47,6 +47,14 @@ async function parked(sandbox: Sandbox): Promise<boolean> {
   return tier === 'paused' || tier === 'hibernated';
 }
 
+/** The gRPC code of a daemon error's HTTP status (others: Unknown). */
+const CODE_OF_STATUS: Record<number, number> = {
+  400: CODE.invalidArgument,
+  404: CODE.notFound,
+  409: CODE.failedPrecondition,
+  503: CODE.unavailable,
+};
+
 /** A daemon error as a ttrpc status containerd maps to its own error kinds. */
 export function statusOf(e: unknown): unknown {
   if (e instanceof TtrpcError) return e;
@@ -57,16 +65,7 @@ export function statusOf(e: unknown): unknown {
     );
   }
   if (isForkdError(e)) {
-    const code =
-      e.status === 404
-        ? CODE.notFound
-        : e.status === 400
-          ? CODE.invalidArgument
-          : e.status === 409
-            ? CODE.failedPrecondition
-            : e.status === 503
-              ? CODE.unavailable
-              : CODE.unknown;
+    const code = CODE_OF_STATUS[e.status] ?? CODE.unknown;
     return new TtrpcError(code, `forkd: ${e.message} (${e.code})`);
   }
   return e;

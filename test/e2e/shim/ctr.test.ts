@@ -118,6 +118,9 @@ test('a detached task: exec runs a second process, kill stops it, delete removes
     );
     assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
     assert.equal(await taskStatus('det'), 'RUNNING');
+    const shimPid = (await readFile(`${ctrd.bundle('det')}/shim.pid`, 'utf8')).trim();
+    const rss = /VmRSS:\s+(\d+)/.exec(await readFile(`/proc/${shimPid}/status`, 'utf8'))?.[1];
+    t.diagnostic(`the serving shim's RSS: ${(Number(rss) / 1024).toFixed(1)} MiB`);
     assert.equal((await sandboxesOf('det')).length, 1);
 
     const started = Date.now();
