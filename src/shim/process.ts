@@ -1,8 +1,9 @@
 /**
  * One process of a task — the container's own (init) or an exec — run inside the task's
- * sandbox through the daemon's streamed exec: its output copied to the FIFOs containerd
- * gave, its exit status kept for Wait, State and the exit event. The guest pid is the
- * process's pid as containerd sees it.
+ * sandbox through the daemon's streamed exec, or on a terminal session when containerd
+ * asks for one (`ctr run -t`): its output copied to the FIFOs containerd gave, its stdin
+ * FIFO forwarded, its exit status kept for Wait, State and the exit event. The guest pid is
+ * the process's pid as containerd sees it.
  */
 import { constants, openSync } from 'node:fs';
 import { Socket } from 'node:net';
@@ -11,9 +12,10 @@ import {
   isForkdError,
   type Commands,
   type CommandHandle,
-  type CommandResult,
   type CommandSignal,
+  type Sandbox,
 } from '@forkd/sdk';
+import { shellCommand } from '../util/shell-words.js';
 import type { ProcessSpec } from './bundle.js';
 import { CODE, TtrpcError } from './ttrpc.js';
 
@@ -45,8 +47,25 @@ const SIGNALS = new Map<number, CommandSignal>(
   ).map((name) => [os.signals[name], name]),
 );
 
+/** How a process ended, from an exec or a terminal session. */
+interface Ended {
+  exitCode: number | null;
+  signal: string | null;
+}
+
+/** A started process, exec or terminal: what the task service asks of it. */
+interface Running {
+  pid: number;
+  wait(): Promise<Ended>;
+  signal(name: CommandSignal): Promise<void>;
+  resize?(cols: number, rows: number): Promise<void>;
+}
+
+/** The size of a terminal until containerd's first ResizePty. */
+const TERMINAL_SIZE = { cols: 80, rows: 24 };
+
 /** The exit status of a result: the code, or 128 + the signal that ended it. */
-function exitStatus(r: CommandResult): number {
+function exitStatus(r: Ended): number {
   if (r.exitCode !== null) return r.exitCode;
   const signo = r.signal ? os.signals[r.signal as keyof typeof os.signals] : undefined;
   return 128 + (signo ?? os.signals.SIGKILL);
@@ -120,7 +139,7 @@ export class TaskProcess {
   status: number = STATUS.created;
   exitStatus = 0;
   exitedAt: number | undefined;
-  private handle: CommandHandle | undefined;
+  private running: Running | undefined;
   private settle!: () => void;
   /** Resolves once the process has exited and its output is flushed. */
   readonly exited = new Promise<void>((resolve) => (this.settle = resolve));
@@ -132,17 +151,10 @@ export class TaskProcess {
     readonly io: ProcessIO,
     private readonly onExit: (p: TaskProcess) => void,
     private readonly log: (msg: string) => void,
-  ) {
-    if (io.terminal || spec.terminal) {
-      throw new TtrpcError(
-        CODE.unimplemented,
-        'forkd runs processes without a terminal so far: run it without -t (issue 30)',
-      );
-    }
-  }
+  ) {}
 
-  /** Start it in the sandbox of `commands`; resolves with its pid once it runs. */
-  async start(commands: Commands): Promise<number> {
+  /** Start it in `sandbox`; resolves with its pid once it runs. */
+  async start(sandbox: Sandbox): Promise<number> {
     if (this.status !== STATUS.created) {
       throw new TtrpcError(CODE.failedPrecondition, `process ${this.name} was already started`);
     }
@@ -150,22 +162,18 @@ export class TaskProcess {
     const stdout = openWriter(this.io.stdout);
     const stderr = openWriter(this.io.stderr);
     try {
-      this.handle = await commands.start(this.spec.args, {
-        envs: this.spec.env,
-        cwd: this.spec.cwd,
-        user: this.spec.user,
-        keepStdinOpen: stdin !== undefined,
-        onOutput: (stream, chunk) => (stream === 'stdout' ? stdout : stderr)?.write(chunk),
-      });
+      this.running =
+        this.io.terminal || this.spec.terminal
+          ? await this.startTerminal(sandbox, stdin, stdout)
+          : await this.startExec(sandbox.commands, stdin, stdout, stderr);
     } catch (e) {
       stdin?.destroy();
       await Promise.all([stdout?.close(), stderr?.close()]);
       throw e;
     }
-    if (stdin) void forward(stdin, this.handle);
-    this.pid = this.handle.pid;
+    this.pid = this.running.pid;
     this.status = STATUS.running;
-    void this.handle
+    void this.running
       .wait()
       .then(exitStatus, (e: unknown) => {
         this.log(`process ${this.name} lost: ${(e as Error).message}`);
@@ -177,6 +185,52 @@ export class TaskProcess {
         this.exit(status);
       });
     return this.pid;
+  }
+
+  private async startExec(
+    commands: Commands,
+    stdin: Socket | undefined,
+    stdout: Output | undefined,
+    stderr: Output | undefined,
+  ): Promise<Running> {
+    const handle = await commands.start(this.spec.args, {
+      envs: this.spec.env,
+      cwd: this.spec.cwd,
+      user: this.spec.user,
+      keepStdinOpen: stdin !== undefined,
+      onOutput: (stream, chunk) => (stream === 'stdout' ? stdout : stderr)?.write(chunk),
+    });
+    if (stdin) void forward(stdin, handle);
+    return { pid: handle.pid, wait: () => handle.wait(), signal: (name) => handle.kill(name) };
+  }
+
+  /** On a terminal session: one output stream (stdout), stdin as the terminal's input. */
+  private async startTerminal(
+    sandbox: Sandbox,
+    stdin: Socket | undefined,
+    stdout: Output | undefined,
+  ): Promise<Running> {
+    const pty = await sandbox.pty.create({
+      ...TERMINAL_SIZE,
+      cmd: shellCommand(this.spec.args, this.spec.env),
+      cwd: this.spec.cwd,
+      user: this.spec.user,
+      term: this.spec.env.TERM,
+      onData: (data) => void stdout?.write(data),
+    });
+    stdin?.on('data', (chunk: Buffer) => pty.sendInput(chunk));
+    stdin?.on('error', () => undefined);
+    return {
+      pid: pty.pid,
+      wait: () => pty.wait(),
+      signal: (name) => pty.signal(name),
+      resize: (cols, rows) => pty.resize({ cols, rows }),
+    };
+  }
+
+  /** ResizePty: the terminal's new size (a process without one has nothing to resize). */
+  async resize(cols: number, rows: number): Promise<void> {
+    if (cols > 0 && rows > 0) await this.running?.resize?.(cols, rows);
   }
 
   /**
@@ -194,9 +248,9 @@ export class TaskProcess {
     if (this.status === STATUS.stopped) {
       throw new TtrpcError(CODE.notFound, `process ${this.name} has already exited`);
     }
-    if (!this.handle) return this.exit(128 + signo);
+    if (!this.running) return this.exit(128 + signo);
     try {
-      await this.handle.kill(name);
+      await this.running.signal(name);
     } catch (e) {
       // It exited while the signal travelled: the same answer as above.
       if (isForkdError(e, 'exec_not_found')) {

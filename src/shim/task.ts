@@ -33,6 +33,11 @@ interface ExecRequest extends IdRequest, ProcessIO {
   spec: { type_url: string; value: Buffer } | null;
 }
 
+interface ResizeRequest extends IdRequest {
+  width: number;
+  height: number;
+}
+
 interface KillRequest extends IdRequest {
   signal: number;
   all: boolean;
@@ -105,7 +110,14 @@ export class TaskService {
       State: ['task.IdRequest', (r: IdRequest) => this.state(r), 'task.StateResponse'],
       Pids: ['task.IdRequest', () => this.pids(), 'task.PidsResponse'],
       Exec: ['task.ExecProcessRequest', (r: ExecRequest) => this.exec(r), 'google.protobuf.Empty'],
-      ResizePty: ['task.ResizePtyRequest', async () => ({}), 'google.protobuf.Empty'],
+      ResizePty: [
+        'task.ResizePtyRequest',
+        (r: ResizeRequest) =>
+          this.lookup(r)
+            .p.resize(r.width, r.height)
+            .then(() => ({})),
+        'google.protobuf.Empty',
+      ],
       CloseIO: ['task.CloseIORequest', async () => ({}), 'google.protobuf.Empty'],
       Pause: ['task.IdRequest', (r: IdRequest) => this.pause(r, true), 'google.protobuf.Empty'],
       Resume: ['task.IdRequest', (r: IdRequest) => this.pause(r, false), 'google.protobuf.Empty'],
@@ -187,7 +199,7 @@ export class TaskService {
 
   private async start(r: IdRequest): Promise<object> {
     const { task, p } = this.lookup(r);
-    const pid = await p.start(task.sandbox.commands);
+    const pid = await p.start(task.sandbox);
     if (r.exec_id) {
       await this.o.publisher.publish('/tasks/exec-started', {
         container_id: task.id,

@@ -9,6 +9,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { shQuote } from '../../src/util/shell-words.js';
 import type { CliResult } from './cli.js';
 
 const SHIM = join(process.cwd(), 'dist', 'src', 'shim', 'main.js');
@@ -30,6 +31,8 @@ export interface Containerd {
   bundle(id: string): string;
   /** Run `ctr --address … ARGS…` with `input` on its stdin, then end of file. */
   ctr(args: string[], input?: string): Promise<CliResult>;
+  /** Run `ctr ARGS…` on a terminal of its own (`script`), as `ctr run -t` needs one. */
+  ctrOnTerminal(args: string[]): Promise<CliResult>;
   /** Start `ctr ARGS…` and keep it running (`ctr events`); the returned stop ends it. */
   ctrBackground(args: string[]): { output(): string; stop(): Promise<void> };
   /** containerd's log, for failure messages. */
@@ -86,6 +89,12 @@ export async function startContainerd(forkdUrl: string): Promise<Containerd> {
     fifoDir,
     bundle: (id) => join(dir, 'state', 'io.containerd.runtime.v2.task', 'default', id),
     ctr,
+    ctrOnTerminal: (args) =>
+      run('script', [
+        '-qec',
+        ['ctr', '--address', address, ...args].map(shQuote).join(' '),
+        '/dev/null',
+      ]),
     ctrBackground: (args) => background('ctr', ['--address', address, ...args]),
     output: () => log,
     restart: async () => {

@@ -108,6 +108,29 @@ test("ctr run's stdin reaches the process, and its end is end of file", async ()
   assert.equal(r.code, 0);
 });
 
+test('ctr run -t runs the process on a terminal, with its exit code', async () => {
+  const r = await ctrd.ctrOnTerminal([
+    'run',
+    '-t',
+    '--rm',
+    '--fifo-dir',
+    ctrd.fifoDir,
+    ...RUNTIME,
+    '--annotation',
+    `forkd.dev/snapshot=${WARM}`,
+    '--rootfs',
+    ctrd.rootfs,
+    'tty',
+    'sh',
+    '-c',
+    'tty; echo "on a terminal"; exit 5',
+  ]);
+  const out = r.stdout.toString();
+  assert.match(out, /\/dev\/pts\/\d+\s+on a terminal/, `${out}\n${r.stderr}\n${ctrd.output()}`);
+  assert.equal(r.code, 5);
+  assert.deepEqual(await sandboxesOf('tty'), []);
+});
+
 test('a detached task: exec runs a second process, kill stops it, delete removes the sandbox; events in order', async (t) => {
   const events = ctrd.ctrBackground(['events']);
   try {
