@@ -5,6 +5,23 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import globals from 'globals';
 
+/** A client of the TypeScript SDK (the MCP server, the containerd shim) imports no host layer. */
+function sdkClient(who) {
+  return [
+    {
+      group: [
+        '**/services/**',
+        '**/drivers/**',
+        '**/store/**',
+        '**/api/**',
+        '**/daemon/**',
+        '**/cli/**',
+      ],
+      message: `${who} is a client of the TypeScript SDK: it reaches the daemon through it`,
+    },
+  ];
+}
+
 /** What each folder of src/ may not import, as no-restricted-imports patterns. */
 const FORBIDDEN = {
   contract: [{ group: ['../*'], message: 'src/contract/ imports nothing of the layers above it' }],
@@ -30,19 +47,8 @@ const FORBIDDEN = {
       message: 'drivers talk to QEMU, the agent and the host; they know nothing above them',
     },
   ],
-  mcp: [
-    {
-      group: [
-        '**/services/**',
-        '**/drivers/**',
-        '**/store/**',
-        '**/api/**',
-        '**/daemon/**',
-        '**/cli/**',
-      ],
-      message: 'the MCP server is a client of the TypeScript SDK: it reaches the daemon through it',
-    },
-  ],
+  mcp: sdkClient('the MCP server'),
+  shim: sdkClient('the containerd shim'),
 };
 
 /** QMP is spoken inside drivers/qemu only: everyone else uses Vm's methods. */
@@ -73,6 +79,7 @@ export default tseslint.config(
   { files: ['src/drivers/**/*.ts'], ...restrict([...FORBIDDEN.drivers, QMP_OUTSIDE_QEMU]) },
   { files: ['src/drivers/qemu/**/*.ts'], ...restrict(FORBIDDEN.drivers) },
   { files: ['src/mcp/**/*.ts'], ...restrict([...FORBIDDEN.mcp, QMP_OUTSIDE_QEMU]) },
+  { files: ['src/shim/**/*.ts'], ...restrict([...FORBIDDEN.shim, QMP_OUTSIDE_QEMU]) },
   // The web UI: browser ES modules served as they are (no build step).
   { files: ['ui/**/*.js'], languageOptions: { globals: { ...globals.browser } } },
 );

@@ -16,7 +16,9 @@ PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-t
   # image pull tests: a real registry on loopback, htpasswd, xattrs on test layers, token certs
   docker-registry apache2-utils attr openssl
   # the web UI's e2e test drives a real headless browser (playwright-core, executablePath)
-  chromium)
+  chromium
+  # the containerd shim's e2e tests run their own containerd (private socket and dirs) and ctr
+  containerd)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

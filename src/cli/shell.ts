@@ -15,6 +15,9 @@ import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { commandExit, EXIT } from './exit.js';
 import { action, drained, printJson, printTable } from './output.js';
 import { collect, parseEnv, parseSandboxId, parseUser, usage } from './parse.js';
+import { envPrefix, shellCommand } from '../util/shell-words.js';
+
+export { shellCommand };
 
 interface ShellFlags extends DaemonFlags {
   env: string[];
@@ -110,21 +113,6 @@ function parseCwd(cwd: string | undefined): string | undefined {
 /** The terminals of sandbox `id`, without looking it up first (the upgrade answers 404). */
 export function ptyOf(id: string, config: ClientConfig): Pty {
   return new Pty(new Forkd(config).transport, `/v1/sandboxes/${encodeURIComponent(id)}`);
-}
-
-/** One word for /bin/sh, quoted so nothing in it is special. */
-export function shQuote(word: string): string {
-  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
-}
-
-function envPrefix(env: Record<string, string>, rest: string): string {
-  const assigns = Object.entries(env).map(([k, v]) => `${k}=${shQuote(v)} `);
-  return `${assigns.join('')}${rest}`;
-}
-
-/** argv (and env) as the command line a terminal session runs: exec'd, so it is the session. */
-export function shellCommand(argv: string[], env: Record<string, string> = {}): string {
-  return envPrefix(env, `exec ${argv.map(shQuote).join(' ')}`);
 }
 
 function windowSize(): { cols: number; rows: number } {

@@ -54,6 +54,11 @@ const WRONG: [string, string, string][] = [
     "import { buildServices } from '../services/index.js';\nvoid buildServices;\n",
   ],
   [
+    'the containerd shim calling a service instead of the SDK',
+    'src/shim/x.ts',
+    "import { buildServices } from '../services/index.js';\nvoid buildServices;\n",
+  ],
+  [
     'the contract importing a layer above it',
     'src/contract/x.ts',
     "import { ForkdError } from '../errors.js';\nvoid ForkdError;\n",

@@ -58,6 +58,14 @@ test('npm install -g of the packed repository: forkd runs from any directory', a
   assert.equal((await run(['version'])).stdout, `forkd ${VERSION} (node ${process.version})\n`);
   assert.equal((await run(['--version'])).stdout.trim(), VERSION);
   assert.match((await run(['--help'])).stdout, /exec\s+run a command in a running sandbox/);
+  // The containerd shim is installed beside it (docs/kubernetes.md); run without
+  // containerd's flags, it says what it needs and resolves its imports from there.
+  const shim = join(prefix, 'bin', 'containerd-shim-forkd-v2');
+  await assert.rejects(
+    exec(shim, [], { cwd: elsewhere, env: cleanEnv() }),
+    (e: { code: number; stderr: string }) =>
+      e.code === 1 && /-namespace and -id are required/.test(e.stderr),
+  );
   // The daemon's whole module graph resolves from the install (Fastify, the store, drivers).
   assert.match((await run(['daemon', '--help'])).stdout, /--socket <path>/);
   const installed = join(prefix, 'lib', 'node_modules', 'forkd');

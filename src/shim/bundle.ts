@@ -1,0 +1,78 @@
+/**
+ * What the shim reads of an OCI bundle: the container's process (args, env, cwd, user,
+ * terminal) and annotations from `config.json`, and the same process shape from an Exec's
+ * spec. Only these fields mean something in a forkd sandbox; the rest of the runtime spec
+ * (mounts, namespaces, cgroups, seccomp) describes a runc container and is ignored.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { CODE, TtrpcError } from './ttrpc.js';
+
+/** The annotation naming the snapshot a task is forked from. */
+export const SNAPSHOT_ANNOTATION = 'forkd.dev/snapshot';
+
+/** A process to run in the sandbox, from the OCI spec's `process`. */
+export interface ProcessSpec {
+  args: string[];
+  env: Record<string, string>;
+  cwd?: string;
+  /** A uid other than root's, as the daemon's exec takes it. */
+  user?: string;
+  terminal: boolean;
+}
+
+export interface BundleSpec {
+  process: ProcessSpec;
+  annotations: Record<string, string>;
+}
+
+interface OciProcess {
+  args?: unknown;
+  env?: unknown;
+  cwd?: unknown;
+  terminal?: unknown;
+  user?: { uid?: unknown };
+}
+
+/** The process of an OCI spec's `process` object; `what` names it in errors. */
+export function processSpec(p: OciProcess | undefined, what: string): ProcessSpec {
+  const args = p?.args;
+  if (!Array.isArray(args) || args.length === 0 || !args.every((a) => typeof a === 'string')) {
+    throw new TtrpcError(CODE.invalidArgument, `${what} has no process.args: give the command`);
+  }
+  const env: Record<string, string> = {};
+  for (const kv of Array.isArray(p?.env) ? p.env : []) {
+    if (typeof kv !== 'string') continue;
+    const at = kv.indexOf('=');
+    if (at > 0) env[kv.slice(0, at)] = kv.slice(at + 1);
+  }
+  const uid = p?.user?.uid;
+  return {
+    args,
+    env,
+    cwd: typeof p?.cwd === 'string' && p.cwd.startsWith('/') ? p.cwd : undefined,
+    user: typeof uid === 'number' && uid !== 0 ? String(uid) : undefined,
+    terminal: p?.terminal === true,
+  };
+}
+
+/** Read `config.json` of the bundle at `dir`. */
+export async function readBundle(dir: string): Promise<BundleSpec> {
+  const path = join(dir, 'config.json');
+  let spec: { process?: OciProcess; annotations?: unknown };
+  try {
+    spec = JSON.parse(await readFile(path, 'utf8')) as typeof spec;
+  } catch (e) {
+    throw new TtrpcError(
+      CODE.invalidArgument,
+      `cannot read the bundle's ${path}: ${(e as Error).message}`,
+    );
+  }
+  const annotations: Record<string, string> = {};
+  if (spec.annotations && typeof spec.annotations === 'object') {
+    for (const [k, v] of Object.entries(spec.annotations)) {
+      if (typeof v === 'string') annotations[k] = v;
+    }
+  }
+  return { process: processSpec(spec.process, path), annotations };
+}

@@ -1,0 +1,319 @@
+/**
+ * containerd's task service (`containerd.task.v2.Task`) for one task = one forkd sandbox:
+ * Create makes the sandbox (forked from the snapshot the `forkd.dev/snapshot` annotation
+ * names, else booted from the busybox image) labelled with the containerd namespace and id,
+ * so `delete` run by a later shim finds it; the container's process and each exec run in
+ * it through the daemon; Delete kills it. The sandbox and its processes live in the daemon:
+ * the shim keeps only what containerd asks back (pids, exit statuses) while it runs.
+ */
+import { Sandbox, isForkdError, DaemonUnreachableError, VERSION } from '@forkd/sdk';
+import { processSpec, readBundle, SNAPSHOT_ANNOTATION } from './bundle.js';
+import { Publisher } from './events.js';
+import { TaskProcess, STATUS, type ProcessIO } from './process.js';
+import { decode, encode, timestamp } from './proto.js';
+import { CODE, TtrpcError, type Handler } from './ttrpc.js';
+
+export const TASK_SERVICE = 'containerd.task.v2.Task';
+
+/** The labels that tie a sandbox to its containerd task. */
+export const LABEL = { namespace: 'containerd.io/namespace', id: 'containerd.io/id' } as const;
+
+interface IdRequest {
+  id: string;
+  exec_id: string;
+}
+
+interface CreateRequest extends ProcessIO {
+  id: string;
+  bundle: string;
+  rootfs: unknown[];
+}
+
+interface ExecRequest extends IdRequest, ProcessIO {
+  spec: { type_url: string; value: Buffer } | null;
+}
+
+interface ResizeRequest extends IdRequest {
+  width: number;
+  height: number;
+}
+
+interface KillRequest extends IdRequest {
+  signal: number;
+  all: boolean;
+}
+
+/** A containerd timestamp, or none (the zero time) when `ms` is undefined. */
+const at = (ms: number | undefined) => (ms === undefined ? undefined : timestamp(ms));
+
+/** Whether the daemon has the sandbox parked in an idle tier (its own word, never ours). */
+async function parked(sandbox: Sandbox): Promise<boolean> {
+  const { tier } = await sandbox.refresh();
+  return tier === 'paused' || tier === 'hibernated';
+}
+
+/** The gRPC code of a daemon error's HTTP status (others: Unknown). */
+const CODE_OF_STATUS: Record<number, number> = {
+  400: CODE.invalidArgument,
+  404: CODE.notFound,
+  409: CODE.failedPrecondition,
+  503: CODE.unavailable,
+};
+
+/** A daemon error as a ttrpc status containerd maps to its own error kinds. */
+export function statusOf(e: unknown): unknown {
+  if (e instanceof TtrpcError) return e;
+  if (e instanceof DaemonUnreachableError) {
+    return new TtrpcError(
+      CODE.unavailable,
+      `${e.message}: start the node's forkd daemon (or set FORKD_URL in containerd's environment)`,
+    );
+  }
+  if (isForkdError(e)) {
+    const code = CODE_OF_STATUS[e.status] ?? CODE.unknown;
+    return new TtrpcError(code, `forkd: ${e.message} (${e.code})`);
+  }
+  return e;
+}
+
+export interface TaskServiceOptions {
+  namespace: string;
+  publisher: Publisher;
+  log(msg: string): void;
+  /** Called once Shutdown may end the shim. */
+  shutdown(): void;
+}
+
+/** The state of the shim's one task. */
+interface Task {
+  id: string;
+  bundle: string;
+  sandbox: Sandbox;
+  init: TaskProcess;
+  execs: Map<string, TaskProcess>;
+}
+
+export class TaskService {
+  private task: Task | undefined;
+  private deleted = false;
+
+  constructor(private readonly o: TaskServiceOptions) {}
+
+  /** The ttrpc handlers, `service/method` → handler; methods not here are NotImplemented. */
+  handlers(): Map<string, Handler> {
+    const methods: Record<string, [string, (req: never) => Promise<object>, string]> = {
+      Create: ['task.CreateTaskRequest', (r: CreateRequest) => this.create(r), 'task.PidResponse'],
+      Start: ['task.IdRequest', (r: IdRequest) => this.start(r), 'task.PidResponse'],
+      Wait: ['task.IdRequest', (r: IdRequest) => this.wait(r), 'task.WaitResponse'],
+      Kill: ['task.KillRequest', (r: KillRequest) => this.kill(r), 'google.protobuf.Empty'],
+      Delete: ['task.IdRequest', (r: IdRequest) => this.delete(r), 'task.DeleteResponse'],
+      State: ['task.IdRequest', (r: IdRequest) => this.state(r), 'task.StateResponse'],
+      Pids: ['task.IdRequest', () => this.pids(), 'task.PidsResponse'],
+      Exec: ['task.ExecProcessRequest', (r: ExecRequest) => this.exec(r), 'google.protobuf.Empty'],
+      ResizePty: [
+        'task.ResizePtyRequest',
+        (r: ResizeRequest) =>
+          this.lookup(r)
+            .p.resize(r.width, r.height)
+            .then(() => ({})),
+        'google.protobuf.Empty',
+      ],
+      CloseIO: ['task.CloseIORequest', async () => ({}), 'google.protobuf.Empty'],
+      Pause: ['task.IdRequest', (r: IdRequest) => this.pause(r, true), 'google.protobuf.Empty'],
+      Resume: ['task.IdRequest', (r: IdRequest) => this.pause(r, false), 'google.protobuf.Empty'],
+      Connect: ['task.IdRequest', () => this.connect(), 'task.ConnectResponse'],
+      Shutdown: [
+        'task.ShutdownRequest',
+        (r: { now: boolean }) => this.shutdown(r),
+        'google.protobuf.Empty',
+      ],
+    };
+    const handlers = new Map<string, Handler>();
+    for (const [method, [reqType, fn, resType]] of Object.entries(methods)) {
+      handlers.set(`${TASK_SERVICE}/${method}`, async (payload) => {
+        try {
+          return encode(resType, await fn(decode<never>(reqType, payload)));
+        } catch (e) {
+          throw statusOf(e);
+        }
+      });
+    }
+    return handlers;
+  }
+
+  private async create(r: CreateRequest): Promise<object> {
+    if (this.task) {
+      throw new TtrpcError(CODE.alreadyExists, `this shim already runs task ${this.task.id}`);
+    }
+    const bundle = await readBundle(r.bundle);
+    const init = this.process(r.id, '', bundle.process, r);
+    const snapshot = bundle.annotations[SNAPSHOT_ANNOTATION];
+    const sandbox = await Sandbox.create({
+      ...(snapshot ? { snapshot } : { image: 'busybox' }),
+      labels: { [LABEL.namespace]: this.o.namespace, [LABEL.id]: r.id },
+    });
+    this.o.log(`task ${r.id}: sandbox ${sandbox.id} ${snapshot ? `forked from ${snapshot}` : ''}`);
+    this.task = { id: r.id, bundle: r.bundle, sandbox, init, execs: new Map() };
+    await this.o.publisher.publish('/tasks/create', {
+      container_id: r.id,
+      bundle: r.bundle,
+      rootfs: r.rootfs,
+      io: { stdin: r.stdin, stdout: r.stdout, stderr: r.stderr, terminal: r.terminal },
+      pid: 0,
+    });
+    return { pid: 0 };
+  }
+
+  /** A process of task `id` whose exit is published; `execId` empty for the init. */
+  private process(id: string, execId: string, spec: TaskProcess['spec'], io: ProcessIO) {
+    return new TaskProcess(
+      execId,
+      spec,
+      io,
+      (p) =>
+        void this.o.publisher.publish('/tasks/exit', {
+          container_id: id,
+          id: execId || id,
+          pid: p.pid,
+          exit_status: p.exitStatus,
+          exited_at: at(p.exitedAt),
+        }),
+      this.o.log,
+    );
+  }
+
+  /** The task `id` names, or NotFound. */
+  private get(id: string): Task {
+    if (!this.task || this.task.id !== id) {
+      throw new TtrpcError(CODE.notFound, `task ${id} not found in this shim`);
+    }
+    return this.task;
+  }
+
+  private lookup(r: IdRequest): { task: Task; p: TaskProcess } {
+    const task = this.get(r.id);
+    const p = r.exec_id ? task.execs.get(r.exec_id) : task.init;
+    if (!p) throw new TtrpcError(CODE.notFound, `exec ${r.exec_id} not found in task ${r.id}`);
+    return { task, p };
+  }
+
+  private async start(r: IdRequest): Promise<object> {
+    const { task, p } = this.lookup(r);
+    const pid = await p.start(task.sandbox);
+    if (r.exec_id) {
+      await this.o.publisher.publish('/tasks/exec-started', {
+        container_id: task.id,
+        exec_id: r.exec_id,
+        pid,
+      });
+    } else await this.o.publisher.publish('/tasks/start', { container_id: task.id, pid });
+    return { pid };
+  }
+
+  private async wait(r: IdRequest): Promise<object> {
+    const { p } = this.lookup(r);
+    await p.exited;
+    return { exit_status: p.exitStatus, exited_at: at(p.exitedAt) };
+  }
+
+  private async kill(r: KillRequest): Promise<object> {
+    const { task, p } = this.lookup(r);
+    await p.kill(r.signal);
+    if (r.all && !r.exec_id) {
+      const running = [...task.execs.values()].filter((e) => e.status === STATUS.running);
+      await Promise.all(running.map((e) => e.kill(r.signal).catch(() => undefined)));
+    }
+    return {};
+  }
+
+  private async delete(r: IdRequest): Promise<object> {
+    const { task, p } = this.lookup(r);
+    if (p.status === STATUS.running) {
+      throw new TtrpcError(
+        CODE.failedPrecondition,
+        `process ${r.exec_id || r.id} is running: kill it first (ctr task kill)`,
+      );
+    }
+    if (r.exec_id) {
+      task.execs.delete(r.exec_id);
+    } else {
+      await task.sandbox.kill();
+      this.deleted = true;
+      await this.o.publisher.publish('/tasks/delete', {
+        container_id: task.id,
+        pid: p.pid,
+        exit_status: p.exitStatus,
+        exited_at: at(p.exitedAt),
+        id: task.id,
+      });
+    }
+    return { pid: p.pid, exit_status: p.exitStatus, exited_at: at(p.exitedAt) };
+  }
+
+  /**
+   * Pause parks the sandbox in forkd's `paused` idle tier (QEMU stopped, memory kept);
+   * Resume wakes it. Either is a no-op on a task already there.
+   */
+  private async pause(r: IdRequest, pause: boolean): Promise<object> {
+    const task = this.get(r.id);
+    if ((await parked(task.sandbox)) === pause) return {};
+    if (pause) await task.sandbox.pause({ tier: 'paused' });
+    else await task.sandbox.resume();
+    await this.o.publisher.publish(pause ? '/tasks/paused' : '/tasks/resumed', {
+      container_id: task.id,
+    });
+    return {};
+  }
+
+  private async state(r: IdRequest): Promise<object> {
+    const { task, p } = this.lookup(r);
+    const running = p.status === STATUS.running;
+    return {
+      id: r.exec_id || task.id,
+      exec_id: r.exec_id,
+      bundle: task.bundle,
+      pid: p.pid,
+      status: running && (await parked(task.sandbox)) ? STATUS.paused : p.status,
+      ...p.io,
+      exit_status: p.exitStatus,
+      exited_at: at(p.exitedAt),
+    };
+  }
+
+  private async pids(): Promise<object> {
+    const all = this.task ? [this.task.init, ...this.task.execs.values()] : [];
+    return {
+      processes: all.filter((p) => p.status === STATUS.running).map((p) => ({ pid: p.pid })),
+    };
+  }
+
+  private async exec(r: ExecRequest): Promise<object> {
+    const task = this.get(r.id);
+    if (task.execs.has(r.exec_id)) {
+      throw new TtrpcError(CODE.alreadyExists, `exec ${r.exec_id} already exists in task ${r.id}`);
+    }
+    let spec: unknown;
+    try {
+      spec = JSON.parse(r.spec?.value.toString('utf8') ?? '');
+    } catch {
+      throw new TtrpcError(CODE.invalidArgument, `exec ${r.exec_id} has no process spec (JSON)`);
+    }
+    const p = this.process(r.id, r.exec_id, processSpec(spec as object, `exec ${r.exec_id}`), r);
+    task.execs.set(r.exec_id, p);
+    await this.o.publisher.publish('/tasks/exec-added', {
+      container_id: r.id,
+      exec_id: r.exec_id,
+    });
+    return {};
+  }
+
+  private async connect(): Promise<object> {
+    return { shim_pid: process.pid, task_pid: this.task?.init.pid ?? 0, version: VERSION };
+  }
+
+  /** Ends the shim once its task is deleted (or with `now`), as containerd's shims do. */
+  private async shutdown(r: { now: boolean }): Promise<object> {
+    if (r.now || !this.task || this.deleted) this.o.shutdown();
+    return {};
+  }
+}

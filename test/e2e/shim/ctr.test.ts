@@ -1,0 +1,266 @@
+/**
+ * containerd-shim-forkd-v2 end to end through containerd's own client: a private
+ * containerd (test/helpers/containerd.ts) runs tasks under `io.containerd.forkd.v2` on a
+ * real forkd daemon, each task a real microVM (TCG here). One task boots the busybox image;
+ * the others fork a warm snapshot (made once, in `before`) to save the boots. Every case
+ * checks that its sandbox is gone, and the file that nothing at all is left.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Sandbox, Snapshot } from '@forkd/sdk';
+import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
+import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+import { startContainerd, type Containerd } from '../../helpers/containerd.js';
+
+const RUNTIME = ['--runtime', 'io.containerd.forkd.v2'];
+const WARM = 'shim-warm';
+
+let home: TestHome;
+let daemon: DaemonProcess;
+let ctrd: Containerd;
+
+before(async () => {
+  home = await makeTestHome();
+  daemon = await startDaemon(home);
+  ctrd = await startContainerd(daemon.url);
+  await Snapshot.create({
+    url: daemon.url,
+    tag: WARM,
+    image: 'busybox',
+    network: 'none',
+    warm: ['echo warmed > /root/marker'],
+    start: ['sleep 100000'],
+  });
+});
+
+after(async () => {
+  await ctrd?.stop();
+  await daemon?.stop();
+  await assertNoLeftovers(home).finally(() => home.cleanup());
+});
+
+/** `ctr run` of task `id` with the forkd runtime: detached or not, extra flags before the rootfs. */
+function run(id: string, argv: string[], flags: string[] = [], input?: string) {
+  return ctrd.ctr(
+    ['run', '--fifo-dir', ctrd.fifoDir, ...RUNTIME, ...flags, '--rootfs', ctrd.rootfs, id, ...argv],
+    input,
+  );
+}
+
+/** The running sandboxes of containerd task `id`. */
+async function sandboxesOf(id: string) {
+  return Sandbox.list({ url: daemon.url, label: `containerd.io/id=${id}`, state: 'running' });
+}
+
+async function until(what: string, check: () => Promise<boolean>, ms = 60_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms\n${ctrd.output()}`);
+    await sleep(200);
+  }
+}
+
+/** The status column of `ctr task ls` for `id` (undefined: no such task). */
+async function taskStatus(id: string): Promise<string | undefined> {
+  const r = await ctrd.ctr(['task', 'ls']);
+  const line = r.stdout
+    .toString()
+    .split('\n')
+    .find((l) => l.startsWith(`${id} `));
+  return line?.trim().split(/\s+/)[2];
+}
+
+test('ctr run prints the output of the command and exits with its code (busybox, cold boot)', async (t) => {
+  const started = Date.now();
+  const r = await run('cold', ['sh', '-c', 'echo hello; echo to-stderr >&2; exit 3'], ['--rm']);
+  t.diagnostic(`ctr run → exit, booting busybox: ${Date.now() - started} ms`);
+  assert.equal(r.stdout.toString(), 'hello\n', `${r.stderr}\n${ctrd.output()}`);
+  assert.match(r.stderr, /to-stderr/);
+  assert.equal(r.code, 3);
+  assert.deepEqual(await sandboxesOf('cold'), []);
+});
+
+test('with the forkd.dev/snapshot annotation the task is a fork of the warm snapshot', async (t) => {
+  const started = Date.now();
+  const script =
+    'cat /root/marker; ps | grep -v grep | grep -q "sleep 100000" && echo warm-process';
+  const r = await run(
+    'warm',
+    ['sh', '-c', script],
+    ['--rm', '--annotation', `forkd.dev/snapshot=${WARM}`],
+  );
+  t.diagnostic(`ctr run → exit, forked from a snapshot: ${Date.now() - started} ms`);
+  assert.equal(r.stdout.toString(), 'warmed\nwarm-process\n', `${r.stderr}\n${ctrd.output()}`);
+  assert.equal(r.code, 0);
+  assert.deepEqual(await sandboxesOf('warm'), []);
+});
+
+test("ctr run's stdin reaches the process, and its end is end of file", async () => {
+  const r = await run(
+    'stdin',
+    ['wc', '-l'],
+    ['--rm', '--annotation', `forkd.dev/snapshot=${WARM}`],
+    'a\nb\n',
+  );
+  assert.equal(r.stdout.toString().trim(), '2', `${r.stderr}\n${ctrd.output()}`);
+  assert.equal(r.code, 0);
+});
+
+test('ctr run -t runs the process on a terminal, with its exit code', async () => {
+  const r = await ctrd.ctrOnTerminal([
+    'run',
+    '-t',
+    '--rm',
+    '--fifo-dir',
+    ctrd.fifoDir,
+    ...RUNTIME,
+    '--annotation',
+    `forkd.dev/snapshot=${WARM}`,
+    '--rootfs',
+    ctrd.rootfs,
+    'tty',
+    'sh',
+    '-c',
+    'tty; echo "on a terminal"; exit 5',
+  ]);
+  const out = r.stdout.toString();
+  assert.match(out, /\/dev\/pts\/\d+\s+on a terminal/, `${out}\n${r.stderr}\n${ctrd.output()}`);
+  assert.equal(r.code, 5);
+  assert.deepEqual(await sandboxesOf('tty'), []);
+});
+
+test('a detached task: exec runs a second process, kill stops it, delete removes the sandbox; events in order', async (t) => {
+  const events = ctrd.ctrBackground(['events']);
+  try {
+    const r = await run(
+      'det',
+      ['sleep', '100000'],
+      ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
+    );
+    assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
+    assert.equal(await taskStatus('det'), 'RUNNING');
+    const shimPid = (await readFile(`${ctrd.bundle('det')}/shim.pid`, 'utf8')).trim();
+    const rss = /VmRSS:\s+(\d+)/.exec(await readFile(`/proc/${shimPid}/status`, 'utf8'))?.[1];
+    t.diagnostic(`the serving shim's RSS: ${(Number(rss) / 1024).toFixed(1)} MiB`);
+    assert.equal((await sandboxesOf('det')).length, 1);
+
+    const started = Date.now();
+    const e = await ctrd.ctr([
+      'task',
+      'exec',
+      '--fifo-dir',
+      ctrd.fifoDir,
+      '--exec-id',
+      'e1',
+      'det',
+      'sh',
+      '-c',
+      'echo from-exec; exit 4',
+    ]);
+    t.diagnostic(`ctr task exec round trip: ${Date.now() - started} ms`);
+    assert.equal(e.stdout.toString(), 'from-exec\n', e.stderr);
+    assert.equal(e.code, 4);
+
+    assert.equal((await ctrd.ctr(['task', 'pause', 'det'])).code, 0);
+    assert.equal(await taskStatus('det'), 'PAUSED');
+    assert.equal((await sandboxesOf('det'))[0]?.tier, 'paused');
+    assert.equal((await ctrd.ctr(['task', 'resume', 'det'])).code, 0);
+    assert.equal(await taskStatus('det'), 'RUNNING');
+
+    const k = await ctrd.ctr(['task', 'kill', 'det']);
+    assert.equal(k.code, 0, k.stderr);
+    await until(
+      'the task stops after ctr task kill',
+      async () => (await taskStatus('det')) === 'STOPPED',
+    );
+    const d = await ctrd.ctr(['task', 'delete', 'det']);
+    assert.equal(d.code, 0, d.stderr);
+    assert.equal((await ctrd.ctr(['container', 'rm', 'det'])).code, 0);
+    assert.deepEqual(await sandboxesOf('det'), []);
+    await until('the last event arrives', async () =>
+      events.output().includes('/containers/delete'),
+    );
+  } finally {
+    await events.stop();
+  }
+  const topics = events
+    .output()
+    .split('\n')
+    .filter((l) => l.includes('/tasks/'))
+    .map((l) => {
+      const topic = /\/tasks\/[\w-]+/.exec(l)?.[0];
+      const id = /"(?:exec_)?id":"(\w+)"/.exec(l.replace(/"container_id":"\w+",?/, ''))?.[1];
+      return id ? `${topic} ${id}` : topic;
+    });
+  assert.deepEqual(topics, [
+    '/tasks/create',
+    '/tasks/start',
+    '/tasks/exec-added e1',
+    '/tasks/exec-started e1',
+    '/tasks/exit e1',
+    '/tasks/paused',
+    '/tasks/resumed',
+    '/tasks/exit det',
+    '/tasks/delete det',
+  ]);
+});
+
+test('a containerd restarted mid-task finds the task again through its shim', async () => {
+  const r = await run(
+    'again',
+    ['sleep', '100000'],
+    ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
+  );
+  assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
+  await ctrd.restart();
+  assert.equal(await taskStatus('again'), 'RUNNING', ctrd.output());
+  const e = await ctrd.ctr([
+    'task',
+    'exec',
+    '--fifo-dir',
+    ctrd.fifoDir,
+    '--exec-id',
+    'e2',
+    'again',
+    'echo',
+    'still-here',
+  ]);
+  assert.equal(e.stdout.toString(), 'still-here\n', e.stderr);
+  assert.equal((await ctrd.ctr(['task', 'kill', '-s', 'SIGKILL', 'again'])).code, 0);
+  await until('the task stops', async () => (await taskStatus('again')) === 'STOPPED');
+  assert.equal((await ctrd.ctr(['task', 'delete', 'again'])).code, 0);
+  assert.equal((await ctrd.ctr(['container', 'rm', 'again'])).code, 0);
+  assert.deepEqual(await sandboxesOf('again'), []);
+});
+
+test('a shim SIGKILLed mid-task leaves no sandbox once containerd has run delete', async () => {
+  const r = await run(
+    'lost',
+    ['sleep', '100000'],
+    ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
+  );
+  assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
+  assert.equal((await sandboxesOf('lost')).length, 1);
+  const pid = Number(await readFile(`${ctrd.bundle('lost')}/shim.pid`, 'utf8'));
+  process.kill(pid, 'SIGKILL');
+  await until(
+    'the sandbox of the lost shim is killed',
+    async () => (await sandboxesOf('lost')).length === 0,
+  );
+  await ctrd.ctr(['task', 'delete', 'lost']); // containerd may have removed the task already
+  assert.equal((await ctrd.ctr(['container', 'rm', 'lost'])).code, 0);
+});
+
+test('a snapshot that does not exist fails the task with the reason', async () => {
+  const r = await run(
+    'nosnap',
+    ['true'],
+    ['--rm', '--annotation', 'forkd.dev/snapshot=no-such-snapshot'],
+  );
+  assert.notEqual(r.code, 0);
+  assert.match(r.stderr, /no-such-snapshot/);
+  assert.deepEqual(await sandboxesOf('nosnap'), []);
+  await ctrd.ctr(['container', 'rm', 'nosnap']);
+});
