@@ -17,8 +17,9 @@ PACKAGES=(qemu-system-x86 qemu-utils busybox-static e2fsprogs debootstrap musl-t
   docker-registry apache2-utils attr openssl
   # the web UI's e2e test drives a real headless browser (playwright-core, executablePath)
   chromium
-  # the containerd shim's e2e tests run their own containerd (private socket and dirs) and ctr
-  containerd)
+  # the containerd shim's e2e tests run their own containerd (private socket and dirs) and ctr;
+  # pods on a CNI network use the reference plugins (bridge, host-local)
+  containerd containernetworking-plugins)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

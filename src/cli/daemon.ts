@@ -22,6 +22,7 @@ type DaemonFlags = Pick<
   | 'auditFile'
   | 'e2bListen'
   | 'dnsUpstream'
+  | 'podSnapshots'
 > & {
   maxBooting?: string;
   maxExecs?: string;
@@ -81,6 +82,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     auditFile: flags.auditFile,
     e2bListen: flags.e2bListen,
     dnsUpstream: flags.dnsUpstream,
+    podSnapshots: flags.podSnapshots,
     maxBooting: positiveInt('--max-booting', flags.maxBooting),
     maxExecs: positiveInt('--max-execs', flags.maxExecs),
     branchMode,
@@ -149,6 +151,10 @@ export function register(cmd: Command): void {
     .option(
       '--default-pool <n>',
       'pre-warmed pool each `snapshot create` gets, so its forks start fast (default 2, or FORKD_DEFAULT_POOL; 0: none)',
+    )
+    .option(
+      '--pod-snapshots <list>',
+      'snapshots pods (containerd tasks) may fork: tags, tag patterns (agent-*) and registry prefixes (host/team/), comma-separated (default: FORKD_POD_SNAPSHOTS, else none; docs/kubernetes.md)',
     )
     .option(
       '--tcg-tb-mib <n>',

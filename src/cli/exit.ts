@@ -72,6 +72,7 @@ const BY_CODE: Record<ErrorCode, number> = {
   port_unreachable: EXIT.failure,
   reference_not_found: EXIT.notFound,
   registry_unauthorized: EXIT.refused,
+  snapshot_not_allowed: EXIT.refused,
   registry_unreachable: EXIT.failure,
   blob_invalid: EXIT.failure,
   image_format_unsupported: EXIT.failure,

@@ -3,7 +3,8 @@
  * pool maxima, signal names. The TypeBox schemas (schemas.ts) are built from them, and the
  * services and drivers check the same values for callers that do not come through HTTP
  * (`forkd run`, the CLI's local verbs, in-process tests); nothing restates them.
- * This module imports nothing: every layer may depend on it.
+ * This module imports nothing but the SDK's signal list (one list for the SDK, the daemon and
+ * the shim): every layer may depend on it.
  */
 
 /** A range of integers, both ends included. */
@@ -59,19 +60,8 @@ export const FORK_MAX = 100;
 /** Pre-started VMMs kept per snapshot. */
 export const POOL_MAX = 64;
 
-/** Signals a command may be sent (the agent knows these by name). */
-export const SIGNALS = [
-  'SIGKILL',
-  'SIGTERM',
-  'SIGINT',
-  'SIGHUP',
-  'SIGQUIT',
-  'SIGUSR1',
-  'SIGUSR2',
-  'SIGSTOP',
-  'SIGCONT',
-] as const;
-export type SignalName = (typeof SIGNALS)[number];
+/** Signals a command may be sent: the SDK's list. */
+export { SIGNALS, type SignalName } from '@forkd/sdk/signals';
 
 /** What a terminal session runs when asked for none: a login shell, bash where there is one. */
 export const PTY_LOGIN_SHELL = 'exec "$(command -v bash || command -v sh)" -l';

@@ -64,6 +64,11 @@ export interface DaemonOptions {
    * FORKD_DNS_UPSTREAM, else the host's first nameserver; docs/network.md).
    */
   dnsUpstream?: string;
+  /**
+   * Snapshots pods may fork (`--pod-snapshots`, comma-separated; default FORKD_POD_SNAPSHOTS,
+   * else none; docs/kubernetes.md).
+   */
+  podSnapshots?: string;
   logLevel?: LogLevel;
   logger?: Logger;
 }
@@ -159,6 +164,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       hibernateIdleAfterS: opts.hibernateIdleAfterS,
       tuning: opts.tuning,
       defaultPool: opts.defaultPool,
+      podSnapshots: opts.podSnapshots ?? process.env.FORKD_POD_SNAPSHOTS,
       ...(upstream ? { network: { upstream } } : {}),
     });
     const services = built;

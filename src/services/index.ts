@@ -5,6 +5,7 @@
  * with the host in that order; `close` ends pool VMs and every sandbox (tests) while
  * `detach` leaves sandboxes running for the next daemon.
  */
+import { PodPolicy } from './pod-policy.js';
 import type { BranchModeT } from '../contract/schemas.js';
 import type { Paths } from '../config.js';
 import type { RamRegion } from '../drivers/qemu/capture.js';
@@ -59,6 +60,8 @@ export interface ServiceOptions {
   tuning?: Partial<VmTuning>;
   /** Pre-warmed pool of each created snapshot (`forkd daemon --default-pool`; docs/snapshots.md). */
   defaultPool?: number;
+  /** Snapshots pods may fork, as typed (`forkd daemon --pod-snapshots`; pod-policy.ts). */
+  podSnapshots?: string;
 }
 
 export interface ServiceSet {
@@ -129,6 +132,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     network,
     limiter,
     defaultPool: opts.defaultPool,
+    podPolicy: PodPolicy.parse(opts.podSnapshots),
   });
   const branch = new BranchManager({
     paths,

@@ -5,7 +5,9 @@
  * -publish-binary BIN -id ID` and an action:
  *  - `start`: start the serving shim (this program again, with no action) in its own
  *    session, wait until it listens, write `address` and `shim.pid` into the bundle (the
- *    working directory) and print the address — the only thing containerd reads from it;
+ *    working directory) and print the address — the only thing containerd reads from it.
+ *    A pod's tasks share one shim: an app container's `start` prints the address of the
+ *    shim serving its pod (grouped by `io.kubernetes.cri.sandbox-id`, pod.ts);
  *  - `delete`: clean up after a shim that was lost: kill the sandbox labelled with this
  *    task, remove the socket, print a `DeleteResponse`;
  *  - none: serve the task service over ttrpc on the socket `start` chose.
@@ -13,13 +15,15 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, constants, openSync, rmSync, writeSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { constants as os } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Sandbox } from '@forkd/sdk';
+import { readBundle } from './bundle.js';
 import { Publisher } from './events.js';
+import { groupOf } from './pod.js';
 import { encode, timestamp } from './proto.js';
 import { TaskService, LABEL } from './task.js';
 import { serve } from './ttrpc.js';
@@ -65,12 +69,13 @@ function parseFlags(argv: string[]): Flags {
 }
 
 /**
- * The socket of task `id`: beside containerd's own socket, under `s/`, named by a hash of
- * (address, namespace, id), as containerd's runc shim names its sockets.
+ * The socket of the shim serving group `group` (a task's own id, or its pod's):
+ * beside containerd's own socket, under `s/`, named by a hash of (address, namespace,
+ * group), as containerd's runc shim names its sockets.
  */
-function socketPath(f: Flags): string {
+function socketPath(f: Flags, group: string): string {
   const hash = createHash('sha256')
-    .update(join(f.address, f.namespace, f.id))
+    .update(join(f.address, f.namespace, group))
     .digest('hex');
   const path = join(dirname(f.address), 's', hash);
   if (path.length > SOCKET_PATH_MAX) {
@@ -97,11 +102,25 @@ async function writeAtomic(dir: string, name: string, data: string): Promise<voi
   await rename(tmp, join(dir, name));
 }
 
+/** The group of the task whose bundle is `f.bundle` (its own id without a readable one). */
+async function groupOfBundle(f: Flags): Promise<string> {
+  const bundle = await readBundle(f.bundle).catch(() => undefined);
+  return bundle ? groupOf(bundle.annotations, f.id) : f.id;
+}
+
 async function start(f: Flags): Promise<void> {
-  const path = socketPath(f);
+  const group = await groupOfBundle(f);
+  const path = socketPath(f, group);
   const address = `unix://${path}`;
   if (await answers(path)) {
-    process.stdout.write(address); // a shim for this task serves already
+    // A shim for this task or its pod serves already: its pid is in the group's bundle.
+    await writeAtomic(f.bundle, 'address', address);
+    if (group !== f.id) {
+      await copyFile(join(dirname(f.bundle), group, 'shim.pid'), join(f.bundle, 'shim.pid')).catch(
+        () => undefined,
+      );
+    }
+    process.stdout.write(address);
     return;
   }
   await mkdir(dirname(path), { recursive: true, mode: 0o700 });
@@ -187,7 +206,9 @@ async function deleteTask(f: Flags): Promise<void> {
       `${NAME}: could not kill the sandbox of ${f.id}: ${(e as Error).message}\n`,
     );
   }
-  await rm(socketPath(f), { force: true });
+  // An app container's socket is its pod's: the pod's own delete removes it.
+  const group = await groupOfBundle(f);
+  if (group === f.id) await rm(socketPath(f, group), { force: true });
   const killed = 128 + os.signals.SIGKILL;
   process.stdout.write(
     encode('task.DeleteResponse', {

@@ -10,6 +10,7 @@ import { Socket } from 'node:net';
 import { constants as os } from 'node:os';
 import {
   isForkdError,
+  SIGNALS,
   type Commands,
   type CommandHandle,
   type CommandSignal,
@@ -31,20 +32,8 @@ export interface ProcessIO {
 }
 
 /** Signals the daemon's exec kill takes, by number. */
-const SIGNALS = new Map<number, CommandSignal>(
-  (
-    [
-      'SIGKILL',
-      'SIGTERM',
-      'SIGINT',
-      'SIGHUP',
-      'SIGQUIT',
-      'SIGUSR1',
-      'SIGUSR2',
-      'SIGSTOP',
-      'SIGCONT',
-    ] as const
-  ).map((name) => [os.signals[name], name]),
+const SIGNAL_BY_NUMBER = new Map<number, CommandSignal>(
+  SIGNALS.map((name) => [os.signals[name], name]),
 );
 
 /** How a process ended, from an exec or a terminal session. */
@@ -53,8 +42,8 @@ interface Ended {
   signal: string | null;
 }
 
-/** A started process, exec or terminal: what the task service asks of it. */
-interface Running {
+/** A started process, exec or terminal (or a pod's VM): what the task service asks of it. */
+export interface Running {
   pid: number;
   wait(): Promise<Ended>;
   signal(name: CommandSignal): Promise<void>;
@@ -151,6 +140,8 @@ export class TaskProcess {
     readonly io: ProcessIO,
     private readonly onExit: (p: TaskProcess) => void,
     private readonly log: (msg: string) => void,
+    /** How it starts, when not as an exec or terminal of `spec` (a pod's VM). */
+    private readonly launch?: (sandbox: Sandbox) => Promise<Running>,
   ) {}
 
   /** Start it in `sandbox`; resolves with its pid once it runs. */
@@ -162,8 +153,9 @@ export class TaskProcess {
     const stdout = openWriter(this.io.stdout);
     const stderr = openWriter(this.io.stderr);
     try {
-      this.running =
-        this.io.terminal || this.spec.terminal
+      this.running = this.launch
+        ? await this.launch(sandbox)
+        : this.io.terminal || this.spec.terminal
           ? await this.startTerminal(sandbox, stdin, stdout)
           : await this.startExec(sandbox.commands, stdin, stdout, stderr);
     } catch (e) {
@@ -238,11 +230,11 @@ export class TaskProcess {
    * one that has exited is NotFound, as in containerd's own shims.
    */
   async kill(signo: number): Promise<void> {
-    const name = SIGNALS.get(signo);
+    const name = SIGNAL_BY_NUMBER.get(signo);
     if (!name) {
       throw new TtrpcError(
         CODE.invalidArgument,
-        `signal ${signo} cannot be sent to a forkd process: use one of ${[...SIGNALS.keys()].join(', ')}`,
+        `signal ${signo} cannot be sent to a forkd process: use one of ${[...SIGNAL_BY_NUMBER.keys()].join(', ')}`,
       );
     }
     if (this.status === STATUS.stopped) {

@@ -9,14 +9,22 @@ import protobuf from 'protobufjs';
 
 type Fields = Record<string, { type: string; id: number; rule?: 'repeated'; keyType?: string }>;
 
-/** `{name: type}` in field-number order (ids 1, 2, …) unless a number is given. */
-function msg(...fields: [string, string, number?][]): { fields: Fields } {
+/**
+ * `{name: type}` in field-number order (ids 1, 2, …) unless a number is given; `T[]` is a
+ * repeated field, `map` a `map<string, string>`. Exported for the tests' CRI client.
+ */
+export function msg(...fields: [string, string, number?][]): { fields: Fields } {
   const out: Fields = {};
   fields.forEach(([name, type, id], i) => {
+    const n = id ?? i + 1;
+    if (type === 'map') {
+      out[name] = { type: 'string', keyType: 'string', id: n };
+      return;
+    }
     const repeated = type.endsWith('[]');
     out[name] = {
       type: repeated ? type.slice(0, -2) : type,
-      id: id ?? i + 1,
+      id: n,
       ...(repeated ? { rule: 'repeated' as const } : {}),
     };
   });

@@ -1,15 +1,19 @@
 /**
- * containerd's task service (`containerd.task.v2.Task`) for one task = one forkd sandbox:
- * Create makes the sandbox (forked from the snapshot the `forkd.dev/snapshot` annotation
- * names, else booted from the busybox image) labelled with the containerd namespace and id,
- * so `delete` run by a later shim finds it; the container's process and each exec run in
- * it through the daemon; Delete kills it. The sandbox and its processes live in the daemon:
- * the shim keeps only what containerd asks back (pids, exit statuses) while it runs.
+ * containerd's task service (`containerd.task.v2.Task`). A task started by `ctr` is one
+ * forkd sandbox; a pod under CRI is one forkd sandbox for all its tasks (pod.ts), served by
+ * one shim. Create of a task or of a pod's sandbox container makes the sandbox (forked from
+ * the snapshot the `forkd.dev/snapshot` annotation names, else booted from the busybox
+ * image) labelled with the containerd namespace and id, so `delete` run by a later shim
+ * finds it; an app container's Create joins its pod's sandbox. Processes and execs run in it
+ * through the daemon; Delete of the task that made the sandbox kills it. The sandbox and its
+ * processes live in the daemon: the shim keeps only what containerd asks back (pids, exit
+ * statuses) while it runs.
  */
 import { Sandbox, isForkdError, DaemonUnreachableError, VERSION } from '@forkd/sdk';
-import { processSpec, readBundle, SNAPSHOT_ANNOTATION } from './bundle.js';
+import { processSpec, readBundle, SNAPSHOT_ANNOTATION, type BundleSpec } from './bundle.js';
 import { Publisher } from './events.js';
-import { TaskProcess, STATUS, type ProcessIO } from './process.js';
+import { holdSandbox, roleOf } from './pod.js';
+import { TaskProcess, STATUS, type ProcessIO, type Running } from './process.js';
 import { decode, encode, timestamp } from './proto.js';
 import { CODE, TtrpcError, type Handler } from './ttrpc.js';
 
@@ -55,6 +59,7 @@ async function parked(sandbox: Sandbox): Promise<boolean> {
 /** The gRPC code of a daemon error's HTTP status (others: Unknown). */
 const CODE_OF_STATUS: Record<number, number> = {
   400: CODE.invalidArgument,
+  403: CODE.permissionDenied,
   404: CODE.notFound,
   409: CODE.failedPrecondition,
   503: CODE.unavailable,
@@ -84,18 +89,19 @@ export interface TaskServiceOptions {
   shutdown(): void;
 }
 
-/** The state of the shim's one task. */
+/** The state of one task the shim serves. */
 interface Task {
   id: string;
   bundle: string;
   sandbox: Sandbox;
+  /** Whether this task made the sandbox (and its Delete kills it). */
+  owner: boolean;
   init: TaskProcess;
   execs: Map<string, TaskProcess>;
 }
 
 export class TaskService {
-  private task: Task | undefined;
-  private deleted = false;
+  private readonly tasks = new Map<string, Task>();
 
   constructor(private readonly o: TaskServiceOptions) {}
 
@@ -108,7 +114,7 @@ export class TaskService {
       Kill: ['task.KillRequest', (r: KillRequest) => this.kill(r), 'google.protobuf.Empty'],
       Delete: ['task.IdRequest', (r: IdRequest) => this.delete(r), 'task.DeleteResponse'],
       State: ['task.IdRequest', (r: IdRequest) => this.state(r), 'task.StateResponse'],
-      Pids: ['task.IdRequest', () => this.pids(), 'task.PidsResponse'],
+      Pids: ['task.IdRequest', (r: IdRequest) => this.pids(r), 'task.PidsResponse'],
       Exec: ['task.ExecProcessRequest', (r: ExecRequest) => this.exec(r), 'google.protobuf.Empty'],
       ResizePty: [
         'task.ResizePtyRequest',
@@ -121,7 +127,7 @@ export class TaskService {
       CloseIO: ['task.CloseIORequest', async () => ({}), 'google.protobuf.Empty'],
       Pause: ['task.IdRequest', (r: IdRequest) => this.pause(r, true), 'google.protobuf.Empty'],
       Resume: ['task.IdRequest', (r: IdRequest) => this.pause(r, false), 'google.protobuf.Empty'],
-      Connect: ['task.IdRequest', () => this.connect(), 'task.ConnectResponse'],
+      Connect: ['task.IdRequest', (r: IdRequest) => this.connect(r), 'task.ConnectResponse'],
       Shutdown: [
         'task.ShutdownRequest',
         (r: { now: boolean }) => this.shutdown(r),
@@ -142,18 +148,16 @@ export class TaskService {
   }
 
   private async create(r: CreateRequest): Promise<object> {
-    if (this.task) {
-      throw new TtrpcError(CODE.alreadyExists, `this shim already runs task ${this.task.id}`);
+    if (this.tasks.has(r.id)) {
+      throw new TtrpcError(CODE.alreadyExists, `task ${r.id} already exists in this shim`);
     }
     const bundle = await readBundle(r.bundle);
-    const init = this.process(r.id, '', bundle.process, r);
-    const snapshot = bundle.annotations[SNAPSHOT_ANNOTATION];
-    const sandbox = await Sandbox.create({
-      ...(snapshot ? { snapshot } : { image: 'busybox' }),
-      labels: { [LABEL.namespace]: this.o.namespace, [LABEL.id]: r.id },
-    });
-    this.o.log(`task ${r.id}: sandbox ${sandbox.id} ${snapshot ? `forked from ${snapshot}` : ''}`);
-    this.task = { id: r.id, bundle: r.bundle, sandbox, init, execs: new Map() };
+    const role = roleOf(bundle.annotations, r.id);
+    const task =
+      role.kind === 'container'
+        ? this.joinPod(r, bundle, role.pod)
+        : await this.makeSandbox(r, bundle, role.kind === 'pod' ? holdSandbox : undefined);
+    this.tasks.set(r.id, task);
     await this.o.publisher.publish('/tasks/create', {
       container_id: r.id,
       bundle: r.bundle,
@@ -164,8 +168,50 @@ export class TaskService {
     return { pid: 0 };
   }
 
+  /** A task with a sandbox of its own: a ctr task, or a pod's sandbox container. */
+  private async makeSandbox(
+    r: CreateRequest,
+    bundle: BundleSpec,
+    launch?: (sandbox: Sandbox) => Promise<Running>,
+  ): Promise<Task> {
+    const init = this.process(r.id, '', bundle.process, r, launch);
+    const snapshot = bundle.annotations[SNAPSHOT_ANNOTATION];
+    const sandbox = await Sandbox.create({
+      ...(snapshot ? { snapshot } : { image: 'busybox' }),
+      labels: { [LABEL.namespace]: this.o.namespace, [LABEL.id]: r.id },
+    });
+    this.o.log(`task ${r.id}: sandbox ${sandbox.id} ${snapshot ? `forked from ${snapshot}` : ''}`);
+    return { id: r.id, bundle: r.bundle, sandbox, owner: true, init, execs: new Map() };
+  }
+
+  /** An app container of pod `pod`: a process in the pod's sandbox. */
+  private joinPod(r: CreateRequest, bundle: BundleSpec, pod: string): Task {
+    const owner = this.tasks.get(pod);
+    if (!owner?.owner || owner.init.status === STATUS.stopped) {
+      throw new TtrpcError(
+        CODE.failedPrecondition,
+        `pod sandbox ${pod} is not running in this shim: run the pod (RunPodSandbox) first`,
+      );
+    }
+    const init = this.process(r.id, '', bundle.process, r);
+    return {
+      id: r.id,
+      bundle: r.bundle,
+      sandbox: owner.sandbox,
+      owner: false,
+      init,
+      execs: new Map(),
+    };
+  }
+
   /** A process of task `id` whose exit is published; `execId` empty for the init. */
-  private process(id: string, execId: string, spec: TaskProcess['spec'], io: ProcessIO) {
+  private process(
+    id: string,
+    execId: string,
+    spec: TaskProcess['spec'],
+    io: ProcessIO,
+    launch?: (sandbox: Sandbox) => Promise<Running>,
+  ) {
     return new TaskProcess(
       execId,
       spec,
@@ -179,15 +225,15 @@ export class TaskService {
           exited_at: at(p.exitedAt),
         }),
       this.o.log,
+      launch,
     );
   }
 
   /** The task `id` names, or NotFound. */
   private get(id: string): Task {
-    if (!this.task || this.task.id !== id) {
-      throw new TtrpcError(CODE.notFound, `task ${id} not found in this shim`);
-    }
-    return this.task;
+    const task = this.tasks.get(id);
+    if (!task) throw new TtrpcError(CODE.notFound, `task ${id} not found in this shim`);
+    return task;
   }
 
   private lookup(r: IdRequest): { task: Task; p: TaskProcess } {
@@ -237,8 +283,8 @@ export class TaskService {
     if (r.exec_id) {
       task.execs.delete(r.exec_id);
     } else {
-      await task.sandbox.kill();
-      this.deleted = true;
+      if (task.owner) await task.sandbox.kill();
+      this.tasks.delete(task.id);
       await this.o.publisher.publish('/tasks/delete', {
         container_id: task.id,
         pid: p.pid,
@@ -280,8 +326,9 @@ export class TaskService {
     };
   }
 
-  private async pids(): Promise<object> {
-    const all = this.task ? [this.task.init, ...this.task.execs.values()] : [];
+  private async pids(r: IdRequest): Promise<object> {
+    const task = this.get(r.id);
+    const all = [task.init, ...task.execs.values()];
     return {
       processes: all.filter((p) => p.status === STATUS.running).map((p) => ({ pid: p.pid })),
     };
@@ -307,13 +354,14 @@ export class TaskService {
     return {};
   }
 
-  private async connect(): Promise<object> {
-    return { shim_pid: process.pid, task_pid: this.task?.init.pid ?? 0, version: VERSION };
+  private async connect(r: IdRequest): Promise<object> {
+    const pid = this.tasks.get(r.id)?.init.pid ?? 0;
+    return { shim_pid: process.pid, task_pid: pid, version: VERSION };
   }
 
-  /** Ends the shim once its task is deleted (or with `now`), as containerd's shims do. */
+  /** Ends the shim once all its tasks are deleted (or with `now`), as containerd's shims do. */
   private async shutdown(r: { now: boolean }): Promise<object> {
-    if (r.now || !this.task || this.deleted) this.o.shutdown();
+    if (r.now || this.tasks.size === 0) this.o.shutdown();
     return {};
   }
 }

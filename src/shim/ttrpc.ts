@@ -23,6 +23,7 @@ export const CODE = {
   invalidArgument: 3,
   notFound: 5,
   alreadyExists: 6,
+  permissionDenied: 7,
   failedPrecondition: 9,
   unimplemented: 12,
   internal: 13,

@@ -2,14 +2,18 @@
  * A private containerd for the shim's end-to-end tests: its own socket, root, state and
  * FIFO directories under one temp dir (never the host's containerd or /run/containerd),
  * `containerd-shim-forkd-v2` on its PATH as a wrapper of the built shim, FORKD_URL pointing
- * the shim at the test's daemon. `stop` ends it by pid, then any shim it left (by pid, found
- * by its command line naming this containerd), and removes the dir.
+ * the shim at the test's daemon. With `cri`, its CRI plugin is on, with the runtime handler
+ * `forkd` (`pod_annotations = ["forkd.dev/*"]`), CNI config from the test's dir, and a
+ * sandbox (pause) image the test builds and imports — nothing is pulled. `stop` ends it by
+ * pid, then any shim it left (by pid, found by its command line naming this containerd),
+ * unmounts what its CRI plugin left mounted, and removes the dir.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { shQuote } from '../../src/util/shell-words.js';
+import { layerFromDir, ociImage, writeDockerSave } from '../e2e/images/registry.js';
 import type { CliResult } from './cli.js';
 
 const SHIM = join(process.cwd(), 'dist', 'src', 'shim', 'main.js');
@@ -27,14 +31,18 @@ export interface Containerd {
   rootfs: string;
   /** Where ctr makes its IO FIFOs (`--fifo-dir`). */
   fifoDir: string;
-  /** The bundle directory of task `id` in namespace `default`. */
-  bundle(id: string): string;
+  /** The bundle directory of task `id` in namespace `ns` (`default`; CRI's is `k8s.io`). */
+  bundle(id: string, ns?: string): string;
   /** Run `ctr --address … ARGS…` with `input` on its stdin, then end of file. */
   ctr(args: string[], input?: string): Promise<CliResult>;
   /** Run `ctr ARGS…` on a terminal of its own (`script`), as `ctr run -t` needs one. */
   ctrOnTerminal(args: string[]): Promise<CliResult>;
   /** Start `ctr ARGS…` and keep it running (`ctr events`); the returned stop ends it. */
   ctrBackground(args: string[]): { output(): string; stop(): Promise<void> };
+  /** With `cri`: the image the test's pods use, also the sandbox (pause) image. */
+  image: string;
+  /** With `cri`: where CRI reads CNI network configs. */
+  cniConfDir: string;
   /** containerd's log, for failure messages. */
   output(): string;
   /** Stop containerd and start it again on the same dirs; running shims stay up. */
@@ -42,35 +50,80 @@ export interface Containerd {
   stop(): Promise<void>;
 }
 
-export async function startContainerd(forkdUrl: string): Promise<Containerd> {
+export interface ContainerdOptions {
+  /** Turn the CRI plugin on, with the `forkd` runtime handler (default off). */
+  cri?: boolean;
+  /**
+   * Write the forkd runtime's config with this command (`CMD CONFIG_FILE`) instead of the
+   * helper's own stanza: the install script under test.
+   */
+  configure?: (configFile: string) => Promise<void>;
+}
+
+/** The image the CRI tests' pods use (built and imported by the helper, never pulled). */
+export const CRI_IMAGE = 'localhost/forkd-test-pod:1';
+
+/** The CRI plugin's config, with the `forkd` runtime handler unless `configure` adds it. */
+function criConfig(dir: string, withRuntime: boolean): string[] {
+  const cri = '[plugins."io.containerd.grpc.v1.cri"]';
+  return [
+    cri,
+    `  sandbox_image = "${CRI_IMAGE}"`,
+    '  netns_mounts_under_state_dir = true',
+    '  stream_server_address = "127.0.0.1"',
+    '  stream_server_port = "0"',
+    '  [plugins."io.containerd.grpc.v1.cri".cni]',
+    '    bin_dir = "/usr/lib/cni"',
+    `    conf_dir = "${dir}/cni"`,
+    ...(withRuntime
+      ? [
+          // Naming one runtime replaces containerd's default table: runc goes back in.
+          '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
+          '  runtime_type = "io.containerd.runc.v2"',
+          '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.forkd]',
+          '  runtime_type = "io.containerd.forkd.v2"',
+          '  pod_annotations = ["forkd.dev/*"]',
+        ]
+      : []),
+  ];
+}
+
+export async function startContainerd(
+  forkdUrl: string,
+  opts: ContainerdOptions = {},
+): Promise<Containerd> {
   // Short: the shim's socket is DIR/s/<64 hex> and must stay under 106 bytes.
   const dir = await mkdtemp('/tmp/forkd-ctrd-');
   const bin = join(dir, 'bin');
   const rootfs = join(dir, 'rootfs');
   const fifoDir = join(dir, 'fifo');
-  await Promise.all([bin, rootfs, fifoDir].map((d) => mkdir(d)));
+  const cniConfDir = join(dir, 'cni');
+  await Promise.all([bin, rootfs, fifoDir, cniConfDir].map((d) => mkdir(d)));
   const shim = join(bin, 'containerd-shim-forkd-v2');
   await writeFile(shim, `#!/bin/sh\nexec ${process.execPath} ${SHIM} "$@"\n`);
   await chmod(shim, 0o755);
   const address = join(dir, 'c.sock');
+  const configFile = join(dir, 'config.toml');
   await writeFile(
-    join(dir, 'config.toml'),
+    configFile,
     [
       'version = 2',
       `root = "${dir}/root"`,
       `state = "${dir}/state"`,
-      'disabled_plugins = ["io.containerd.grpc.v1.cri"]',
+      opts.cri ? 'disabled_plugins = []' : 'disabled_plugins = ["io.containerd.grpc.v1.cri"]',
       '[grpc]',
       `  address = "${address}"`,
       '[plugins."io.containerd.internal.v1.opt"]',
       `  path = "${dir}/opt"`,
+      ...(opts.cri ? criConfig(dir, !opts.configure) : []),
       '',
     ].join('\n'),
   );
+  if (opts.configure) await opts.configure(configFile);
   const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, FORKD_URL: forkdUrl };
   let log = '';
   const launch = () => {
-    const child = spawn('containerd', ['--config', join(dir, 'config.toml')], {
+    const child = spawn('containerd', ['--config', configFile], {
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -87,7 +140,9 @@ export async function startContainerd(forkdUrl: string): Promise<Containerd> {
     address,
     rootfs,
     fifoDir,
-    bundle: (id) => join(dir, 'state', 'io.containerd.runtime.v2.task', 'default', id),
+    image: CRI_IMAGE,
+    cniConfDir,
+    bundle: (id, ns = 'default') => join(dir, 'state', 'io.containerd.runtime.v2.task', ns, id),
     ctr,
     ctrOnTerminal: (args) =>
       run('script', [
@@ -109,6 +164,7 @@ export async function startContainerd(forkdUrl: string): Promise<Containerd> {
   };
   try {
     await waitReady(child, ctr, () => log);
+    if (opts.cri) await importTestImage(dir, ctr);
   } catch (e) {
     await c.stop();
     throw e;
@@ -184,7 +240,42 @@ async function end(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
-/** Kill what is left of this containerd (its shims, by pid) and remove its directory. */
+/**
+ * The pods' image, built here: one layer with one file (a forkd pod runs the VM's root,
+ * not the image's, so the content does not matter), saved as `docker save` does and
+ * imported into CRI's namespace with ctr — from loopback only, nothing pulled.
+ */
+async function importTestImage(
+  dir: string,
+  ctr: (args: string[]) => Promise<CliResult>,
+): Promise<void> {
+  const work = join(dir, 'image');
+  await mkdir(join(work, 'root'), { recursive: true });
+  await writeFile(join(work, 'root', 'pause'), '#!/bin/sh\n# a forkd pod never runs this\n');
+  const layer = await layerFromDir(join(work, 'root'), join(work, 'layer'), 'none');
+  const img = ociImage([layer], { Cmd: ['/pause'], Env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin'] });
+  await writeDockerSave(join(work, 'save'), img, CRI_IMAGE);
+  const tar = join(work, 'image.tar');
+  const t = await run('tar', ['-C', join(work, 'save'), '-cf', tar, '.']);
+  if (t.code !== 0) throw new Error(`tar of the test image: ${t.stderr}`);
+  const r = await ctr(['-n', 'k8s.io', 'images', 'import', tar]);
+  if (r.code !== 0) throw new Error(`ctr images import: ${r.stderr}`);
+}
+
+/** Mount points under `dir` (CRI's shm and netns pins), deepest first. */
+async function mountsUnder(dir: string): Promise<string[]> {
+  const mounts = await readFile('/proc/self/mounts', 'utf8');
+  return mounts
+    .split('\n')
+    .map((l) => l.split(' ')[1] ?? '')
+    .filter((m) => m.startsWith(`${dir}/`))
+    .sort((a, b) => b.length - a.length);
+}
+
+/**
+ * Kill what is left of this containerd (its shims, by pid), unmount what its CRI plugin
+ * left mounted, and remove its directory.
+ */
 async function sweep(dir: string): Promise<void> {
   for (const pid of await processesNaming(dir)) {
     try {
@@ -193,5 +284,9 @@ async function sweep(dir: string): Promise<void> {
       // already gone
     }
   }
+  for (const m of await mountsUnder(dir)) await run('umount', ['-l', m]);
   await rm(dir, { recursive: true, force: true });
 }
+
+/** Mount points a CRI containerd left under its directory (a test asserts none). */
+export const leftoverMounts = (c: Containerd) => mountsUnder(c.dir);

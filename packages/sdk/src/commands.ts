@@ -4,6 +4,7 @@
  * them, and for `start`, the streaming exec (NDJSON events), whose stdin can stay open and
  * which can be killed by its exec id.
  */
+import type { SignalName } from './signals.js';
 import type { IncomingMessage } from 'node:http';
 import type { CallOptions } from './client.js';
 import { errorFromResponse, InternalError } from './errors.js';
@@ -13,22 +14,13 @@ import type { CommandResult } from './types.js';
 import { compact, EXEC_RESULT, fromWire, type ExecBody, type ExecEvent } from './wire.js';
 
 /**
- * Signals a command can be sent (the contract's `KillExec`).
+ * A signal a command can be sent.
  *
  * @example
  * const sig: CommandSignal = 'SIGTERM';
  * await cmd.kill(sig);
  */
-export type CommandSignal =
-  | 'SIGKILL'
-  | 'SIGTERM'
-  | 'SIGINT'
-  | 'SIGHUP'
-  | 'SIGQUIT'
-  | 'SIGUSR1'
-  | 'SIGUSR2'
-  | 'SIGSTOP'
-  | 'SIGCONT';
+export type CommandSignal = SignalName;
 
 /**
  * How to run a command. A callback that returns a promise holds back further output until

@@ -113,6 +113,11 @@ export const ERROR_CATALOG = {
     meaning:
       'The registry refused access: log in with `forkd login REGISTRY` (or check the credentials and the repository name).',
   },
+  snapshot_not_allowed: {
+    status: 403,
+    meaning:
+      "This node's daemon does not let pods (containerd tasks) fork that snapshot: it is not in `forkd daemon --pod-snapshots`.",
+  },
   registry_unreachable: {
     status: 502,
     meaning:

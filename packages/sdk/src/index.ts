@@ -29,6 +29,7 @@ export type {
   SnapshotRemoveOptions,
 } from './snapshots.js';
 export { Commands, CommandHandle } from './commands.js';
+export { SIGNALS } from './signals.js';
 export type { CommandOptions, CommandSignal, StartOptions } from './commands.js';
 export { Files } from './files.js';
 export { Contexts, Execution, Result } from './contexts.js';

@@ -5,6 +5,7 @@
  * rules that span them; branch, which makes snapshots of running sandboxes, is its own
  * service (src/services/branch/) and uses this one's registry and fork.
  */
+import { PodPolicy } from '../pod-policy.js';
 import { rm } from 'node:fs/promises';
 import { FORK_MAX, POOL_MAX } from '../../contract/rules.js';
 import type {
@@ -74,6 +75,8 @@ export interface SnapshotServiceOptions {
    * children must start at the exact captured instant.
    */
   defaultPool?: number;
+  /** Which snapshots containerd's sandboxes (pods) may fork; default: none. */
+  podPolicy?: PodPolicy;
 }
 
 /** The default pool size: FORKD_DEFAULT_POOL, else 2 (docs/snapshots.md "The VMM pool"). */
@@ -367,6 +370,7 @@ export class SnapshotManager implements SnapshotService {
 
   async fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome> {
     checkRange('n', req.n, { min: 1, max: FORK_MAX });
+    (this.opts.podPolicy ?? PodPolicy.parse('')).check(req.snapshot, req.labels);
     await refuseWhenFull(this.opts.paths.sandboxes, `fork of ${req.snapshot}`);
     const m = await this.materialized(req.snapshot);
     checkForkNetwork(m, req.network);

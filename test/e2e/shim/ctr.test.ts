@@ -23,7 +23,7 @@ let ctrd: Containerd;
 
 before(async () => {
   home = await makeTestHome();
-  daemon = await startDaemon(home);
+  daemon = await startDaemon(home, ['--pod-snapshots', `${WARM},no-such-*`]);
   ctrd = await startContainerd(daemon.url);
   await Snapshot.create({
     url: daemon.url,

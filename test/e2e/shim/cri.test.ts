@@ -1,0 +1,250 @@
+/**
+ * containerd-shim-forkd-v2 under containerd's CRI plugin, driven as a kubelet drives it: a
+ * CRI gRPC client (test/helpers/cri.ts) calls RunPodSandbox with `runtime_handler: forkd`,
+ * CreateContainer, StartContainer, ExecSync, ContainerStatus, StopPodSandbox and
+ * RemovePodSandbox on a private containerd whose CRI plugin has the `forkd` handler. A pod
+ * is one forkd sandbox forked from a warm snapshot; its containers are processes in it.
+ * The pods' image is built and imported by the helper: nothing comes from the internet.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Sandbox, Snapshot } from '@forkd/sdk';
+import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
+import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+import { leftoverMounts, startContainerd, type Containerd } from '../../helpers/containerd.js';
+import {
+  CONTAINER_STATE,
+  CriClient,
+  NAMESPACE,
+  type ContainerConfig,
+  type PodConfig,
+} from '../../helpers/cri.js';
+
+const WARM = 'pod-warm';
+
+let home: TestHome;
+let daemon: DaemonProcess;
+let ctrd: Containerd;
+let cri: CriClient;
+
+before(async () => {
+  home = await makeTestHome();
+  // Pods may fork `pod-*` snapshots only (annotations are policy).
+  daemon = await startDaemon(home, ['--pod-snapshots', 'pod-*', '--default-pool', '1']);
+  ctrd = await startContainerd(daemon.url, { cri: true });
+  cri = new CriClient(ctrd.address);
+  await Snapshot.create({
+    url: daemon.url,
+    tag: WARM,
+    image: 'busybox',
+    network: 'none',
+    warm: ['echo warmed > /root/marker'],
+    start: ['sleep 100000'],
+  });
+});
+
+after(async () => {
+  cri?.close();
+  await ctrd?.stop();
+  await daemon?.stop();
+  await assertNoLeftovers(home).finally(() => home.cleanup());
+});
+
+/** A pod on the node's network (CNI is the network test's) naming `annotations`. */
+function podConfig(name: string, annotations: Record<string, string>): PodConfig {
+  return {
+    metadata: { name, uid: `uid-${name}`, namespace: 'default' },
+    log_directory: join(ctrd.dir, 'logs', name),
+    annotations,
+    linux: { security_context: { namespace_options: { network: NAMESPACE.node } } },
+  };
+}
+
+function container(name: string, command: string[], extra: Partial<ContainerConfig> = {}) {
+  return {
+    metadata: { name },
+    image: { image: ctrd.image },
+    command,
+    log_path: `${name}.log`,
+    ...extra,
+  };
+}
+
+/** The running forkd sandboxes of the containerd task (or pod) `id`. */
+function sandboxesOf(id: string) {
+  return Sandbox.list({ url: daemon.url, label: `containerd.io/id=${id}`, state: 'running' });
+}
+
+async function until(what: string, check: () => Promise<boolean>, ms = 120_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms\n${ctrd.output()}`);
+    await sleep(250);
+  }
+}
+
+const INSTALL = join(process.cwd(), 'packaging', 'kubernetes', 'install.sh');
+
+function runInstall(args: string[]) {
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const child = spawn('sh', [INSTALL, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString('utf8')));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const readLog = (path: string) => readFile(path, 'utf8').catch(() => '');
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+test('a pod under runtime handler forkd: a fork of the warm snapshot whose containers log, exec and exit with their codes; stop and remove leave nothing', async (t) => {
+  const pod = podConfig('p1', { 'forkd.dev/snapshot': WARM });
+  let started = Date.now();
+  const id = await cri.runPodSandbox(pod, 'forkd');
+  t.diagnostic(`RunPodSandbox, forked from a warm snapshot: ${Date.now() - started} ms`);
+  const [vm, ...more] = await sandboxesOf(id);
+  assert.equal(vm?.snapshot, WARM, 'the pod is a fork of the snapshot its annotation names');
+  assert.deepEqual(more, []);
+  const shimPid = Number(await readFile(join(ctrd.bundle(id, 'k8s.io'), 'shim.pid'), 'utf8'));
+
+  started = Date.now();
+  const app = await cri.createContainer(
+    id,
+    container(
+      'app',
+      [
+        'sh',
+        '-c',
+        'echo hello-from-pod; echo to-stderr >&2; echo "$GREETING" > /tmp/from-app; exec sleep 100000',
+      ],
+      {
+        envs: [{ key: 'GREETING', value: 'hi-from-config' }],
+      },
+    ),
+    pod,
+  );
+  await cri.startContainer(app);
+  t.diagnostic(`CreateContainer + StartContainer: ${Date.now() - started} ms`);
+  const appLog = join(pod.log_directory ?? '', 'app.log');
+  await until('the container logs its lines to the CRI log file', async () => {
+    const log = await readLog(appLog);
+    return log.includes('stdout F hello-from-pod') && log.includes('stderr F to-stderr');
+  });
+  assert.equal((await cri.containerStatus(app)).state, CONTAINER_STATE.running);
+
+  started = Date.now();
+  const e = await cri.execSync(app, ['sh', '-c', 'cat /root/marker; echo "$GREETING"; exit 3'], 60);
+  t.diagnostic(`ExecSync round trip: ${Date.now() - started} ms`);
+  assert.deepEqual(e, { stdout: 'warmed\nhi-from-config\n', stderr: '', code: 3 });
+
+  // A second container of the pod is a process in the same VM: it sees the first one's file.
+  const job = await cri.createContainer(
+    id,
+    container('job', ['sh', '-c', 'cat /tmp/from-app; exit 7']),
+    pod,
+  );
+  await cri.startContainer(job);
+  await until(
+    'the job exits',
+    async () => (await cri.containerStatus(job)).state === CONTAINER_STATE.exited,
+  );
+  const status = await cri.containerStatus(job);
+  assert.equal(status.exit_code, 7);
+  assert.match(await readLog(join(pod.log_directory ?? '', 'job.log')), /stdout F hi-from-config/);
+  assert.equal((await sandboxesOf(id)).length, 1, 'one pod, one forkd sandbox');
+
+  started = Date.now();
+  await cri.stopPodSandbox(id);
+  await cri.removePodSandbox(id);
+  t.diagnostic(`StopPodSandbox + RemovePodSandbox: ${Date.now() - started} ms`);
+  assert.deepEqual(await cri.listPodSandbox(), []);
+  assert.deepEqual(await cri.listContainers(), []);
+  assert.deepEqual(await sandboxesOf(id), []);
+  await until("the pod's shim exits", async () => !alive(shimPid), 30_000);
+  assert.deepEqual(await leftoverMounts(ctrd), []);
+});
+
+/** RunPodSandbox naming `snapshot` fails with an error matching `reason`, and leaves nothing. */
+async function refused(name: string, snapshot: string, reason: RegExp): Promise<void> {
+  await assert.rejects(
+    cri.runPodSandbox(podConfig(name, { 'forkd.dev/snapshot': snapshot }), 'forkd'),
+    (e: Error & { details?: string }) => {
+      assert.match(e.details ?? e.message, reason);
+      return true;
+    },
+  );
+  assert.deepEqual(await cri.listPodSandbox(), []);
+  const left = await Sandbox.list({
+    url: daemon.url,
+    label: 'containerd.io/namespace=k8s.io',
+    state: 'running',
+  });
+  assert.deepEqual(left, []);
+}
+
+test("a snapshot outside the node's allow-list fails RunPodSandbox with the reason, never a cold boot", async () => {
+  // `busybox-warm` is not `pod-*`: refused before anything starts.
+  await refused(
+    'denied',
+    'busybox-warm',
+    /may not fork snapshot "busybox-warm" \(allowed: pod-\*\).*snapshot_not_allowed/,
+  );
+});
+
+test('an allowed snapshot the node does not have fails RunPodSandbox with the reason, leaving nothing', async () => {
+  await refused('nosnap', 'pod-missing', /pod-missing/);
+});
+
+test('the install script run against a fresh containerd config makes the CRI path work', async () => {
+  const fresh = await startContainerd(daemon.url, {
+    cri: true,
+    configure: async (config) => {
+      const bin = join(config, '..', 'bin');
+      const r = await runInstall(['--config', config, '--bin-dir', bin, '--no-restart']);
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stdout, /added the forkd runtime handler/);
+      // Run twice, it changes nothing.
+      const again = await runInstall(['--config', config, '--bin-dir', bin, '--no-restart']);
+      assert.match(again.stdout, /names the forkd runtime already/);
+    },
+  });
+  const client = new CriClient(fresh.address);
+  try {
+    const pod: PodConfig = {
+      ...podConfig('installed', { 'forkd.dev/snapshot': WARM }),
+      log_directory: join(fresh.dir, 'logs'),
+    };
+    const id = await client.runPodSandbox(pod, 'forkd');
+    const c = await client.createContainer(
+      id,
+      {
+        ...container('hello', ['sh', '-c', 'echo installed-ok; exec sleep 1000']),
+        image: { image: fresh.image },
+      },
+      pod,
+    );
+    await client.startContainer(c);
+    await until('the container logs', async () =>
+      (await readLog(join(fresh.dir, 'logs', 'hello.log'))).includes('stdout F installed-ok'),
+    );
+    await client.stopPodSandbox(id);
+    await client.removePodSandbox(id);
+    assert.deepEqual(await sandboxesOf(id), []);
+  } finally {
+    client.close();
+    await fresh.stop();
+  }
+});
