@@ -21,6 +21,7 @@ import {
 import { readKsm } from '../drivers/host/ksm.js';
 import { vmTuning } from '../drivers/qemu/tuning.js';
 import { run } from '../util/exec.js';
+import { checkContainerd, checkRuntimeConfig, checkShim } from './containerd-checks.js';
 import { locateGuest } from './guest.js';
 import { NetworkService } from './network/service.js';
 import { cgroupParentName, memoryRoom, probeEnforcement } from './limits.js';
@@ -80,6 +81,9 @@ const CHECKS: Check[] = [
   { id: 'netns', run: checkNetns },
   { id: 'network', run: checkNetwork },
   { id: 'root', run: checkRoot },
+  { id: 'containerd', run: () => checkContainerd() },
+  { id: 'containerd-shim', run: () => checkShim() },
+  { id: 'containerd-runtime', run: () => checkRuntimeConfig() },
 ];
 
 /** The ids `runDoctor` reports, in order. */
