@@ -355,6 +355,21 @@ export const CreateSandbox = Type.Object(
     egress: Type.Optional(EgressPolicy),
     limits: Type.Optional(LimitsRequest),
     idle: Type.Optional(IdlePolicyRequest),
+    netns: Type.Optional(
+      Type.String({
+        pattern: '^/[^\\0]*$',
+        maxLength: 4096,
+        description:
+          "with snapshot (network nat): run the child's QEMU in this network namespace (a path, as a Kubernetes pod's) instead of one of forkd's: the guest's traffic leaves from the namespace's addresses; forkd applies no egress policy there",
+      }),
+    ),
+    forward_ports: Type.Optional(
+      Type.Array(Type.Integer({ minimum: 1, maximum: 65535 }), {
+        maxItems: 64,
+        description:
+          'with netns: guest TCP ports QEMU forwards from every address of that namespace (the same port number)',
+      }),
+    ),
   },
   strict,
 );

@@ -174,6 +174,10 @@ export interface ForkRequest {
   limits?: LimitsRequestT;
   /** The children's idle policy (not inherited; left out: the daemon's defaults). */
   idle?: IdlePolicyRequestT;
+  /** Run the children's QEMU in this network namespace (a pod's) instead of forkd's own. */
+  netns?: string;
+  /** With netns: guest TCP ports forwarded from every address of the namespace. */
+  forward_ports?: number[];
 }
 
 /**

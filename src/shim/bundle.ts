@@ -1,8 +1,9 @@
 /**
  * What the shim reads of an OCI bundle: the container's process (args, env, cwd, user,
- * terminal) and annotations from `config.json`, and the same process shape from an Exec's
- * spec. Only these fields mean something in a forkd sandbox; the rest of the runtime spec
- * (mounts, namespaces, cgroups, seccomp) describes a runc container and is ignored.
+ * terminal), annotations and the network namespace it names (a pod's, made by CNI) from
+ * `config.json`, and the same process shape from an Exec's spec. Only these fields mean
+ * something in a forkd sandbox; the rest of the runtime spec (mounts, other namespaces,
+ * cgroups, seccomp) describes a runc container and is ignored.
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -10,6 +11,8 @@ import { CODE, TtrpcError } from './ttrpc.js';
 
 /** The annotation naming the snapshot a task is forked from. */
 export const SNAPSHOT_ANNOTATION = 'forkd.dev/snapshot';
+/** The annotation listing the guest ports reachable on the pod's addresses (`8080,8888`). */
+export const PORTS_ANNOTATION = 'forkd.dev/ports';
 
 /** A process to run in the sandbox, from the OCI spec's `process`. */
 export interface ProcessSpec {
@@ -24,6 +27,8 @@ export interface ProcessSpec {
 export interface BundleSpec {
   process: ProcessSpec;
   annotations: Record<string, string>;
+  /** The path of the network namespace to join (`linux.namespaces`), if it names one. */
+  netns?: string;
 }
 
 interface OciProcess {
@@ -59,7 +64,11 @@ export function processSpec(p: OciProcess | undefined, what: string): ProcessSpe
 /** Read `config.json` of the bundle at `dir`. */
 export async function readBundle(dir: string): Promise<BundleSpec> {
   const path = join(dir, 'config.json');
-  let spec: { process?: OciProcess; annotations?: unknown };
+  let spec: {
+    process?: OciProcess;
+    annotations?: unknown;
+    linux?: { namespaces?: { type?: unknown; path?: unknown }[] };
+  };
   try {
     spec = JSON.parse(await readFile(path, 'utf8')) as typeof spec;
   } catch (e) {
@@ -74,5 +83,22 @@ export async function readBundle(dir: string): Promise<BundleSpec> {
       if (typeof v === 'string') annotations[k] = v;
     }
   }
-  return { process: processSpec(spec.process, path), annotations };
+  const net = spec.linux?.namespaces?.find((n) => n.type === 'network');
+  const netns = typeof net?.path === 'string' && net.path.startsWith('/') ? net.path : undefined;
+  return { process: processSpec(spec.process, path), annotations, netns };
+}
+
+/** The ports of the `forkd.dev/ports` annotation; a bad one is refused with the reason. */
+export function podPorts(annotations: Record<string, string>): number[] {
+  const list = (annotations[PORTS_ANNOTATION] ?? '').split(/[\s,]+/).filter(Boolean);
+  return list.map((p) => {
+    const n = Number(p);
+    if (!Number.isInteger(n) || n < 1 || n > 65535) {
+      throw new TtrpcError(
+        CODE.invalidArgument,
+        `${PORTS_ANNOTATION}: "${p}" is not a TCP port (1-65535); list them like "8080,8888"`,
+      );
+    }
+    return n;
+  });
 }

@@ -10,7 +10,13 @@
  * statuses) while it runs.
  */
 import { Sandbox, isForkdError, DaemonUnreachableError, VERSION } from '@forkd/sdk';
-import { processSpec, readBundle, SNAPSHOT_ANNOTATION, type BundleSpec } from './bundle.js';
+import {
+  podPorts,
+  processSpec,
+  readBundle,
+  SNAPSHOT_ANNOTATION,
+  type BundleSpec,
+} from './bundle.js';
 import { Publisher } from './events.js';
 import { holdSandbox, roleOf } from './pod.js';
 import { TaskProcess, STATUS, type ProcessIO, type Running } from './process.js';
@@ -156,7 +162,7 @@ export class TaskService {
     const task =
       role.kind === 'container'
         ? this.joinPod(r, bundle, role.pod)
-        : await this.makeSandbox(r, bundle, role.kind === 'pod' ? holdSandbox : undefined);
+        : await this.makeSandbox(r, bundle, role.kind === 'pod');
     this.tasks.set(r.id, task);
     await this.o.publisher.publish('/tasks/create', {
       container_id: r.id,
@@ -168,16 +174,19 @@ export class TaskService {
     return { pid: 0 };
   }
 
-  /** A task with a sandbox of its own: a ctr task, or a pod's sandbox container. */
-  private async makeSandbox(
-    r: CreateRequest,
-    bundle: BundleSpec,
-    launch?: (sandbox: Sandbox) => Promise<Running>,
-  ): Promise<Task> {
-    const init = this.process(r.id, '', bundle.process, r, launch);
+  /**
+   * A task with a sandbox of its own: a ctr task, or a pod's sandbox container. A pod forked
+   * from a snapshot runs its VM in the pod's network namespace (CNI's), the guest NATed to
+   * the pod's IP and the `forkd.dev/ports` forwarded from it.
+   */
+  private async makeSandbox(r: CreateRequest, bundle: BundleSpec, pod: boolean): Promise<Task> {
+    const init = this.process(r.id, '', bundle.process, r, pod ? holdSandbox : undefined);
     const snapshot = bundle.annotations[SNAPSHOT_ANNOTATION];
+    const ports = podPorts(bundle.annotations);
+    const netns = pod && snapshot ? bundle.netns : undefined;
     const sandbox = await Sandbox.create({
       ...(snapshot ? { snapshot } : { image: 'busybox' }),
+      ...(netns ? { netns, forwardPorts: ports } : {}),
       labels: { [LABEL.namespace]: this.o.namespace, [LABEL.id]: r.id },
     });
     this.o.log(`task ${r.id}: sandbox ${sandbox.id} ${snapshot ? `forked from ${snapshot}` : ''}`);

@@ -58,6 +58,12 @@ export interface ContainerdOptions {
    * helper's own stanza: the install script under test.
    */
   configure?: (configFile: string) => Promise<void>;
+  /**
+   * A CNI network for pods that are not on the node's network: Debian's `bridge` plugin on
+   * a bridge of this name (made in the host namespace, deleted by `stop`), `host-local`
+   * addresses from `subnet`, its state under the helper's dir.
+   */
+  cni?: { bridge: string; subnet: string };
 }
 
 /** The image the CRI tests' pods use (built and imported by the helper, never pulled). */
@@ -120,6 +126,7 @@ export async function startContainerd(
     ].join('\n'),
   );
   if (opts.configure) await opts.configure(configFile);
+  if (opts.cni) await writeCniConfig(cniConfDir, join(dir, 'cni-ipam'), opts.cni);
   const env = { ...process.env, PATH: `${bin}:${process.env.PATH}`, FORKD_URL: forkdUrl };
   let log = '';
   const launch = () => {
@@ -160,6 +167,7 @@ export async function startContainerd(
     stop: async () => {
       await end(child);
       await sweep(dir);
+      if (opts.cni) await run('ip', ['link', 'del', opts.cni.bridge]); // absent: nothing to do
     },
   };
   try {
@@ -260,6 +268,28 @@ async function importTestImage(
   if (t.code !== 0) throw new Error(`tar of the test image: ${t.stderr}`);
   const r = await ctr(['-n', 'k8s.io', 'images', 'import', tar]);
   if (r.code !== 0) throw new Error(`ctr images import: ${r.stderr}`);
+}
+
+/** The CNI network config: a bridge with a gateway on the host end, addresses from a subnet. */
+async function writeCniConfig(
+  confDir: string,
+  dataDir: string,
+  net: { bridge: string; subnet: string },
+): Promise<void> {
+  const conf = {
+    cniVersion: '0.4.0',
+    name: 'forkd-test',
+    plugins: [
+      {
+        type: 'bridge',
+        bridge: net.bridge,
+        isGateway: true,
+        ipMasq: false,
+        ipam: { type: 'host-local', ranges: [[{ subnet: net.subnet }]], dataDir },
+      },
+    ],
+  };
+  await writeFile(join(confDir, '10-forkd-test.conflist'), JSON.stringify(conf));
 }
 
 /** Mount points under `dir` (CRI's shm and netns pins), deepest first. */

@@ -76,6 +76,14 @@ export interface SandboxCreateOptions extends SandboxOptions {
   limits?: LimitsOptions;
   /** When it parks itself after its last request; a fork does not inherit it (docs/idle.md). */
   idle?: IdleOptions;
+  /**
+   * A fork only (of a snapshot with network nat): run its QEMU in this network namespace (a
+   * path, as a Kubernetes pod's) instead of one of forkd's; the guest's traffic leaves from
+   * the namespace's addresses (docs/kubernetes.md).
+   */
+  netns?: string;
+  /** With `netns`: guest TCP ports forwarded from every address of the namespace. */
+  forwardPorts?: number[];
 }
 
 /**
@@ -244,6 +252,8 @@ export class Sandbox {
       egress: egressToWire(opts.egress),
       limits: limitsBody(opts.limits),
       idle: idleBody(opts.idle),
+      netns: opts.netns,
+      forward_ports: opts.forwardPorts,
     });
     const wire = await client.transport.json({
       method: 'POST',

@@ -415,6 +415,8 @@ export interface CreateSandboxBody {
   egress?: unknown;
   limits?: LimitsBody;
   idle?: IdleBody;
+  netns?: string;
+  forward_ports?: number[];
 }
 
 /** `LimitsRequest`: memory as a size with a unit (bytes when a number is given). */

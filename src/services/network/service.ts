@@ -209,6 +209,18 @@ export class NetworkService {
     return { netns: ns.path };
   }
 
+  /**
+   * The NIC of a sandbox whose QEMU runs in a namespace of the caller's (a Kubernetes pod's,
+   * made by CNI): its traffic leaves from that namespace's addresses under the caller's
+   * rules (NetworkPolicy), so forkd installs no policy and no DNS proxy there, and never
+   * deletes the namespace.
+   */
+  async leaseIn(id: string, netns: string): Promise<VmNet> {
+    const ports = this.sandboxes.get(id)?.ports ?? new PortForwards();
+    this.sandboxes.set(id, { mode: 'nat', egress: OPEN_EGRESS, proxyDenied: 0, ports });
+    return { netns };
+  }
+
   /** Install (or replace) a sandbox's policy: an override merged over what it inherits. */
   async enforce(id: string, inherited: Egress, override?: EgressInput): Promise<Egress> {
     const a = this.attached(id);

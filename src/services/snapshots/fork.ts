@@ -9,12 +9,14 @@
  * connects the agent, pushing fresh time, entropy, id and hostname.
  */
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { open, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
 import { detectAccel } from '../../drivers/qemu/accel.js';
 import { createOverlay } from '../../drivers/qemu/disk.js';
+import { addHostForward } from '../../drivers/qemu/hostfwd.js';
 import type { VmNet } from '../../drivers/qemu/cmdline.js';
 import { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
@@ -184,9 +186,49 @@ export async function leaseNet(
   network: NetworkService | undefined,
   m: SnapshotManifest,
   id: string,
+  netns?: string,
 ): Promise<VmNet | undefined> {
+  if (netns) return network ? network.leaseIn(id, netns) : { netns };
   if (!network) return networkOf(m) === 'nat' ? { restrict: true } : undefined;
   return network.lease(id, networkOf(m), m.egress ?? OPEN_EGRESS);
+}
+
+/**
+ * A fork into a namespace of the caller's (a pod's) needs a NIC to NAT through it, and
+ * that namespace's path.
+ */
+export function checkForkNetns(m: SnapshotManifest, req: ForkRequest): void {
+  if (!req.netns) {
+    if (req.forward_ports?.length) {
+      throw new ForkdError('bad_request', 'forward_ports goes with netns', {
+        field: 'forward_ports',
+      });
+    }
+    return;
+  }
+  if (networkOf(m) !== 'nat') {
+    throw new ForkdError(
+      'bad_request',
+      `snapshot "${m.tag}" has no NIC (network none): a fork into a network namespace needs a snapshot made with network nat`,
+      { field: 'netns', value: req.netns },
+    );
+  }
+  if (!existsSync(req.netns)) {
+    throw new ForkdError('bad_request', `no network namespace at ${req.netns}`, {
+      field: 'netns',
+      value: req.netns,
+    });
+  }
+}
+
+/** Forward `ports` from every address of the namespace QEMU runs in (a pod's). */
+async function forwardPorts(up: Parameters<typeof destroySandbox>[0], ports: number[]) {
+  try {
+    for (const port of ports) await addHostForward(up.vm, '0.0.0.0', port, port);
+  } catch (e) {
+    await destroySandbox(up);
+    throw e;
+  }
 }
 
 /** A fork may restate its snapshot's network mode but not change it. */
@@ -281,7 +323,8 @@ function forkOne(
   { limits, idle }: { limits: StoredLimits; idle: StoredIdle | null },
   caller: Caller,
 ) {
-  const pooled = ctx.pool.take(m.tag);
+  // A pool member's QEMU runs in a namespace of forkd's already: a pod's fork starts its own.
+  const pooled = req.netns ? undefined : ctx.pool.take(m.tag);
   return ctx.sandboxes.createForked(
     {
       id: pooled?.id,
@@ -301,13 +344,20 @@ function forkOne(
       const placement = { limiter: ctx.limiter, limits };
       const child =
         handed ??
-        (await prepareChild(ctx.paths, m, id, await leaseNet(ctx.network, m, id), placement));
+        (await prepareChild(
+          ctx.paths,
+          m,
+          id,
+          await leaseNet(ctx.network, m, id, req.netns),
+          placement,
+        ));
       onStarted(child.vm);
       await holdPoint('fork:child-started', String(child.vm.pid));
       if (ctx.network && networkOf(m) === 'nat') {
         await ctx.network.enforce(id, m.egress ?? OPEN_EGRESS, req.egress);
       }
       const up = await restoreChild(child, { env, signal });
+      await forwardPorts(up, req.forward_ports ?? []);
       await runForkHooks(up.agent, m.on_fork).catch(async (e: unknown) => {
         await destroySandbox(up);
         throw e;

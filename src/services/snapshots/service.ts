@@ -31,6 +31,7 @@ import {
   discardChild,
   forkChildren,
   leaseNet,
+  checkForkNetns,
   prepareChild,
   prewarmChild,
   type PreparedChild,
@@ -374,6 +375,7 @@ export class SnapshotManager implements SnapshotService {
     await refuseWhenFull(this.opts.paths.sandboxes, `fork of ${req.snapshot}`);
     const m = await this.materialized(req.snapshot);
     checkForkNetwork(m, req.network);
+    checkForkNetns(m, req);
     const ctx = {
       paths: this.opts.paths,
       pool: this.pool,
