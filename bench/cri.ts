@@ -15,7 +15,7 @@ import { startContainerd } from '../test/helpers/containerd.js';
 import { CriClient, NAMESPACE, type PodConfig } from '../test/helpers/cri.js';
 import { startDaemon, stopDaemon } from './daemon.js';
 import { makeBenchHome } from './home.js';
-import { summary } from './stats.js';
+import { summary, timeSequential as timed } from './stats.js';
 
 const N = Number(process.argv[2] ?? 5);
 const EXECS = 20;
@@ -27,16 +27,6 @@ async function mib(pid: number, key: string): Promise<number> {
     (await readFile(`/proc/${pid}/status`, 'utf8')) +
     (await readFile(`/proc/${pid}/smaps_rollup`, 'utf8').catch(() => ''));
   return Number(new RegExp(`^${key}:\\s+(\\d+)`, 'm').exec(text)?.[1] ?? NaN) / 1024;
-}
-
-async function timed(n: number, call: () => Promise<unknown>): Promise<number[]> {
-  const samples: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const t0 = performance.now();
-    await call();
-    samples.push(performance.now() - t0);
-  }
-  return samples;
 }
 
 async function main(): Promise<void> {

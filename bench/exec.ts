@@ -21,7 +21,7 @@ import {
 } from '../src/services/sandboxes/sandbox.js';
 import { startDaemon, stopDaemon } from './daemon.js';
 import { makeBenchHome, type BenchHome } from './home.js';
-import { percentile } from './stats.js';
+import { percentile, timeSequential } from './stats.js';
 
 const N = Number(process.argv[2] ?? 500);
 /** Calls made before timing starts (connection set-up, JIT, guest page cache). */
@@ -35,13 +35,7 @@ function line(label: string, samples: number[]): string {
 /** Time `call` N times after WARMUP untimed calls, sequentially. */
 async function timeCalls(call: () => Promise<void>): Promise<number[]> {
   for (let i = 0; i < WARMUP; i++) await call();
-  const samples: number[] = [];
-  for (let i = 0; i < N; i++) {
-    const t0 = performance.now();
-    await call();
-    samples.push(performance.now() - t0);
-  }
-  return samples;
+  return timeSequential(N, call);
 }
 
 async function throughDaemon(home: BenchHome): Promise<{ buffered: number[]; streamed: number[] }> {

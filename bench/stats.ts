@@ -1,5 +1,16 @@
 /** Small statistics helpers the benchmarks share (percentiles over samples). */
 
+/** Time `call` n times, one after another, in ms. */
+export async function timeSequential(n: number, call: () => Promise<unknown>): Promise<number[]> {
+  const samples: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await call();
+    samples.push(performance.now() - t0);
+  }
+  return samples;
+}
+
 /** The p-th percentile (0–100) of samples, nearest-rank. */
 export function percentile(samples: number[], p: number): number {
   if (samples.length === 0) return NaN;

@@ -13,6 +13,7 @@ import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { shQuote } from '../../src/util/shell-words.js';
+import { Snapshot } from '@forkd/sdk';
 import { layerFromDir, ociImage, writeDockerSave } from '../e2e/images/registry.js';
 import type { CliResult } from './cli.js';
 
@@ -320,3 +321,18 @@ async function sweep(dir: string): Promise<void> {
 
 /** Mount points a CRI containerd left under its directory (a test asserts none). */
 export const leftoverMounts = (c: Containerd) => mountsUnder(c.dir);
+
+/**
+ * The shim tests' warm snapshot: busybox, no NIC, a file (`/root/marker`: "warmed") and a
+ * process (`sleep 100000`) made at warm-up, so a task can tell it was forked from it.
+ */
+export async function createWarmSnapshot(url: string, tag: string): Promise<void> {
+  await Snapshot.create({
+    url,
+    tag,
+    image: 'busybox',
+    network: 'none',
+    warm: ['echo warmed > /root/marker'],
+    start: ['sleep 100000'],
+  });
+}

@@ -380,6 +380,7 @@ export const {
   PortUnreachableError,
   ReferenceNotFoundError,
   RegistryUnauthorizedError,
+  SnapshotNotAllowedError,
   RegistryUnreachableError,
   BlobInvalidError,
   ImageFormatUnsupportedError,

@@ -17,7 +17,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Sandbox, Snapshot } from '@forkd/sdk';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
-import { leftoverMounts, startContainerd, type Containerd } from '../../helpers/containerd.js';
+import {
+  createWarmSnapshot,
+  leftoverMounts,
+  startContainerd,
+  type Containerd,
+} from '../../helpers/containerd.js';
+import { pidAlive } from '../../../src/util/pid.js';
 import {
   CONTAINER_STATE,
   CriClient,
@@ -42,14 +48,7 @@ before(async () => {
   daemon = await startDaemon(home, ['--pod-snapshots', 'pod-*', '--default-pool', '1']);
   ctrd = await startContainerd(daemon.url, { cri: true, cni: POD_NETWORK });
   cri = new CriClient(ctrd.address);
-  await Snapshot.create({
-    url: daemon.url,
-    tag: WARM,
-    image: 'busybox',
-    network: 'none',
-    warm: ['echo warmed > /root/marker'],
-    start: ['sleep 100000'],
-  });
+  await createWarmSnapshot(daemon.url, WARM);
 });
 
 after(async () => {
@@ -106,14 +105,6 @@ function runInstall(args: string[]) {
 }
 
 const readLog = (path: string) => readFile(path, 'utf8').catch(() => '');
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 test('a pod under runtime handler forkd: a fork of the warm snapshot whose containers log, exec and exit with their codes; stop and remove leave nothing', async (t) => {
   const pod = podConfig('p1', { 'forkd.dev/snapshot': WARM });
@@ -178,7 +169,7 @@ test('a pod under runtime handler forkd: a fork of the warm snapshot whose conta
   assert.deepEqual(await cri.listPodSandbox(), []);
   assert.deepEqual(await cri.listContainers(), []);
   assert.deepEqual(await sandboxesOf(id), []);
-  await until("the pod's shim exits", async () => !alive(shimPid), 30_000);
+  await until("the pod's shim exits", async () => !pidAlive(shimPid), 30_000);
   assert.deepEqual(await leftoverMounts(ctrd), []);
 });
 

@@ -9,10 +9,10 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Sandbox, Snapshot } from '@forkd/sdk';
+import { Sandbox } from '@forkd/sdk';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
-import { startContainerd, type Containerd } from '../../helpers/containerd.js';
+import { createWarmSnapshot, startContainerd, type Containerd } from '../../helpers/containerd.js';
 
 const RUNTIME = ['--runtime', 'io.containerd.forkd.v2'];
 const WARM = 'shim-warm';
@@ -25,14 +25,7 @@ before(async () => {
   home = await makeTestHome();
   daemon = await startDaemon(home, ['--pod-snapshots', `${WARM},no-such-*`]);
   ctrd = await startContainerd(daemon.url);
-  await Snapshot.create({
-    url: daemon.url,
-    tag: WARM,
-    image: 'busybox',
-    network: 'none',
-    warm: ['echo warmed > /root/marker'],
-    start: ['sleep 100000'],
-  });
+  await createWarmSnapshot(daemon.url, WARM);
 });
 
 after(async () => {
