@@ -18,7 +18,9 @@ import { ImageStore } from './images/index.js';
 import type { ServiceLog } from './sandboxes/log.js';
 import type { ReconcileReport } from './sandboxes/reconcile.js';
 import { SandboxManager } from './sandboxes/service.js';
-import { SnapshotManager } from './snapshots/service.js';
+import { defaultPoolFromEnv, SnapshotManager } from './snapshots/service.js';
+import { BootStarts } from './snapshots/boot-start.js';
+import { silentLog } from './sandboxes/log.js';
 import { PackManager } from './packs/service.js';
 import { NetworkService } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
@@ -130,6 +132,17 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     limiter,
     defaultPool: opts.defaultPool,
   });
+  const boots = new BootStarts({
+    paths,
+    snapshots,
+    qemuVersion,
+    network,
+    limiter,
+    log: logOf('boot-snapshots') ?? silentLog,
+    pool: Math.min(1, opts.defaultPool ?? defaultPoolFromEnv()),
+    forkedFrom: (tag) => sandboxes.forkedFrom(tag),
+  });
+  sandboxes.useBootSnapshots((req, caller) => boots.start(req, caller));
   const branch = new BranchManager({
     paths,
     sandboxes,

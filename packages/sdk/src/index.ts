@@ -59,6 +59,7 @@ export type {
   EntryInfo,
   ImageInfo,
   ImageConfigInfo,
+  BootSnapshotInfo,
   ImageProgress,
   LineageKind,
   LineageNode,

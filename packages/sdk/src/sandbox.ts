@@ -76,6 +76,11 @@ export interface SandboxCreateOptions extends SandboxOptions {
   limits?: LimitsOptions;
   /** When it parks itself after its last request; a fork does not inherit it (docs/idle.md). */
   idle?: IdleOptions;
+  /**
+   * Boot the image's kernel for real instead of forking the image's boot snapshot
+   * (docs/snapshots.md "Boot snapshots"); not with `snapshot`.
+   */
+  cold?: boolean;
 }
 
 /**
@@ -244,6 +249,7 @@ export class Sandbox {
       egress: egressToWire(opts.egress),
       limits: limitsBody(opts.limits),
       idle: idleBody(opts.idle),
+      cold: opts.cold,
     });
     const wire = await client.transport.json({
       method: 'POST',
