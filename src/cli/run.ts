@@ -185,7 +185,11 @@ async function bootInProcess(
     signal,
     placement: { limiter, limits },
   };
-  const sandbox = (!req.cold && (await restored(p, start, req))) || (await bootSandbox(p, start));
+  let sandbox = req.cold ? undefined : await restored(p, start, req);
+  if (!sandbox) {
+    sandbox = await bootSandbox(p, start);
+    tell(req, `booted the kernel of image ${image.name}${req.cold ? ' (--cold)' : ''}`);
+  }
   // As a daemon's sandbox does: the image's WorkingDir and User where no flag names them.
   const full = withExecDefaults(req, imageExecDefaults(image));
   return {

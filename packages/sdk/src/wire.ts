@@ -205,6 +205,16 @@ export function imageFromWire(wire: unknown): ImageInfo {
   return info;
 }
 
+/** An ImageInfo → its wire form (`forkd images --json` prints the daemon's so). */
+export function imageToWire(info: ImageInfo): Record<string, unknown> {
+  const out = toWire(IMAGE, info);
+  if (info.config) out.config = toWire(IMAGE_CONFIG, info.config);
+  if (info.bootSnapshots) {
+    out.boot_snapshots = info.bootSnapshots.map((b) => toWire(BOOT_SNAPSHOT_REF, b));
+  }
+  return out;
+}
+
 /** A streamed pull or import's NDJSON events (`ImageEvent`). */
 export type ImageEvent =
   | { type: 'progress'; message: string; layer?: string; current?: number; total?: number }
