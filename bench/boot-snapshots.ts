@@ -29,7 +29,9 @@ function timedCli(args: string[], env: NodeJS.ProcessEnv): number {
 
 const f = (ms: number) => `${ms.toFixed(0)} ms`;
 const row = (label: string, xs: number[]) =>
-  console.log(`${label.padEnd(44)} p50 ${f(percentile(xs, 50))}  p90 ${f(percentile(xs, 90))}  (n=${xs.length})`);
+  console.log(
+    `${label.padEnd(44)} p50 ${f(percentile(xs, 50))}  p90 ${f(percentile(xs, 90))}  (n=${xs.length})`,
+  );
 const mib = (b: number) => `${(b / 1048576).toFixed(1)} MiB`;
 
 /** `forkd run -- echo hi`, cold and from the boot snapshot, interleaved. */
@@ -73,7 +75,13 @@ async function cost(url: string, snapshotsDir: string): Promise<void> {
   for (const b of images.flatMap((i) => i.bootSnapshots ?? [])) {
     const snap = await Snapshot.get(b.tag, { url });
     const memory = snap.info.files.find((x) => x.name === 'memory');
-    const cached = spawnSync('fincore', ['-b', '-n', '-o', 'RES', join(snapshotsDir, b.tag, 'memory')]);
+    const cached = spawnSync('fincore', [
+      '-b',
+      '-n',
+      '-o',
+      'RES',
+      join(snapshotsDir, b.tag, 'memory'),
+    ]);
     console.log(
       `boot snapshot ${b.tag} (${b.memoryMib} MiB guest, network ${b.network}): ` +
         `files ${mib(snap.info.logicalBytes)} logical, ${mib(b.physicalBytes)} on disk ` +

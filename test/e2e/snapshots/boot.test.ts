@@ -48,11 +48,17 @@ async function buildMarked(name: string, marker: string, force = false): Promise
 test('forkd run (no daemon): the second run restores the boot snapshot, with its own boot_id; --cold boots', async () => {
   const first = await cli(['run', '-v', '--', ...BOOT_ID]);
   assert.equal(first.code, 0, first.stderr);
-  assert.match(first.stderr, /captured it in \d+ ms, then restored boot snapshot boot-[0-9a-f]{16}/);
+  assert.match(
+    first.stderr,
+    /captured it in \d+ ms, then restored boot snapshot boot-[0-9a-f]{16}/,
+  );
   const second = await cli(['run', '-v', '--', ...BOOT_ID]);
   assert.equal(second.code, 0, second.stderr);
   // No capture, no boot: a restore of the snapshot the first run made.
-  assert.match(second.stderr, /^forkd: restored boot snapshot boot-[0-9a-f]{16} of image busybox\n$/);
+  assert.match(
+    second.stderr,
+    /^forkd: restored boot snapshot boot-[0-9a-f]{16} of image busybox\n$/,
+  );
   const ids = [first, second].map((r) => r.stdout.toString().trim());
   assert.match(ids[0] ?? '', /^[0-9a-f-]{36}$/);
   assert.notEqual(ids[0], ids[1], 'two runs of one boot snapshot share no random state');
@@ -88,7 +94,11 @@ test('forkd run (no daemon): an image rebuilt under the same name never gets its
     marked?.boot_snapshots?.map((s) => [s.tag, s.current]),
     [[tagB, true]],
   );
-  assert.equal((await cli(['image', 'rm', 'marked'])).code, 0, 'a boot snapshot does not keep its image');
+  assert.equal(
+    (await cli(['image', 'rm', 'marked'])).code,
+    0,
+    'a boot snapshot does not keep its image',
+  );
   await assertNoLeftovers(home);
 });
 
