@@ -55,13 +55,8 @@ export class BootStarts {
         key,
       );
       if (captured) await this.afterCapture(key, tag, captureMs);
-      return await this.forkOne(
-        req,
-        caller,
-        tag,
-        imageEnv(await getImage(this.opts.paths, image)),
-        manifest.tag,
-      );
+      const env = imageEnv(await getImage(this.opts.paths, image));
+      return await this.forkOne(req, caller, manifest.tag, env);
     } catch (err) {
       this.opts.log.warn(
         { image, snapshot: tag, err },
@@ -82,9 +77,8 @@ export class BootStarts {
   private async forkOne(
     req: CreateSandboxT,
     caller: Caller,
-    tag: string,
-    baseEnv: Record<string, string>,
     snapshot: string,
+    baseEnv: Record<string, string>,
   ): Promise<SandboxT> {
     const outcome = await this.opts.snapshots.fork(
       {
@@ -104,7 +98,7 @@ export class BootStarts {
     const failed = outcome.failed[0];
     if (failed) throw failed.error;
     this.opts.log.info(
-      { snapshot: tag, sandbox: outcome.sandboxes[0]?.id },
+      { snapshot, sandbox: outcome.sandboxes[0]?.id },
       'forked from a boot snapshot',
     );
     return outcome.sandboxes[0] as SandboxT;
