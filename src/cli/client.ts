@@ -7,7 +7,7 @@ import { fstatSync } from 'node:fs';
 import { isatty } from 'node:tty';
 import type { Command } from 'commander';
 import { DaemonUnreachableError, Forkd, isForkdError, type ClientConfig } from '@forkd/sdk';
-import { IMAGE, toWire } from '@forkd/sdk/wire';
+import { imageToWire } from '@forkd/sdk/wire';
 import { EXIT } from './exit.js';
 
 /** The daemon options every client verb takes. */
@@ -55,7 +55,7 @@ export async function findDaemon(config: ClientConfig = {}): Promise<Forkd | und
 /** The daemon's images in the REST API's shape (what `forkd images --json` prints), if one runs. */
 export async function daemonImages(): Promise<Record<string, unknown>[] | undefined> {
   const forkd = await findDaemon();
-  return forkd && (await forkd.images.list()).map((i) => toWire(IMAGE, i));
+  return forkd && (await forkd.images.list()).map(imageToWire);
 }
 
 /** A command that is not in the image exits 127 with the shell's message; else rethrow. */

@@ -29,6 +29,7 @@ interface CreateFlags extends DaemonFlags, NetworkFlags, LimitFlags, IdleFlags {
   env: string[];
   timeout?: string;
   label: string[];
+  cold?: boolean;
 }
 
 export function register(cmd: Command): void {
@@ -40,6 +41,7 @@ export function register(cmd: Command): void {
       .option('-e, --env <K=V>', 'environment variable for every command (repeatable)', collect, [])
       .option('--timeout <seconds>', 'kill the sandbox after this many seconds')
       .option('--label <k=v>', 'label (repeatable)', collect, [])
+      .option('--cold', "boot the image's kernel instead of forking its boot snapshot")
       .option('--json', 'machine-readable output'),
   ).action(
     action(async (flags: CreateFlags) => {
@@ -56,6 +58,7 @@ export function register(cmd: Command): void {
         egress: parseEgress(flags),
         limits: parseLimitFlags(flags),
         idle: parseIdleFlags(flags),
+        cold: flags.cold || undefined,
       });
       if (flags.json) printJson(sandboxToWire(sandbox.info));
       else process.stdout.write(`${sandbox.id}\n`);

@@ -3,6 +3,7 @@
  * those under FORKD_HOME (only then is the image service loaded).
  */
 import type { Command } from 'commander';
+import type { ImageT } from '../contract/schemas.js';
 import type { Image, ImageSource } from '../services/images/index.js';
 import { daemonImages } from './client.js';
 import { action, formatBytes, printJson, printTable } from './output.js';
@@ -12,17 +13,17 @@ export function register(cmd: Command): void {
 }
 
 /** The images under this host's FORKD_HOME, read without a daemon. */
-async function localImages(): Promise<Image[]> {
-  const [{ paths }, { listImages }] = await Promise.all([
+async function localImages(): Promise<ImageT[]> {
+  const [{ paths }, { ImageStore }] = await Promise.all([
     import('../config.js'),
     import('../services/images/index.js'),
   ]);
-  return listImages(paths());
+  return new ImageStore(paths()).list();
 }
 
 /** The listing shared by `forkd images` and `forkd image ls`. */
 export async function showImages(opts: { json?: boolean }): Promise<void> {
-  const images = ((await daemonImages()) as Image[] | undefined) ?? (await localImages());
+  const images = ((await daemonImages()) as ImageT[] | undefined) ?? (await localImages());
   if (opts.json) return printJson(images);
   if (images.length === 0) {
     process.stderr.write(
@@ -31,15 +32,26 @@ export async function showImages(opts: { json?: boolean }): Promise<void> {
     return;
   }
   printTable(
-    ['NAME', 'SIZE', 'DISK', 'CREATED', 'SOURCE'],
+    ['NAME', 'SIZE', 'DISK', 'CREATED', 'SOURCE', 'BOOT SNAPSHOTS'],
     images.map((i) => [
       i.name,
       formatBytes(i.size_bytes),
       formatBytes(i.disk_bytes),
       i.created_at.slice(0, 16).replace('T', ' '),
-      describeSource(i.source),
+      describeSource(i.source as ImageSource),
+      describeBoots(i.boot_snapshots ?? []),
     ]),
   );
+}
+
+/** An image's boot snapshots in a table cell: size, vCPUs, NIC, bytes on disk each. */
+function describeBoots(boots: NonNullable<ImageT['boot_snapshots']>): string {
+  const shown = boots.map(
+    (b) =>
+      `${b.memory_mib}M/${b.cpus}cpu/${b.network} ${formatBytes(b.physical_bytes)}` +
+      (b.current ? '' : ' (outdated)'),
+  );
+  return shown.join(', ') || '-';
 }
 
 /** One line a person reads after a build. */

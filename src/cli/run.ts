@@ -1,11 +1,14 @@
 /**
- * `forkd run`: boot a sandbox from an image, run one command with stdin/stdout/stderr
- * wired through, exit with its exit code, and leave nothing behind. Through the daemon
- * when one runs (create → exec → kill), else in this process.
+ * `forkd run`: start a sandbox from an image (a fork of its boot snapshot unless `--cold`),
+ * run one command with stdin/stdout/stderr wired through, exit with its exit code, and
+ * leave nothing behind. Through the daemon when one runs (create → exec → kill), else in
+ * this process (a restore of the boot snapshot in a fresh QEMU).
  */
 import type { Command } from 'commander';
 import { Sandbox as DaemonSandbox, type Forkd, type LimitsOptions } from '@forkd/sdk';
+import type { Paths } from '../config.js';
 import type { Sandbox } from '../services/sandboxes/sandbox.js';
+import type { restoreBootSnapshot } from '../services/snapshots/boot-restore.js';
 import { commandFailed, findDaemon, forwardsStdin, pumpStdin } from './client.js';
 import { commandExit, EXIT } from './exit.js';
 import { attach } from './exec.js';
@@ -33,6 +36,8 @@ interface RunOptions extends LimitFlags {
   timeout?: string;
   stdin?: boolean;
   json?: boolean;
+  cold?: boolean;
+  verbose?: boolean;
 }
 
 /** The flags checked and parsed: what either way of booting needs. */
@@ -48,6 +53,10 @@ interface RunRequest {
   /** `--cwd`, `--user`; else the image config's WorkingDir and User. */
   cwd?: string;
   user?: string;
+  /** Boot the kernel for real instead of forking the image's boot snapshot. */
+  cold: boolean;
+  /** Say on stderr how the sandbox started. */
+  verbose: boolean;
 }
 
 /** A booted sandbox, wherever it runs: run the command once, then destroy it. */
@@ -70,6 +79,8 @@ export function register(cmd: Command): void {
     .option('--user <user>', "user name or uid to run as (default: the image's User)")
     .option('--timeout <seconds>', 'kill the command after this many seconds (exit 124)')
     .option('-i, --stdin', 'forward stdin even when it is a terminal')
+    .option('--cold', "boot the image's kernel instead of forking its boot snapshot")
+    .option('-v, --verbose', 'say on stderr how the sandbox started (forked or booted, and why)')
     .action(
       action(async (argv: string[], opts: RunOptions) => {
         const req = runRequest(opts);
@@ -111,7 +122,14 @@ function runRequest(opts: RunOptions): RunRequest {
     limits: parseLimitFlags(opts),
     timeoutS: parseCommandTimeout(opts.timeout),
     forwardStdin: forwardsStdin(opts.stdin),
+    cold: Boolean(opts.cold),
+    verbose: Boolean(opts.verbose),
   };
+}
+
+/** `--verbose`: one line on stderr saying how the sandbox started. */
+function tell(req: RunRequest, line: string): void {
+  if (req.verbose) process.stderr.write(`forkd: ${line}\n`);
 }
 
 /**
@@ -151,30 +169,56 @@ async function bootInProcess(
       import('../services/sandboxes/exec.js'),
       import('../services/limits.js'),
     ]);
-  const { DEFAULT_IMAGE, getImage, imageExecDefaults } = images;
+  const { DEFAULT_IMAGE, getImage, imageEnv, imageExecDefaults } = images;
   const { bootSandbox, destroySandbox, resolveResources } = sandboxes;
   const p = paths();
   // The same cgroup and default limits as a daemon's sandbox, under a parent of its own.
   const limiter = new Limiter({ home: p.home, parent: runCgroupParent(p.home) });
   const asked = req.limits && { ...req.limits, memory: req.limits.memory?.toString() };
   const limits = await limiter.resolve(asked, resolveResources(req));
-  const sandbox = await bootSandbox(p, {
-    image: req.image ?? DEFAULT_IMAGE,
+  const image = await getImage(p, req.image ?? DEFAULT_IMAGE);
+  const start = {
+    image: image.name,
     memoryMiB: req.memoryMiB,
     cpus: req.cpus,
-    env: req.env,
+    env: { ...imageEnv(image), ...req.env },
     signal,
     placement: { limiter, limits },
-  });
+  };
+  let sandbox = req.cold ? undefined : await restored(p, start, req);
+  if (!sandbox) {
+    sandbox = await bootSandbox(p, start);
+    tell(req, `booted the kernel of image ${image.name}${req.cold ? ' (--cold)' : ''}`);
+  }
   // As a daemon's sandbox does: the image's WorkingDir and User where no flag names them.
-  const full = withExecDefaults(
-    req,
-    imageExecDefaults(await getImage(p, req.image ?? DEFAULT_IMAGE)),
-  );
+  const full = withExecDefaults(req, imageExecDefaults(image));
   return {
     run: () => runIn(sandbox, argv, full),
     destroy: () => destroySandbox(sandbox),
   };
+}
+
+/**
+ * The image's boot snapshot restored in this process, or undefined (said with --verbose)
+ * when it cannot be had: the caller boots then.
+ */
+async function restored(
+  p: Paths,
+  start: Parameters<typeof restoreBootSnapshot>[1],
+  req: RunRequest,
+): Promise<Sandbox | undefined> {
+  const { restoreBootSnapshot } = await import('../services/snapshots/boot-restore.js');
+  try {
+    const r = await restoreBootSnapshot(p, start);
+    const how = r.captured ? `captured it in ${r.captureMs} ms, then ` : '';
+    tell(req, `${how}restored boot snapshot ${r.tag} of image ${start.image}`);
+    return r.sandbox;
+  } catch (e) {
+    start.signal?.throwIfAborted();
+    const why = e instanceof Error ? e.message : String(e);
+    process.stderr.write(`forkd: no boot snapshot of image ${start.image} (${why}): booting it\n`);
+    return undefined;
+  }
 }
 
 /**
@@ -192,7 +236,13 @@ async function bootThroughDaemon(
     cpus: req.cpus,
     env: req.env,
     limits: req.limits,
+    cold: req.cold || undefined,
   });
+  const { snapshot } = sandbox.info;
+  tell(
+    req,
+    snapshot ? `forked ${sandbox.id} from boot snapshot ${snapshot}` : `booted ${sandbox.id}`,
+  );
   if (signal.aborted) {
     await sandbox.kill().catch(() => undefined);
     throw signal.reason;

@@ -370,6 +370,12 @@ export const CreateSandbox = Type.Object(
           'with netns: guest TCP ports QEMU forwards from every address of that namespace (the same port number)',
       }),
     ),
+    cold: Type.Optional(
+      Type.Boolean({
+        description:
+          "boot the image's kernel for real instead of forking its boot snapshot (docs/snapshots.md)",
+      }),
+    ),
   },
   strict,
 );
@@ -553,6 +559,33 @@ export const ImageConfig = Type.Object({
   entrypoint: Type.Optional(Type.Array(Type.String())),
   cmd: Type.Optional(Type.Array(Type.String())),
 });
+/** What a boot snapshot is valid for: every field must equal a start's for it to be used. */
+export const BootKey = Type.Object(
+  {
+    image: Type.String(),
+    image_id: Type.String({ description: "the image's content identity" }),
+    kernel: Type.String(),
+    guest_id: Type.String({ description: 'identity of the kernel, initramfs and agent files' }),
+    qemu: Type.String(),
+    machine: Type.String(),
+    accel: Type.Union([Type.Literal('kvm'), Type.Literal('tcg')]),
+    memory_mib: Type.Integer(),
+    cpus: Type.Integer(),
+    network: NetworkMode,
+  },
+  { description: 'set on a boot snapshot: what it is valid for' },
+);
+
+/** One boot snapshot of an image, as `forkd images` shows it. */
+export const BootSnapshotRef = Type.Object({
+  tag: Type.String(),
+  memory_mib: Type.Integer(),
+  cpus: Type.Integer(),
+  network: NetworkMode,
+  physical_bytes: Type.Integer(),
+  current: Type.Boolean({ description: 'whether it matches the image as it is now' }),
+});
+
 export const Image = Type.Object(
   {
     name: ImageName,
@@ -562,6 +595,11 @@ export const Image = Type.Object(
     created_at: Type.String(),
     source: Type.Record(Type.String(), Type.Unknown()),
     config: Type.Optional(ImageConfig),
+    boot_snapshots: Type.Optional(
+      Type.Array(BootSnapshotRef, {
+        description: 'its boot snapshots (docs/snapshots.md "Boot snapshots")',
+      }),
+    ),
   },
   { $id: 'Image' },
 );
@@ -741,6 +779,7 @@ export const Snapshot = Type.Object(
     dependents: Type.Array(Type.String(), { description: 'snapshots whose chain includes it' }),
     memory: Type.Optional(SnapshotMemory),
     origin: Type.Optional(SnapshotOrigin),
+    boot: Type.Optional(BootKey),
   },
   { $id: 'Snapshot' },
 );
@@ -945,6 +984,7 @@ export type ExecResultT = Static<typeof ExecResult>;
 export type ExecEventT = Static<typeof ExecEvent>;
 export type FileStatT = Static<typeof FileStat>;
 export type ImageT = Static<typeof Image>;
+export type BootSnapshotRefT = Static<typeof BootSnapshotRef>;
 export type PullImageT = Static<typeof PullImage>;
 export type ImportImageT = Static<typeof ImportImage>;
 export type PruneResultT = Static<typeof PruneResult>;

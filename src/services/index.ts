@@ -19,7 +19,9 @@ import { ImageStore } from './images/index.js';
 import type { ServiceLog } from './sandboxes/log.js';
 import type { ReconcileReport } from './sandboxes/reconcile.js';
 import { SandboxManager } from './sandboxes/service.js';
-import { SnapshotManager } from './snapshots/service.js';
+import { defaultPoolFromEnv, SnapshotManager } from './snapshots/service.js';
+import { BootStarts } from './snapshots/boot-start.js';
+import { silentLog } from './sandboxes/log.js';
 import { PackManager } from './packs/service.js';
 import { NetworkService } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
@@ -134,6 +136,17 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     defaultPool: opts.defaultPool,
     podPolicy: PodPolicy.parse(opts.podSnapshots),
   });
+  const boots = new BootStarts({
+    paths,
+    snapshots,
+    qemuVersion,
+    network,
+    limiter,
+    log: logOf('boot-snapshots') ?? silentLog,
+    pool: Math.min(1, opts.defaultPool ?? defaultPoolFromEnv()),
+    forkedFrom: (tag) => sandboxes.forkedFrom(tag),
+  });
+  sandboxes.useBootSnapshots((req, caller) => boots.start(req, caller));
   const branch = new BranchManager({
     paths,
     sandboxes,

@@ -17,7 +17,8 @@ export const MEMORY_WRITER =
 
 /** A booted sandbox running the logger, past its tenth line. */
 export async function bootLogger(s: TestServices): Promise<string> {
-  const sb = await s.sandboxes.create({ image: 'busybox' }, caller);
+  // Cold: its branches' lineage starts at the image, not at the image's boot snapshot.
+  const sb = await s.sandboxes.create({ image: 'busybox', cold: true }, caller);
   await sh(s, sb.id, `(${LOGGER}) </dev/null >/dev/null 2>&1 &`);
   await sh(s, sb.id, 'while [ "$(cat /tmp/cnt 2>/dev/null)" -lt 10 ]; do sleep 0.1; done');
   return sb.id;

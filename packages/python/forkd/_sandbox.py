@@ -120,6 +120,7 @@ class Sandbox(Remote[SandboxInfo]):
         egress: Optional[Egress] = None,
         limits: Optional[Limits] = None,
         idle: Optional[Idle] = None,
+        cold: Optional[bool] = None,
         url: Optional[str] = None,
         token: Optional[str] = None,
         request_timeout: Optional[float] = None,
@@ -131,7 +132,8 @@ class Sandbox(Remote[SandboxInfo]):
         ``egress`` ``"none"`` or ``{"allow_internet": False, "allow_out": [...]}``;
         ``limits`` ``{"memory": "768M", "cpu": 0.5, "pids": 128}``; ``idle``
         ``{"pause_after_s": 60, "hibernate_after_s": 900}`` parks it when nobody uses it (a
-        fork does not inherit it; left out: the daemon's defaults).
+        fork does not inherit it; left out: the daemon's defaults). A start from an image
+        forks the image's boot snapshot; ``cold=True`` boots its kernel instead.
 
         ``sbx = Sandbox.create(image="busybox", memory_mib=512, timeout=600, labels={"job": "7"})``"""
         client = Forkd(url, token, request_timeout)
@@ -147,6 +149,7 @@ class Sandbox(Remote[SandboxInfo]):
             egress=egress,
             limits=limits_body(limits),
             idle=idle_body(idle),
+            cold=cold,
         )
         request = Request("POST", "/v1/sandboxes", json=body, timeout=client.long_timeout)
         return cls(client, from_wire(SandboxInfo, client.transport.json(request)))

@@ -60,6 +60,7 @@ export type {
   EntryInfo,
   ImageInfo,
   ImageConfigInfo,
+  BootSnapshotInfo,
   ImageProgress,
   LineageKind,
   LineageNode,

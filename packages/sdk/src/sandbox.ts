@@ -84,6 +84,10 @@ export interface SandboxCreateOptions extends SandboxOptions {
   netns?: string;
   /** With `netns`: guest TCP ports forwarded from every address of the namespace. */
   forwardPorts?: number[];
+   * Boot the image's kernel for real instead of forking the image's boot snapshot
+   * (docs/snapshots.md "Boot snapshots"); not with `snapshot`.
+   */
+  cold?: boolean;
 }
 
 /**
@@ -254,6 +258,7 @@ export class Sandbox {
       idle: idleBody(opts.idle),
       netns: opts.netns,
       forward_ports: opts.forwardPorts,
+      cold: opts.cold,
     });
     const wire = await client.transport.json({
       method: 'POST',

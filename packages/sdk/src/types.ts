@@ -218,6 +218,25 @@ export interface ImageInfo {
   source: Record<string, unknown>;
   /** For images pulled or imported from OCI/Docker images: their sandbox defaults. */
   config?: ImageConfigInfo;
+  /** Its boot snapshots: what starts of it fork from instead of booting (docs/snapshots.md). */
+  bootSnapshots?: BootSnapshotInfo[];
+}
+
+/**
+ * A boot snapshot of an image (an Image's `bootSnapshots`).
+ *
+ * @example
+ * const ready = (await forkd.images.get('busybox')).bootSnapshots?.filter((b) => b.current);
+ */
+export interface BootSnapshotInfo {
+  tag: string;
+  memoryMib: number;
+  cpus: number;
+  network: 'none' | 'nat';
+  /** Bytes its files take on disk. */
+  physicalBytes: number;
+  /** Whether it matches the image as it is now (an older one is never used). */
+  current: boolean;
 }
 
 /**
@@ -338,6 +357,11 @@ export interface SnapshotInfo {
   memory?: SnapshotMemoryInfo;
   /** Where it came from when it was unpacked or pulled (absent: made on this host). */
   origin?: SnapshotOrigin;
+  /**
+   * Set on a boot snapshot: what it is valid for (image identity, kernel, QEMU, accelerator,
+   * RAM, vCPUs, NIC), as the daemon sends it.
+   */
+  boot?: Record<string, unknown>;
 }
 
 /** Where an unpacked or pulled snapshot came from. */

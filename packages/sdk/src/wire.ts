@@ -15,6 +15,7 @@ import type {
   PublishedPort,
   SandboxNetwork,
   ImageConfigInfo,
+  BootSnapshotInfo,
   ImageInfo,
   LineageNode,
   IdleOptions,
@@ -172,6 +173,17 @@ export const IMAGE: WireNames<ImageInfo> = {
   createdAt: 'created_at',
   source: 'source',
   config: 'config',
+  bootSnapshots: 'boot_snapshots',
+};
+
+/** `BootSnapshotRef` in schemas.ts (an Image's `boot_snapshots`). */
+export const BOOT_SNAPSHOT_REF: WireNames<BootSnapshotInfo> = {
+  tag: 'tag',
+  memoryMib: 'memory_mib',
+  cpus: 'cpus',
+  network: 'network',
+  physicalBytes: 'physical_bytes',
+  current: 'current',
 };
 
 /** `ImageConfig` in schemas.ts (an Image's `config`). */
@@ -187,7 +199,20 @@ export const IMAGE_CONFIG: WireNames<ImageConfigInfo> = {
 export function imageFromWire(wire: unknown): ImageInfo {
   const info = fromWire(IMAGE, wire);
   if (info.config) info.config = fromWire(IMAGE_CONFIG, info.config);
+  if (info.bootSnapshots) {
+    info.bootSnapshots = info.bootSnapshots.map((b) => fromWire(BOOT_SNAPSHOT_REF, b));
+  }
   return info;
+}
+
+/** An ImageInfo → its wire form (`forkd images --json` prints the daemon's so). */
+export function imageToWire(info: ImageInfo): Record<string, unknown> {
+  const out = toWire(IMAGE, info);
+  if (info.config) out.config = toWire(IMAGE_CONFIG, info.config);
+  if (info.bootSnapshots) {
+    out.boot_snapshots = info.bootSnapshots.map((b) => toWire(BOOT_SNAPSHOT_REF, b));
+  }
+  return out;
 }
 
 /** A streamed pull or import's NDJSON events (`ImageEvent`). */
@@ -221,6 +246,7 @@ export const SNAPSHOT: WireNames<SnapshotInfo> = {
   dependents: 'dependents',
   memory: 'memory',
   origin: 'origin',
+  boot: 'boot',
 };
 
 /** `SnapshotMemory` in schemas.ts (a Snapshot's `memory`). */
@@ -417,6 +443,7 @@ export interface CreateSandboxBody {
   idle?: IdleBody;
   netns?: string;
   forward_ports?: number[];
+  cold?: boolean;
 }
 
 /** `LimitsRequest`: memory as a size with a unit (bytes when a number is given). */

@@ -39,7 +39,7 @@ type ForkBody = CreateSandboxT & { snapshot: string };
 const isFork = (body: CreateSandboxT): body is ForkBody => body.snapshot !== undefined;
 
 /** Fields that describe a boot from an image: a fork takes them from its snapshot. */
-const BOOT_ONLY = ['image', 'memory_mib', 'cpus'] as const;
+const BOOT_ONLY = ['image', 'memory_mib', 'cpus', 'cold'] as const;
 /** Fields that only mean something for a fork. */
 const FORK_ONLY = ['n', 'all_or_nothing', 'netns', 'forward_ports'] as const;
 

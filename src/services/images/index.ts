@@ -5,11 +5,19 @@
  * services. The on-disk store is the source of truth: the service only adapts it to the
  * REST shapes and keeps the host path of a rootfs out of answers.
  */
-import type { ImageT } from '../../contract/schemas.js';
+import type { BootSnapshotRefT, ImageT } from '../../contract/schemas.js';
 import type { Paths } from '../../config.js';
 import type { ImageService } from '../contracts.js';
 import { buildImageFromDir } from './build.js';
-import { getImage, listImages, removeImage, sweepDeadStaging, type Image } from './store.js';
+import {
+  getImage,
+  imageIdentity,
+  listImages,
+  removeImage,
+  sweepDeadStaging,
+  type Image,
+} from './store.js';
+import { bootSnapshotsOf } from './users.js';
 import { pullImage } from './oci.js';
 import { importImage } from './import.js';
 import { pruneBlobs, sweepTempBlobs } from './cache.js';
@@ -21,6 +29,7 @@ export {
   validateImageName,
   imageFiles,
   getImage,
+  imageIdentity,
   imageEnv,
   imageExecDefaults,
   type ExecDefaults,
@@ -54,6 +63,29 @@ function toWire(image: Image): ImageT {
   return wire;
 }
 
+/** An image's boot snapshots, and whether each matches the image as it is now. */
+async function bootSnapshotRefs(p: Paths, image: Image): Promise<BootSnapshotRefT[]> {
+  const boots = await bootSnapshotsOf(p, image.name);
+  if (boots.length === 0) return [];
+  const identity = await imageIdentity(p, image.name).catch(() => undefined);
+  return boots.map((m) => ({
+    tag: m.tag,
+    memory_mib: m.memory_mib,
+    cpus: m.cpus,
+    network: m.network ?? 'none',
+    physical_bytes: Object.values(m.files).reduce((a, f) => a + f.allocated, 0),
+    current: m.boot?.image_id === identity,
+  }));
+}
+
+/** The wire form with the image's boot snapshots (`forkd images`, `image info`). */
+async function withBoots(p: Paths, image: Image): Promise<ImageT> {
+  const wire = toWire(image);
+  const boots = await bootSnapshotRefs(p, image);
+  if (boots.length > 0) wire.boot_snapshots = boots;
+  return wire;
+}
+
 export class ImageStore implements ImageService {
   constructor(private readonly paths: Paths) {}
 
@@ -64,7 +96,8 @@ export class ImageStore implements ImageService {
   }
 
   async list(): Promise<ImageT[]> {
-    return (await listImages(this.paths)).map(toWire);
+    const images = await listImages(this.paths);
+    return Promise.all(images.map((i) => withBoots(this.paths, i)));
   }
 
   async create(req: {
@@ -88,7 +121,7 @@ export class ImageStore implements ImageService {
   }
 
   async get(name: string): Promise<ImageT> {
-    return toWire(await getImage(this.paths, name));
+    return withBoots(this.paths, await getImage(this.paths, name));
   }
 
   async pull(

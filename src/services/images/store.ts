@@ -4,7 +4,7 @@
  * when complete, so a crash never leaves a half-built image under a real name (DESIGN.md
  * "State on disk"). Removal renames first for the same reason.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import {
   chmod,
   mkdir,
@@ -23,7 +23,7 @@ import { NAME_RULE } from '../../contract/rules.js';
 import { checkName } from '../checks.js';
 import { run } from '../../util/exec.js';
 import { pidAlive } from '../../util/pid.js';
-import { assertImageUnused } from './users.js';
+import { assertImageUnused, removeBootSnapshots } from './users.js';
 
 /** Where an image's files came from, recorded in image.json. */
 export type ImageSource =
@@ -133,6 +133,19 @@ export function imageLayout(dir: string): ImageFiles {
   return { dir, rootfs: join(dir, 'rootfs.ext4'), manifest: join(dir, 'image.json') };
 }
 
+/**
+ * The content identity of image `name` as it is now: a hash of its image.json and of its
+ * rootfs file's inode, size and mtime. A rebuild under the same name (a new file renamed
+ * into place) or any write to the rootfs changes it; what a boot snapshot is keyed by.
+ */
+export async function imageIdentity(p: Paths, name: string): Promise<string> {
+  const files = imageFiles(p, name);
+  const manifest = await readFile(files.manifest, 'utf8');
+  const st = await stat(files.rootfs, { bigint: true });
+  const hash = createHash('sha256').update(`${manifest}\n${st.ino}:${st.size}:${st.mtimeNs}`);
+  return hash.digest('hex').slice(0, 32);
+}
+
 /** The image `name`; `image_not_found` says how to list or build one. */
 export async function getImage(p: Paths, name: string): Promise<Image> {
   const image = await readImage(p, name);
@@ -164,6 +177,7 @@ export async function listImages(p: Paths): Promise<Image[]> {
 export async function removeImage(p: Paths, name: string): Promise<Image> {
   const image = await getImage(p, name);
   await assertImageUnused(p, name, 'remove');
+  await removeBootSnapshots(p, name);
   const trash = trashPath(p);
   await rename(imageFiles(p, name).dir, trash);
   await removeTree(trash);
@@ -200,6 +214,7 @@ export async function publishStaging(
     if (!force) throw nameTaken(name);
   }
   await assertImageUnused(p, name, 'replace');
+  await removeBootSnapshots(p, name);
   const trash = trashPath(p);
   await rename(dest, trash);
   await rename(staging, dest);

@@ -3,25 +3,56 @@
  * and the sandboxes running from it. Removing or replacing an image under them would
  * leave the snapshots unbootable or, worse, their disk layers reading a filesystem they
  * were not written over; so `image rm` and `image build --force` refuse while it has any.
+ * Its boot snapshots are no such users: they are removed with it.
  */
 import { existsSync } from 'node:fs';
-import { readdir } from 'node:fs/promises';
+import { readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import { Store } from '../../store/db.js';
-import { readManifest } from '../snapshots/files.js';
+import { readManifest, type SnapshotManifest } from '../snapshots/files.js';
 
 export interface ImageUsers {
   snapshots: string[];
   sandboxes: string[];
 }
 
-async function snapshotsOf(p: Paths, name: string): Promise<string[]> {
+/** The manifests of every snapshot on disk of image `name`. */
+async function manifestsOf(p: Paths, name: string): Promise<SnapshotManifest[]> {
   const tags = (await readdir(p.snapshots).catch(() => [] as string[])).filter(
     (t) => !t.startsWith('.'),
   );
   const manifests = await Promise.all(tags.map((t) => readManifest(p, t).catch(() => undefined)));
-  return manifests.filter((m) => m?.image === name).map((m) => m?.tag as string);
+  return manifests.filter((m): m is SnapshotManifest => m?.image === name);
+}
+
+/** Snapshots of the image that keep it: a boot snapshot goes with its image instead. */
+async function snapshotsOf(p: Paths, name: string): Promise<string[]> {
+  return (await manifestsOf(p, name)).filter((m) => !m.boot).map((m) => m.tag);
+}
+
+/** The boot snapshots of image `name` (docs/snapshots.md "Boot snapshots"). */
+export async function bootSnapshotsOf(p: Paths, name: string): Promise<SnapshotManifest[]> {
+  return (await manifestsOf(p, name)).filter((m) => m.boot);
+}
+
+/**
+ * Remove the boot snapshots of an image being removed or replaced (their disks layer on
+ * its rootfs): rows first, then files. Only called once no sandbox of the image runs.
+ */
+export async function removeBootSnapshots(p: Paths, name: string): Promise<void> {
+  const boots = await bootSnapshotsOf(p, name);
+  if (boots.length === 0) return;
+  const store = existsSync(p.db) ? Store.open(p.db) : undefined;
+  try {
+    for (const m of boots) {
+      store?.snapshots.delete(m.tag);
+      await rm(join(p.snapshots, m.tag), { recursive: true, force: true });
+    }
+  } finally {
+    store?.close();
+  }
 }
 
 function sandboxesOf(p: Paths, name: string): string[] {

@@ -5,7 +5,7 @@
  * a branch leases its source once (its VM, its answer, the snapshot its disk layers on),
  * a fork hands each child's start to `createForked`.
  */
-import type { SandboxT } from '../../contract/schemas.js';
+import type { CreateSandboxT, SandboxT } from '../../contract/schemas.js';
 import type { Vm } from '../../drivers/qemu/vm.js';
 import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
 import type { IdleRequest } from './tiers.js';
@@ -60,6 +60,12 @@ export type SandboxStarter = (req: {
   signal: AbortSignal;
   onStarted(vm: Vm): void;
 }) => Promise<Sandbox>;
+
+/**
+ * Starts a sandbox from an image other than by booting it (a fork of its boot snapshot);
+ * undefined when it cannot, and the image is booted.
+ */
+export type ImageStarter = (req: CreateSandboxT, caller: Caller) => Promise<SandboxT | undefined>;
 
 export interface SandboxHost {
   /** A running sandbox (`sandbox_not_found` / `sandbox_not_running` otherwise). */

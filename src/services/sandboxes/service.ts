@@ -50,7 +50,7 @@ import {
 } from './sandbox.js';
 import { runBuffered, startStreaming, withExecDefaults } from './exec.js';
 import { listSessions, openOrAttach } from './pty.js';
-import type { ForkInit, Lease, SandboxHost, SandboxStarter } from './host.js';
+import type { ForkInit, ImageStarter, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { ExpiryTimers } from './expiry.js';
 import {
   busyWhile,
@@ -155,6 +155,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private idleTimer: NodeJS.Timeout | undefined;
   private readonly diskLocks = new KeyedLock();
   private detached = false;
+  private fromBootSnapshot: ImageStarter | undefined;
   readonly limiter: Limiter;
 
   constructor(private readonly opts: SandboxServiceOptions) {
@@ -202,7 +203,24 @@ export class SandboxManager implements SandboxService, SandboxHost {
     });
   }
 
+  /**
+   * Starts from an image fork the image's boot snapshot (services/snapshots/boot-start.ts),
+   * wired by buildServices: this service cannot reach snapshots itself.
+   */
+  useBootSnapshots(start: ImageStarter): void {
+    this.fromBootSnapshot = start;
+  }
+
   async create(req: CreateSandboxT, caller: Caller): Promise<SandboxT> {
+    if (!req.cold && this.fromBootSnapshot) {
+      const forked = await this.fromBootSnapshot(req, caller);
+      if (forked) return forked;
+    }
+    return this.bootImageCold(req, caller);
+  }
+
+  /** A real boot of the image's kernel: `cold`, or no boot snapshot to be had. */
+  private async bootImageCold(req: CreateSandboxT, caller: Caller): Promise<SandboxT> {
     return this.bootGate.around(async () => {
       const res = resolveResources({ memoryMiB: req.memory_mib, cpus: req.cpus });
       const idle = this.idlePolicy(req.idle);

@@ -26,6 +26,7 @@ import type { NetworkService } from '../network/service.js';
 import { warmContexts } from './hooks.js';
 import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
 import { asDiskFull } from '../disk-full.js';
+import type { BootKey } from './boot.js';
 
 export interface CreateContext {
   paths: Paths;
@@ -36,6 +37,8 @@ export interface CreateContext {
   qemuVersion: string;
   onProgress: (message: string) => void;
   signal?: AbortSignal;
+  /** A boot snapshot's key (boot.ts), recorded in its manifest. */
+  boot?: BootKey;
 }
 
 const DEFAULT_WAIT_S = 120;
@@ -99,6 +102,7 @@ export async function createSnapshot(
       network: mode,
       ...(egress ? { egress } : {}),
       ...(req.on_fork?.length ? { on_fork: req.on_fork } : {}),
+      ...(ctx.boot ? { boot: ctx.boot } : {}),
     });
     await ctx.network?.release(id);
     await rm(sb.dir, { recursive: true, force: true });

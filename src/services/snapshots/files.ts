@@ -15,6 +15,7 @@ import { checkName } from '../checks.js';
 import type { Egress } from '../network/policy.js';
 import type { NetworkMode } from '../network/service.js';
 import type { Limits } from '../limits.js';
+import type { BootKey } from './boot.js';
 
 /**
  * Bumped only when an older forkd could not restore the new layout: 2 is a snapshot whose
@@ -65,6 +66,8 @@ export interface SnapshotManifest {
   limits?: Limits;
   /** Commands every child runs right after its restore (`snapshot create --on-fork`). */
   on_fork?: string[];
+  /** Set on a boot snapshot (boot.ts): what it is valid for; hidden from `forkd snapshots`. */
+  boot?: BootKey;
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */

@@ -262,8 +262,10 @@ export async function forkChildren(
   m: SnapshotManifest,
   req: ForkRequest,
   caller: Caller,
+  opts: { requestLabel?: boolean } = {},
 ): Promise<ForkOutcome> {
-  const labels = withRequestLabel(req.labels);
+  // A start from an image (a boot snapshot's one child) is no fork request of the caller's.
+  const labels = opts.requestLabel === false ? req.labels : withRequestLabel(req.labels);
   const limits = await childLimits(ctx.limiter, m, req.limits); // bad_request before any child
   const idle = ctx.sandboxes.idlePolicy(req.idle);
   const settled = await Promise.allSettled(

@@ -42,6 +42,11 @@ export class Pool {
     return [...(this.ready.get(tag) ?? [])];
   }
 
+  /** The tags that have a pool (of any size). */
+  tags(): string[] {
+    return [...this.targets.keys()];
+  }
+
   /** Total members ready, for /metrics. */
   total(): number {
     let n = 0;

@@ -349,6 +349,7 @@ export class SnapshotRegistry {
     };
     const origin = await readOrigin(this.opts.paths, m.tag);
     if (origin) wire.origin = origin;
+    if (m.boot) wire.boot = m.boot;
     wire.depth = wire.ancestors.length;
     if (reason) wire.reason = reason;
     return wire;

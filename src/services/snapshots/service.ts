@@ -170,8 +170,9 @@ export class SnapshotManager implements SnapshotService {
     await this.pool.setSize(tag, size, true);
   }
 
-  list(): Promise<SnapshotT[]> {
-    return this.registry.list();
+  /** Every snapshot but the boot snapshots (hidden: `forkd images` shows them). */
+  async list(): Promise<SnapshotT[]> {
+    return (await this.registry.list()).filter((s) => s.boot === undefined);
   }
 
   get(tag: string): Promise<SnapshotT> {
@@ -369,7 +370,11 @@ export class SnapshotManager implements SnapshotService {
     return { ...this.pool.state(tag), memory_bytes: memory };
   }
 
-  async fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome> {
+  async fork(
+    req: ForkRequest,
+    caller: Caller,
+    opts: { requestLabel?: boolean } = {},
+  ): Promise<ForkOutcome> {
     checkRange('n', req.n, { min: 1, max: FORK_MAX });
     (this.opts.podPolicy ?? PodPolicy.parse('')).check(req.snapshot, req.labels);
     await refuseWhenFull(this.opts.paths.sandboxes, `fork of ${req.snapshot}`);
@@ -383,7 +388,7 @@ export class SnapshotManager implements SnapshotService {
       network: this.opts.network,
       limiter: this.opts.limiter,
     };
-    return forkChildren(ctx, m, req, caller);
+    return forkChildren(ctx, m, req, caller, opts);
   }
 
   /** End a pool VM that will not be used, and give back its namespace. */

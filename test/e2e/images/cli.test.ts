@@ -34,7 +34,7 @@ test('build from a dir, list, remove: human and --json output', async (t) => {
 
   const table = await forkd(['image', 'ls'], { env });
   const [header, row] = table.stdout.toString().trim().split('\n');
-  assert.match(header ?? '', /^NAME\s+SIZE\s+DISK\s+CREATED\s+SOURCE$/);
+  assert.match(header ?? '', /^NAME\s+SIZE\s+DISK\s+CREATED\s+SOURCE\s+BOOT SNAPSHOTS$/);
   assert.match(row ?? '', /^tree\s+300 MiB\s+/);
 
   const again = await forkd(['image', 'build', '--from-dir', dir, '--name', 'tree', '--json'], {

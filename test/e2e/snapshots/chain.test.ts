@@ -92,7 +92,7 @@ test('a chain with a missing or substituted layer is broken: listed, verified, r
 const DROP = 'sync; echo 3 > /proc/sys/vm/drop_caches';
 
 test('removing the newest branch while its source runs folds it in; the source runs on', async () => {
-  const src = (await s.sandboxes.create({ image: 'busybox' }, caller)).id;
+  const src = (await s.sandboxes.create({ image: 'busybox', cold: true }, caller)).id; // chains start at the image
   await sh(s, src, 'echo one > /root/1; sync');
   await s.branch.branch(src, { tag: 'b1' }, caller);
   await sh(s, src, 'echo two > /root/2; sync');
@@ -122,7 +122,7 @@ test('removing the newest branch while its source runs folds it in; the source r
 });
 
 test('removing the newest branch while its source is branched again: they take turns, never internal', async () => {
-  const src = (await s.sandboxes.create({ image: 'busybox' }, caller)).id;
+  const src = (await s.sandboxes.create({ image: 'busybox', cold: true }, caller)).id; // chains start at the image
   await sh(s, src, 'echo one > /root/1; sync');
   const orders: string[] = [];
   // The branch starts with the removal, or a little after it: either may get the chain first.

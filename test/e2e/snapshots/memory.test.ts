@@ -39,7 +39,9 @@ before(async () => {
   home = await makeTestHome();
   // The daemon's default mode: a `--branch-mode copy` daemon denies QEMU spawn (live branch).
   s = await startServices(home);
-  const base = (await s.sandboxes.create({ image: 'busybox', memory_mib: 256 }, caller)).id;
+  // Cold: the chain's depths count from a full memory, not from the boot snapshot's.
+  const base = (await s.sandboxes.create({ image: 'busybox', memory_mib: 256, cold: true }, caller))
+    .id;
   await s.branch.branch(base, { tag: 'base', mode: 'copy' }, caller);
   await s.sandboxes.kill(base);
   src = (await s.snapshots.fork({ snapshot: 'base', n: 1 }, caller)).sandboxes[0]?.id as string;

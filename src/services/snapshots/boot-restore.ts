@@ -1,0 +1,82 @@
+/**
+ * `forkd run` without a daemon: the image's boot snapshot (boot.ts) restored in a fresh
+ * QEMU of this process, captured first when this size was never started. The snapshot's
+ * row lives in this home's database, as a daemon's would, so a daemon started later sees
+ * it; the fork's identity (entropy, clock, hostname, id) is pushed as for every fork.
+ */
+import type { Paths } from '../../config.js';
+import { Store } from '../../store/db.js';
+import { run } from '../../util/exec.js';
+import { parseQemuVersion } from '../host.js';
+import { QEMU_BINARY } from '../../drivers/qemu/vm.js';
+import type { Placement } from '../limits.js';
+import { silentLog } from '../sandboxes/log.js';
+import { newSandboxId, type Sandbox } from '../sandboxes/sandbox.js';
+import { bootKey, ensureBootSnapshot, type BootSnapshot } from './boot.js';
+import { prepareChild, restoreChild } from './fork.js';
+import { SnapshotRegistry } from './registry.js';
+
+/** What a restored run reports (`forkd run --verbose`). */
+export interface Restored {
+  sandbox: Sandbox;
+  tag: string;
+  captured: boolean;
+  captureMs: number;
+}
+
+/**
+ * A sandbox of `req.image` restored from its boot snapshot (network none, like an
+ * in-process boot), in the cgroup of `placement`. Throws when there is none to be had; the
+ * caller boots then.
+ */
+export async function restoreBootSnapshot(
+  p: Paths,
+  req: {
+    image: string;
+    memoryMiB: number;
+    cpus: number;
+    env: Record<string, string>;
+    signal?: AbortSignal;
+    placement: Placement;
+  },
+): Promise<Restored> {
+  const qemu = await run(QEMU_BINARY, ['--version']).then(
+    (r) => parseQemuVersion(r.stdout),
+    () => 'unknown',
+  );
+  const key = await bootKey(p, { ...req, network: 'none' }, qemu);
+  const boot = await withRegistry(p, (registry) =>
+    ensureBootSnapshot(
+      { paths: p, registry, qemuVersion: qemu, limiter: req.placement.limiter },
+      key,
+    ),
+  );
+  const child = await prepareChild(p, boot.manifest, newSandboxId(), undefined, req.placement);
+  const up = await restoreChild(child, { env: req.env, signal: req.signal });
+  return {
+    sandbox: { ...up, limiter: req.placement.limiter },
+    tag: boot.manifest.tag,
+    captured: boot.captured,
+    captureMs: boot.captureMs,
+  };
+}
+
+/** This home's snapshot registry for one call (no daemon holds it: none runs). */
+async function withRegistry(
+  p: Paths,
+  fn: (registry: SnapshotRegistry) => Promise<BootSnapshot>,
+): Promise<BootSnapshot> {
+  const store = Store.open(p.db);
+  try {
+    const registry = new SnapshotRegistry({
+      paths: p,
+      store,
+      log: silentLog,
+      forkedFrom: () => [],
+      poolState: async () => ({ size: 0, ready: 0, prewarm: false, memory_bytes: 0 }),
+    });
+    return await fn(registry);
+  } finally {
+    store.close();
+  }
+}
