@@ -65,6 +65,18 @@ export interface SnapshotManifest {
   limits?: Limits;
   /** Commands every child runs right after its restore (`snapshot create --on-fork`). */
   on_fork?: string[];
+  /** A build's config (`forkd build`): its forks' commands run with it (docs/build.md). */
+  config?: SnapshotConfig;
+}
+
+/** What `forkd build` records of a Dockerfile's ENV, WORKDIR, USER, ENTRYPOINT, CMD, EXPOSE. */
+export interface SnapshotConfig {
+  env: Record<string, string>;
+  working_dir?: string;
+  user?: string;
+  entrypoint?: string[];
+  cmd?: string[];
+  ports: number[];
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */
