@@ -376,6 +376,7 @@ export const {
   AgentUnreachableError,
   GuestErrorError,
   TimeoutError,
+  BuildFailedError,
   InternalError,
   PortUnreachableError,
   ReferenceNotFoundError,

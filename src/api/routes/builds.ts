@@ -7,7 +7,8 @@
  */
 import Type from 'typebox';
 import { BuildQuery, PruneBuildsResult } from '../../contract/schemas.js';
-import type { BuildEvent, BuildResult, Services } from '../../services/contracts.js';
+import { ForkdError } from '../../errors.js';
+import type { BuildEvent, BuildResult, BuildService, Services } from '../../services/contracts.js';
 import { acceptRawBodies, limitedBody } from '../raw-body.js';
 import type { Api } from '../types.js';
 import { callerOf, ERROR_RESPONSES } from './common.js';
@@ -20,8 +21,10 @@ const tags = ['builds'];
 const MAX_CONTEXT_BYTES = 8 * 1024 ** 3;
 
 export async function buildRoutes(app: Api, { services }: { services: Services }) {
-  const builds = services.builds;
-  if (!builds) return;
+  const builds = (): BuildService => {
+    if (services.builds) return services.builds;
+    throw new ForkdError('unsupported', 'this daemon does not offer builds');
+  };
   app.post(
     '/v1/builds/prune',
     {
@@ -31,7 +34,7 @@ export async function buildRoutes(app: Api, { services }: { services: Services }
         response: { 200: PruneBuildsResult, ...ERROR_RESPONSES },
       },
     },
-    async () => ({ removed: await builds.prune() }),
+    async () => ({ removed: await builds().prune() }),
   );
   await app.register(async (raw: Api) => {
     acceptRawBodies(raw);
@@ -57,7 +60,7 @@ export async function buildRoutes(app: Api, { services }: { services: Services }
         const body = limitedBody(request.body, length, MAX_CONTEXT_BYTES);
         const signal = clientGone(reply);
         const stream = await progressStream<BuildEvent, BuildResult>(
-          (onEvent) => builds.build(request.query, body, callerOf(request), onEvent, signal),
+          (onEvent) => builds().build(request.query, body, callerOf(request), onEvent, signal),
           request,
           { progress: (e) => e, done: (result) => ({ result }), failed: 'build failed' },
         );
