@@ -43,6 +43,7 @@ import type {
   PushResultT,
   UnpackResultT,
 } from '../contract/schemas.js';
+import type { SnapshotConfig } from './snapshots/files.js';
 import type {
   ContextT,
   CreateContextT,
@@ -353,6 +354,9 @@ export interface NetworkApi {
   reach(id: string, port: number): Promise<{ host: string; port: number }>;
 }
 
+/** What a build's result records (the manifest's `config`) and is labelled with. */
+export type BuildConfig = SnapshotConfig & { labels: Record<string, string> };
+
 /** One event of a build as it runs (docs/build.md "Events"). */
 export type BuildEvent =
   | { type: 'step'; step: number; total: number; line: number; instruction: string }
@@ -383,15 +387,7 @@ export interface BuildResult {
   tag: string | null;
   /** The last step's snapshot (TAG is built on it); null when nothing ran in a VM. */
   snapshot: string | null;
-  config: {
-    env: Record<string, string>;
-    working_dir?: string;
-    user?: string;
-    entrypoint?: string[];
-    cmd?: string[];
-    ports: number[];
-    labels: Record<string, string>;
-  };
+  config: BuildConfig;
   steps: BuildStepResult[];
   duration_ms: number;
 }

@@ -6,19 +6,10 @@
  * config. No I/O: a plan made with the base image's config is the one the build runs, a
  * plan made with none checks a Dockerfile before anything is pulled or booted.
  */
+import type { BuildConfig } from '../contracts.js';
 import { lineError, type CommandForm, type Instruction, type Readiness } from './dockerfile.js';
 
-/** What the final snapshot records and its forks apply (docs/build.md "The config"). */
-export interface BuildConfig {
-  env: Record<string, string>;
-  working_dir?: string;
-  user?: string;
-  entrypoint?: string[];
-  cmd?: string[];
-  /** EXPOSE'd guest ports: the ports to publish when serving a fork. */
-  ports: number[];
-  labels: Record<string, string>;
-}
+export type { BuildConfig };
 
 /** What a VM step does in the guest. */
 export type Action =

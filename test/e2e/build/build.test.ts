@@ -6,7 +6,8 @@
  * CACHED; an edit of the last step re-runs only it; a changed copied file re-runs from its
  * COPY; a failing step stops the build with its output and exit code, keeps the steps
  * before it cached and publishes nothing; a bad instruction fails before any VM starts;
- * FROM an OCI image in a local registry (docker-registry on loopback) is pulled and built on.
+ * `build prune` removes only unused step snapshots; FROM an OCI image in a local registry
+ * (docker-registry on loopback) is pulled and built on.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -59,6 +60,11 @@ async function build(tag: string, extra: string[] = []): Promise<string[]> {
   return vm.map((e) => e.status as string);
 }
 
+/** The server's page, fetched inside the sandbox once, with no retry. */
+function pageOf(id: string): Promise<string> {
+  return ok(['exec', id, '--', 'wget', '-q', '-O', '-', 'http://127.0.0.1:8080/index.html']);
+}
+
 async function forkOne(tag: string): Promise<string> {
   const forked = JSON.parse(await ok(['fork', tag, '--json'])) as { sandboxes: { id: string }[] };
   return forked.sandboxes[0]?.id ?? '';
@@ -94,16 +100,7 @@ test('a 4-step build: forks answer on the port at once, with USER, WORKDIR and E
   await writeFile(join(ctx.dir, 'Dockerfile'), DOCKERFILE('httpd -f -p 8080 -h /srv/www'));
   assert.deepEqual(await build('web'), ['ran', 'ran', 'ran']);
   const id = await forkOne('web');
-  const page = await ok([
-    'exec',
-    id,
-    '--',
-    'wget',
-    '-q',
-    '-O',
-    '-',
-    'http://127.0.0.1:8080/index.html',
-  ]);
+  const page = await pageOf(id);
   assert.equal(page, 'v1 hello\n', 'the server started at build time answers in the fork at once');
   const where = await ok(['exec', id, '--', 'sh', '-c', 'echo "$(pwd) $(id -u) $GREETING"']);
   assert.equal(where, '/srv 1000 hello\n');
@@ -135,16 +132,7 @@ test('a changed copied file re-runs from its COPY', async () => {
   );
   assert.deepEqual(await build('web'), ['ran', 'ran', 'ran']);
   const id = await forkOne('web');
-  const page = await ok([
-    'exec',
-    id,
-    '--',
-    'wget',
-    '-q',
-    '-O',
-    '-',
-    'http://127.0.0.1:8080/index.html',
-  ]);
+  const page = await pageOf(id);
   assert.equal(page, 'v2 hello\n');
   await ok(['kill', id]);
 });
@@ -179,6 +167,31 @@ test('a failing step stops the build with its output and exit code; earlier step
     [],
     'no worker sandbox is left',
   );
+});
+
+test('build prune removes the step snapshots nothing uses and keeps those a result is built on', async () => {
+  const steps = async () =>
+    (
+      JSON.parse(await ok(['snapshots', '--all', '--json'])) as {
+        tag: string;
+        labels: Record<string, string>;
+      }[]
+    )
+      .filter((s) => s.labels['forkd.build'] === 'step')
+      .map((s) => s.tag);
+  const before = await steps();
+  const removed = (await ok(['build', 'prune'])).trim().split('\n').filter(Boolean);
+  assert.ok(removed.length > 0, 'the chain of the replaced first build was unused');
+  const after = await steps();
+  assert.deepEqual([...after, ...removed].sort(), [...before].sort());
+  const web = JSON.parse(await ok(['snapshot', 'info', 'web', '--json'])) as {
+    ancestors: string[];
+  };
+  for (const a of web.ancestors)
+    assert.ok(after.includes(a) || !a.startsWith('build-'), `${a} kept`);
+  const id = await forkOne('web');
+  assert.equal(await pageOf(id), 'v2 hello\n', 'the result still forks after the prune');
+  await ok(['kill', id]);
 });
 
 test('FROM an OCI image in a local registry', async (t) => {
