@@ -24,6 +24,7 @@ import { evalRoutes } from './routes/eval.js';
 import { fileRoutes } from './routes/files.js';
 import { hostRoutes } from './routes/host.js';
 import { imageRoutes } from './routes/images.js';
+import { buildRoutes } from './routes/builds.js';
 import { sandboxRoutes } from './routes/sandboxes.js';
 import { snapshotRoutes } from './routes/snapshots.js';
 import { packRoutes } from './routes/packs.js';
@@ -140,6 +141,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
     evalRoutes,
     ptyRoutes,
     packRoutes,
+    buildRoutes,
     eventRoutes,
     reportRoutes,
     uiRoutes,

@@ -36,6 +36,7 @@ export const EXIT = {
 /** The exit code of each catalog code; a code added to the catalog must be placed here. */
 const BY_CODE: Record<ErrorCode, number> = {
   bad_request: EXIT.usage,
+  build_failed: EXIT.failure,
   payload_too_large: EXIT.usage,
   unsupported_media_type: EXIT.usage,
   not_found: EXIT.notFound,

@@ -81,6 +81,11 @@ const VERBS: Verb[] = [
   },
   { name: 'snapshots', summary: 'list snapshots', load: () => import('./snapshots.js') },
   {
+    name: 'build',
+    summary: 'build a snapshot from a Dockerfile, every step cached',
+    load: () => import('./build.js'),
+  },
+  {
     name: 'fork',
     summary: 'start N sandboxes from a snapshot, already warm; prints their ids',
     load: () => import('./fork.js'),

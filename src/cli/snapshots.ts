@@ -2,7 +2,8 @@
  * `forkd snapshots`: the daemon's snapshots as a table (tag, state, image, memory, disk,
  * created, children alive, labels) or `--json`; a snapshot that cannot be forked (failed,
  * still being written, not bootable) is named on stderr with the reason and what to do.
- * Also the formatting `forkd snapshot info` shares.
+ * The step snapshots of `forkd build` (its cache) are hidden unless `--all`. Also the
+ * formatting `forkd snapshot info` shares.
  */
 import type { Command } from 'commander';
 import { Snapshot, type SnapshotInfo } from '@forkd/sdk';
@@ -11,11 +12,17 @@ import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, formatBytes, printJson, printTable } from './output.js';
 
 export function register(cmd: Command): void {
-  daemonOptions(cmd.option('--json', 'machine-readable output')).action(action(listSnapshots));
+  daemonOptions(
+    cmd
+      .option('--json', 'machine-readable output')
+      .option('-a, --all', "also the snapshots of build steps (`forkd build`'s cache)"),
+  ).action(action(listSnapshots));
 }
 
-async function listSnapshots(flags: DaemonFlags): Promise<void> {
-  const all = await Snapshot.list(clientConfig(flags));
+async function listSnapshots(flags: DaemonFlags & { all?: boolean }): Promise<void> {
+  const listed = await Snapshot.list(clientConfig(flags));
+  // A build's step snapshots are its cache, not something to fork: hidden unless --all.
+  const all = flags.all ? listed : listed.filter((s) => s.labels['forkd.build'] !== 'step');
   if (flags.json) return printJson(all.map(snapshotJson));
   if (all.length === 0) {
     process.stderr.write(

@@ -784,6 +784,36 @@ export const Snapshot = Type.Object(
   { $id: 'Snapshot' },
 );
 
+/** POST /v1/builds: the build context is the body (a tar stream); the rest is the query. */
+export const BuildQuery = Type.Object(
+  {
+    tag: Type.Optional(SnapshotTag),
+    dockerfile: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 4096,
+        description: "the Dockerfile's path in the context (default Dockerfile)",
+      }),
+    ),
+    build_args: Type.Optional(
+      Type.String({ maxLength: 65536, description: 'a JSON object of build args, {"K":"V"}' }),
+    ),
+    no_cache: Type.Optional(Type.Boolean()),
+    no_cache_from: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description: 'run this step (1-based, after FROM) and later ones again',
+      }),
+    ),
+    memory_mib: Type.Optional(Type.Integer(between(LIMITS.memoryMiB))),
+    cpus: Type.Optional(Type.Integer(between(LIMITS.cpus))),
+  },
+  strict,
+);
+export const PruneBuildsResult = Type.Object(
+  { removed: Type.Array(Type.String(), { description: 'the step snapshots removed' }) },
+  { $id: 'PruneBuildsResult' },
+);
 export const SnapshotList = Type.Object({ snapshots: Type.Array(Snapshot) });
 export const SnapshotParams = Type.Object({ tag: SnapshotTag }, strict);
 
@@ -986,6 +1016,7 @@ export type FileStatT = Static<typeof FileStat>;
 export type ImageT = Static<typeof Image>;
 export type BootSnapshotRefT = Static<typeof BootSnapshotRef>;
 export type PullImageT = Static<typeof PullImage>;
+export type BuildQueryT = Static<typeof BuildQuery>;
 export type ImportImageT = Static<typeof ImportImage>;
 export type PruneResultT = Static<typeof PruneResult>;
 export type LoginT = Static<typeof Login>;

@@ -295,6 +295,41 @@ export const SCHEMAS = {
     }),
     output: Type.Object({ snapshot: SnapshotOut }),
   },
+  template_build: {
+    input: input({
+      dockerfile: Type.String({
+        minLength: 1,
+        maxLength: 65536,
+        description:
+          'the Dockerfile: FROM (an image, a snapshot tag or a registry reference), RUN, COPY, ENV, WORKDIR, USER, CMD…, and `# forkd:start --wait-port=N CMD` to leave a server running in the snapshot',
+      }),
+      files: opt(
+        Type.Record(
+          Type.String({ minLength: 1, maxLength: 100 }),
+          Type.String({ maxLength: 1048576 }),
+          {
+            description: 'the build context: relative path → text content, for COPY',
+          },
+        ),
+      ),
+      tag: opt(SnapshotTag),
+      buildArgs: opt(Type.Record(Type.String(), Type.String())),
+      noCache: opt(Type.Boolean({ description: 'run every step again' })),
+    }),
+    output: Type.Object({
+      tag: Type.Union([Type.String(), Type.Null()]),
+      snapshot: Type.Union([Type.String(), Type.Null()]),
+      steps: Type.Array(
+        Type.Object({
+          step: Type.Integer(),
+          instruction: Type.String(),
+          status: Type.String(),
+          durationMs: Type.Number(),
+        }),
+      ),
+      durationMs: Type.Number(),
+    }),
+  },
   snapshot_list: {
     input: input({}),
     output: Type.Object({ snapshots: Type.Array(SnapshotOut) }),

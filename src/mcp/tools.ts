@@ -8,7 +8,7 @@
  * image content too.
  */
 import type { Static } from 'typebox';
-import { Forkd, Sandbox, Snapshot, type ClientConfig, type ForkResult } from '@forkd/sdk';
+import { Forkd, Sandbox, Snapshot, tarOf, type ClientConfig, type ForkResult } from '@forkd/sdk';
 import { withHeartbeat, type Progress } from './progress.js';
 import { SCHEMAS, type ToolName } from './schemas.js';
 
@@ -236,6 +236,44 @@ export const TOOLS = [
         onProgress: ctx.progress,
       });
       return { structured: { snapshot: snap.info } };
+    },
+  }),
+  tool({
+    name: 'template_build',
+    title: 'Build a template from a Dockerfile',
+    description:
+      'Build a snapshot (a template to fork) from a Dockerfile and a few context files. ' +
+      'Each step runs in a VM and is cached as a snapshot, so a rebuild after an edit ' +
+      'redoes only the steps from the edit on. A `# forkd:start --wait-port=N CMD` line ' +
+      'leaves a server running: every fork of the result has it up at once. Slow: sends ' +
+      'progress. Fork the result with sandbox_fork.',
+    annotations: MAKE,
+    async run(args, ctx) {
+      const files = { ...(args.files ?? {}), '.forkd/Dockerfile': args.dockerfile };
+      const result = await new Forkd({ ...ctx.config }).builds.build(tarOf(files), {
+        tag: args.tag,
+        dockerfile: '.forkd/Dockerfile',
+        buildArgs: args.buildArgs,
+        noCache: args.noCache,
+        signal: ctx.signal,
+        onEvent: (e) => {
+          if (e.type === 'step') ctx.progress(`step ${e.step}/${e.total}: ${e.instruction}`);
+        },
+      });
+      const steps = result.steps.map(({ step, instruction, status, durationMs }) => ({
+        step,
+        instruction,
+        status,
+        durationMs,
+      }));
+      return {
+        structured: {
+          tag: result.tag,
+          snapshot: result.snapshot,
+          steps,
+          durationMs: result.durationMs,
+        },
+      };
     },
   }),
   tool({

@@ -9,6 +9,7 @@ import type {
   BranchRequestT,
   BranchResultT,
   BenchResultT,
+  BuildQueryT,
   ChangeEventT,
   DoctorReportT,
   CreateSandboxT,
@@ -42,6 +43,7 @@ import type {
   PushResultT,
   UnpackResultT,
 } from '../contract/schemas.js';
+import type { SnapshotConfig } from './snapshots/files.js';
 import type {
   ContextT,
   CreateContextT,
@@ -329,6 +331,8 @@ export interface Services {
   host: HostInfo;
   /** Absent when the daemon runs without networking (every sandbox is `none`). */
   network?: NetworkApi;
+  /** Builds from a Dockerfile (absent: not offered). */
+  builds?: BuildService;
   /** Portable snapshots: pack, unpack, push, pull (absent: not offered). */
   packs?: PackService;
   /** Sandbox and snapshot changes as they happen (GET /v1/events); absent: the stream stays quiet. */
@@ -352,6 +356,58 @@ export interface NetworkApi {
   deniedCounts(): Promise<Record<string, number>>;
   /** Where the daemon connects to reach a guest port (the HTTP route through the daemon). */
   reach(id: string, port: number): Promise<{ host: string; port: number }>;
+}
+
+/** What a build's result records (the manifest's `config`) and is labelled with. */
+export type BuildConfig = SnapshotConfig & { labels: Record<string, string> };
+
+/** One event of a build as it runs (docs/build.md "Events"). */
+export type BuildEvent =
+  | { type: 'step'; step: number; total: number; line: number; instruction: string }
+  | { type: 'output'; step: number; stream: 'stdout' | 'stderr'; data: string }
+  | {
+      type: 'step_done';
+      step: number;
+      /** `cached`: its snapshot was reused; `config`: it only changed the config. */
+      status: 'cached' | 'ran' | 'config';
+      duration_ms: number;
+      snapshot: string | null;
+    }
+  | { type: 'message'; message: string };
+
+export interface BuildStepResult {
+  step: number;
+  line: number;
+  instruction: string;
+  status: 'cached' | 'ran' | 'config';
+  duration_ms: number;
+  snapshot: string | null;
+  /** Bytes its snapshot stores on disk (0 for a config step). */
+  disk_bytes: number;
+}
+
+export interface BuildResult {
+  /** The published tag, or null when the build named none. */
+  tag: string | null;
+  /** The last step's snapshot (TAG is built on it); null when nothing ran in a VM. */
+  snapshot: string | null;
+  config: BuildConfig;
+  steps: BuildStepResult[];
+  duration_ms: number;
+}
+
+/** `forkd build` (docs/build.md): a Dockerfile and its context into a snapshot, every step cached. */
+export interface BuildService {
+  /** The context is a tar stream (the REST body); aborting `signal` stops the build. */
+  build(
+    query: BuildQueryT,
+    context: Readable,
+    caller: Caller,
+    onEvent?: (e: BuildEvent) => void,
+    signal?: AbortSignal,
+  ): Promise<BuildResult>;
+  /** Remove the step snapshots nothing uses. */
+  prune(): Promise<string[]>;
 }
 
 /** Portable snapshots (docs/packs.md): a snapshot with its chain and image, as a file or an OCI artifact. */

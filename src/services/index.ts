@@ -23,6 +23,7 @@ import { defaultPoolFromEnv, SnapshotManager } from './snapshots/service.js';
 import { BootStarts } from './snapshots/boot-start.js';
 import { silentLog } from './sandboxes/log.js';
 import { PackManager } from './packs/service.js';
+import { BuildManager } from './build/service.js';
 import { NetworkService } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
 import { configureConfinement, protectHome } from '../drivers/qemu/confine.js';
@@ -70,6 +71,7 @@ export interface ServiceSet {
   sandboxes: SandboxManager;
   snapshots: SnapshotManager;
   branch: BranchManager;
+  builds: BuildManager;
   host: Host;
   network?: NetworkService;
   /** What the routes are given. */
@@ -165,6 +167,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
   });
   const images = new ImageStore(paths);
   const packs = new PackManager({ paths, snapshots, qemuVersion });
+  const builds = new BuildManager({ paths, sandboxes, snapshots, branch, images });
   const services: Services = {
     contexts,
     sandboxes,
@@ -175,12 +178,14 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     host,
     ...(network ? { network: new SandboxNetworks(network, sandboxes) } : {}),
     packs,
+    builds,
     events: new EventFeed(store.changes),
   };
   return {
     sandboxes,
     snapshots,
     branch,
+    builds,
     host,
     network,
     services,

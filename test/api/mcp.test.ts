@@ -111,6 +111,7 @@ test('tools/list: every tool, valid JSON schemas, hints an agent can act on', as
     'snapshot_create',
     'snapshot_list',
     'snapshot_remove',
+    'template_build',
   ]);
   const ajv = new AjvJsonSchemaValidator();
   for (const t of tools) {
@@ -464,7 +465,7 @@ test('stdio: `forkd mcp` lists the tools and answers calls and bad arguments', a
     }),
   );
   clients.push(client);
-  assert.equal((await client.listTools()).tools.length, 14);
+  assert.equal((await client.listTools()).tools.length, 15);
   const r = (await client.callTool({ name: 'sandbox_list', arguments: {} })) as CallToolResult;
   assert.deepEqual(
     (r.structuredContent as { sandboxes: { id: string }[] }).sandboxes.map((s) => s.id),

@@ -34,6 +34,7 @@ import type {
   ImageService,
   NetworkApi,
   PackService,
+  BuildService,
   SandboxService,
   Services,
   SnapshotService,
@@ -271,6 +272,7 @@ export class FakeServices {
       },
       network: this.recorded('network', this.networkService()),
       packs: this.recorded('packs', this.packService()),
+      builds: this.recorded('builds', this.buildService()),
       events: new EventFeed(this.changes),
     };
     this.services.host.doctor = async () => ({
@@ -311,6 +313,20 @@ export class FakeServices {
         return { reference: `${reference}@${digest}`, digest, ...counts };
       },
       pull: async (req) => install(req.tag, req.force),
+    };
+  }
+
+  /** A build that drains its context and reports one step (the real one: test/e2e/build/). */
+  private buildService(): BuildService {
+    return {
+      build: async (query, context, _caller, onEvent = () => undefined) => {
+        for await (const chunk of context) void chunk;
+        onEvent({ type: 'step', step: 1, total: 1, line: 2, instruction: 'RUN true' });
+        onEvent({ type: 'step_done', step: 1, status: 'ran', duration_ms: 1, snapshot: 'b-1' });
+        const config = { env: {}, ports: [], labels: {} };
+        return { tag: query.tag ?? null, snapshot: 'b-1', config, steps: [], duration_ms: 1 };
+      },
+      prune: async () => [],
     };
   }
 
@@ -1231,6 +1247,14 @@ export function validRequests(): RouteRequest[] {
       status: 201,
     },
     { method: 'GET', route: '/v1/lineage', url: `/v1/lineage?tag=${SEED.snapshot}`, status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/builds',
+      url: '/v1/builds?tag=built-1',
+      raw: Buffer.from('tar'),
+      status: 200,
+    },
+    { method: 'POST', route: '/v1/builds/prune', url: '/v1/builds/prune', status: 200 },
     { method: 'DELETE', route: '/v1/sandboxes/:id', url: S, status: 204 },
   ];
 }

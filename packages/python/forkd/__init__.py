@@ -20,12 +20,14 @@ from ._async import (
     AsyncFileStream,
     AsyncForkd,
     AsyncImages,
+    AsyncBuilds,
     AsyncPacks,
     AsyncSandbox,
     AsyncSnapshot,
 )
 from ._client import Forkd, Images
 from ._packs import Packs
+from ._builds import Builds
 from ._commands import CommandHandle, Commands
 from ._config import ConnectionConfig, default_socket_path, parse_url, resolve_config
 from ._eval import (
@@ -76,6 +78,7 @@ __all__ = [
     "AsyncFileStream",
     "AsyncForkd",
     "AsyncImages",
+    "AsyncBuilds",
     "AsyncPacks",
     "AsyncSandbox",
     "AsyncSnapshot",
@@ -96,6 +99,7 @@ __all__ = [
     "LineageEdge",
     "LineageNode",
     "PackInfo",
+    "Builds",
     "Packs",
     "PoolInfo",
     "PushInfo",

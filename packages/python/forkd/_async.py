@@ -37,6 +37,7 @@ from typing import (
 from ._catalog import SandboxNotFoundError
 from ._client import Forkd, I, Images, Remote
 from ._packs import Packs
+from ._builds import Builds
 from ._commands import (
     Cmd,
     CommandHandle,
@@ -565,6 +566,17 @@ class AsyncPacks:
     pull = method(Packs.pull)
 
 
+class AsyncBuilds:
+    """Builds from a Dockerfile, for asyncio."""
+
+    def __init__(self, sync: Builds) -> None:
+        #: The sync builds it drives.
+        self.sync = sync
+
+    build = method(Builds.build)
+    prune = method(Builds.prune)
+
+
 class AsyncForkd:
     """A client of one forkd daemon, for asyncio (see ``Forkd``)."""
 
@@ -580,6 +592,8 @@ class AsyncForkd:
         self.images = AsyncImages(self.sync.images)
         #: Snapshot packs.
         self.packs = AsyncPacks(self.sync.packs)
+        #: Builds from a Dockerfile.
+        self.builds = AsyncBuilds(self.sync.builds)
 
     @property
     def url(self) -> str:

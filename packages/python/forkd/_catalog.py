@@ -136,6 +136,13 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
     "agent_unreachable": CatalogEntry(502, "The guest agent did not answer."),
     "guest_error": CatalogEntry(500, "The guest agent reported an error."),
     "timeout": CatalogEntry(504, "The operation did not finish in time."),
+    "build_failed": CatalogEntry(
+        422,
+        (
+            "A build step failed (a command's non-zero exit, a process never ready): the steps "
+            "before it stay cached, nothing is published under the tag."
+        ),
+    ),
     "internal": CatalogEntry(500, "An unexpected failure inside forkd."),
     "port_unreachable": CatalogEntry(
         502,
@@ -534,6 +541,17 @@ class TimeoutError(ForkdError, builtins.TimeoutError):
     status = 504
 
 
+class BuildFailedError(ForkdError):
+    """A build step failed (a command's non-zero exit, a process never ready): the steps before
+    it stay cached, nothing is published under the tag.
+
+    Code ``build_failed``, HTTP 422.
+    """
+
+    code = "build_failed"
+    status = 422
+
+
 class InternalError(ForkdError):
     """An unexpected failure inside forkd.
 
@@ -676,6 +694,7 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "agent_unreachable": AgentUnreachableError,
     "guest_error": GuestErrorError,
     "timeout": TimeoutError,
+    "build_failed": BuildFailedError,
     "internal": InternalError,
     "port_unreachable": PortUnreachableError,
     "reference_not_found": ReferenceNotFoundError,
@@ -724,6 +743,7 @@ __all__ = [
     "AgentUnreachableError",
     "GuestErrorError",
     "TimeoutError",
+    "BuildFailedError",
     "InternalError",
     "PortUnreachableError",
     "ReferenceNotFoundError",

@@ -8,6 +8,7 @@ from typing import Any, Generic, List, Optional, Protocol, Tuple, Type, TypeVar,
 
 from ._config import resolve_config
 from ._packs import Packs
+from ._builds import Builds
 from ._transport import Request, Transport, compact, quote_segment
 from ._types import ImageInfo, LineageNode, VersionInfo, from_wire
 
@@ -67,6 +68,8 @@ class Forkd:
         self.images = Images(self.transport)
         #: Snapshot packs: pack, unpack, push, pull.
         self.packs = Packs(self.transport, self.long_timeout)
+        #: Builds from a Dockerfile (docs/build.md).
+        self.builds = Builds(self.transport, self.long_timeout)
 
     @property
     def url(self) -> str:

@@ -7,6 +7,7 @@ import { resolveConfig, type ClientConfig } from './config.js';
 import { Transport } from './http.js';
 import { Images } from './images.js';
 import { Packs } from './packs.js';
+import { Builds } from './builds.js';
 import type { LineageNode, VersionInfo } from './types.js';
 import { fromWire, LINEAGE_EDGE, LINEAGE_NODE, VERSION_INFO } from './wire.js';
 
@@ -61,11 +62,19 @@ export class Forkd {
    * await forkd.packs.push('py', '127.0.0.1:5000/team/py:1');
    */
   readonly packs: Packs;
+  /**
+   * Builds from a Dockerfile (docs/build.md).
+   *
+   * @example
+   * await forkd.builds.build(contextTar, { tag: 'web' });
+   */
+  readonly builds: Builds;
 
   constructor(config: ClientConfig = {}) {
     this.transport = new Transport(resolveConfig(config));
     this.images = new Images(this.transport);
     this.packs = new Packs(this.transport);
+    this.builds = new Builds(this.transport);
   }
 
   /**

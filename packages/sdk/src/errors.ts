@@ -99,6 +99,11 @@ export const ERROR_CATALOG = {
   agent_unreachable: { status: 502, meaning: 'The guest agent did not answer.' },
   guest_error: { status: 500, meaning: 'The guest agent reported an error.' },
   timeout: { status: 504, meaning: 'The operation did not finish in time.' },
+  build_failed: {
+    status: 422,
+    meaning:
+      "A build step failed (a command's non-zero exit, a process never ready): the steps before it stay cached, nothing is published under the tag.",
+  },
   internal: { status: 500, meaning: 'An unexpected failure inside forkd.' },
   port_unreachable: {
     status: 502,
@@ -376,6 +381,7 @@ export const {
   AgentUnreachableError,
   GuestErrorError,
   TimeoutError,
+  BuildFailedError,
   InternalError,
   PortUnreachableError,
   ReferenceNotFoundError,

@@ -51,6 +51,9 @@ export type {
 } from './pty.js';
 export { Images } from './images.js';
 export { Packs } from './packs.js';
+export { Builds } from './builds.js';
+export type { BuildEvent, BuildOptions, BuildResult } from './builds.js';
+export { tarOf } from './tar.js';
 export type { InstallInfo, InstallOptions, PackCallOptions, PackInfo, PushInfo } from './packs.js';
 export type { ImageCreateOptions, ImagePullOptions, ImageImportOptions } from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';

@@ -17,7 +17,7 @@ import { locateGuest } from '../guest.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
 import { memPathOf } from '../sandboxes/sandbox.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
-import { validateTag, type SnapshotManifest } from '../snapshots/files.js';
+import { validateTag, type SnapshotConfig, type SnapshotManifest } from '../snapshots/files.js';
 import { inheritedOnFork } from '../snapshots/hooks.js';
 import { diffAgainst, memoryChainProblem, memoryId } from '../snapshots/memory.js';
 import type { SnapshotMeta } from '../snapshots/registry.js';
@@ -47,6 +47,11 @@ export interface BranchServiceOptions {
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
 }
 
+/** What an in-process caller (the build service) adds to a branch's manifest. */
+export interface BranchExtra {
+  config?: SnapshotConfig;
+}
+
 /** The source's disk chain held by a branch, until its publish hands it back. */
 interface DiskHold {
   unlock: () => void;
@@ -73,7 +78,16 @@ export class BranchManager implements BranchService {
     await sweepStrayLayers(ctx);
   }
 
-  async branch(id: string, req: BranchRequestT, caller: Caller): Promise<BranchOutcome> {
+  /**
+   * `extra.config`: the build config the snapshot records (a build's result; docs/build.md),
+   * in place of the one its source's snapshot had.
+   */
+  async branch(
+    id: string,
+    req: BranchRequestT,
+    caller: Caller,
+    extra: BranchExtra = {},
+  ): Promise<BranchOutcome> {
     const tag = req.tag ?? `${id}.${Date.now().toString(36)}`;
     validateTag(tag);
     if (req.fork !== undefined) checkRange('fork', req.fork, { min: 0, max: FORK_MAX });
@@ -83,7 +97,7 @@ export class BranchManager implements BranchService {
     // folding a layer into it, waits, and leases the chain as this one left it.
     const chain: DiskHold = { unlock: await this.opts.sandboxes.lockDisk(id), handed: false };
     try {
-      return await this.branchHeld(id, tag, req, caller, chain);
+      return await this.branchHeld(id, tag, req, caller, chain, extra);
     } finally {
       if (!chain.handed) chain.unlock();
     }
@@ -95,6 +109,7 @@ export class BranchManager implements BranchService {
     req: BranchRequestT,
     caller: Caller,
     chain: DiskHold,
+    extra: BranchExtra,
   ): Promise<BranchOutcome> {
     const source = await this.opts.sandboxes.lease(id);
     if (source.diskProblem !== null) {
@@ -141,7 +156,7 @@ export class BranchManager implements BranchService {
         throw e;
       });
       void captured.capture.pages.then(release, release);
-      const meta = await this.meta(tag, source, req, over, egress);
+      const meta = { ...(await this.meta(tag, source, req, over, egress)), ...extra };
       this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
       published = this.publish(source, captured, meta, { warn, over, noWait: req.no_wait });
       // Released once published or undone, not after the children's fork.

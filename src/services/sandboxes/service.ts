@@ -40,6 +40,7 @@ import type {
 } from '../contracts.js';
 import { formatSize, Limiter } from '../limits.js';
 import { DEFAULT_IMAGE, getImage, imageExecDefaults, type ExecDefaults } from '../images/index.js';
+import { readManifest } from '../snapshots/files.js';
 import {
   bootSandbox,
   destroySandbox,
@@ -878,9 +879,15 @@ export class SandboxManager implements SandboxService, SandboxHost {
    */
   private execDefaults(live: Live): Promise<ExecDefaults> {
     const image = live.row.image;
-    live.execDefaults ??= image
-      ? getImage(this.opts.paths, image).then(imageExecDefaults, () => ({}))
-      : Promise.resolve({});
+    const snapshot = this.rows.get(live.id)?.snapshot ?? null;
+    const ofImage = () =>
+      image
+        ? getImage(this.opts.paths, image).then(imageExecDefaults, () => ({}))
+        : Promise.resolve({});
+    // A build's result records its own WORKDIR and USER (docs/build.md), over the image's.
+    live.execDefaults ??= snapshotExecDefaults(this.opts.paths, snapshot).then(
+      (d) => d ?? ofImage(),
+    );
     return live.execDefaults;
   }
 
@@ -1098,4 +1105,16 @@ function toWireUsage(u: CgroupUsage): NonNullable<SandboxT['usage']> {
     throttled_seconds: u.throttledSeconds,
     oom_kills: u.oomKills,
   };
+}
+
+/** The WORKDIR and USER a build recorded in the snapshot (undefined: none recorded). */
+async function snapshotExecDefaults(
+  paths: Paths,
+  tag: string | null,
+): Promise<ExecDefaults | undefined> {
+  if (!tag) return undefined;
+  const config = (await readManifest(paths, tag).catch(() => undefined))?.config;
+  if (!config) return undefined;
+  const user = config.user?.split(':')[0] || undefined;
+  return { ...(config.working_dir ? { cwd: config.working_dir } : {}), ...(user ? { user } : {}) };
 }

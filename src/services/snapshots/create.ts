@@ -148,7 +148,7 @@ async function warm(agent: AgentClient, req: CreateSnapshotT, ctx: CreateContext
 }
 
 /** A shell test that a guest TCP port listens (state 0A in /proc/net/tcp{,6}). */
-function portCheck(port: number): string {
+export function portCheck(port: number): string {
   const hex = port.toString(16).toUpperCase().padStart(4, '0');
   return `grep -q ':${hex} [0-9A-F:]* 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null`;
 }

@@ -68,6 +68,18 @@ export interface SnapshotManifest {
   on_fork?: string[];
   /** Set on a boot snapshot (boot.ts): what it is valid for; hidden from `forkd snapshots`. */
   boot?: BootKey;
+  /** A build's config (`forkd build`): its forks' commands run with it (docs/build.md). */
+  config?: SnapshotConfig;
+}
+
+/** What `forkd build` records of a Dockerfile's ENV, WORKDIR, USER, ENTRYPOINT, CMD, EXPOSE. */
+export interface SnapshotConfig {
+  env: Record<string, string>;
+  working_dir?: string;
+  user?: string;
+  entrypoint?: string[];
+  cmd?: string[];
+  ports: number[];
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */

@@ -10,7 +10,7 @@ import type { AgentClient } from '../../drivers/agent/client.js';
 import { evalCode, startContext, type RunnerEvent } from '../../drivers/agent/runner.js';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
-import { readManifest } from './files.js';
+import { readManifest, type SnapshotConfig } from './files.js';
 
 const DEFAULT_CWD = '/root';
 const WARM_EVAL_TIMEOUT_MS = 600_000;
@@ -75,12 +75,18 @@ export async function runForkHooks(
   }
 }
 
-/** A branch keeps the on-fork commands of the snapshot its source was forked from. */
+/**
+ * A branch keeps the on-fork commands and the build config (docs/build.md) of the snapshot
+ * its source was forked from.
+ */
 export async function inheritedOnFork(
   p: Paths,
   snapshot: string | null,
-): Promise<{ on_fork?: string[] }> {
+): Promise<{ on_fork?: string[]; config?: SnapshotConfig }> {
   if (!snapshot) return {};
   const m = await readManifest(p, snapshot).catch(() => undefined);
-  return m?.on_fork?.length ? { on_fork: m.on_fork } : {};
+  return {
+    ...(m?.on_fork?.length ? { on_fork: m.on_fork } : {}),
+    ...(m?.config ? { config: m.config } : {}),
+  };
 }
