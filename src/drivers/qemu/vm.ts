@@ -11,7 +11,7 @@ import { ForkdError, isForkdError } from '../../errors.js';
 import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
 import { confineVm } from './confine.js';
 import { QmpClient } from './qmp.js';
-import { launcherPrefix, vmTuning } from './tuning.js';
+import { launcherPrefix, qemuEnv, vmTuning } from './tuning.js';
 
 /** The fd number a restore's device state has inside QEMU (see {@link Vm.start}). */
 export const INCOMING_FD = 3;
@@ -225,6 +225,7 @@ export class Vm {
       const [file, argv] = qemuArgv(spec, confinement);
       child = spawn(file, argv, {
         stdio,
+        env: qemuEnv(),
         detached: true, // own session: a Ctrl-C on the CLI or the daemon's group never reaches QEMU
       });
       spawned = whenSpawned(child); // listen before any await: 'spawn' fires on the next tick
