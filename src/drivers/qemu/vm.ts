@@ -4,7 +4,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { chown, copyFile, open, readFile, rename, rm } from 'node:fs/promises';
+import { chown, copyFile, open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError, isForkdError } from '../../errors.js';
@@ -191,6 +191,26 @@ export class Vm {
     const stat = await readFile(`/proc/${this.pid}/stat`, 'utf8').catch(() => '');
     const [state = '', , , , , , flags = '0'] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return state === '' || state === 'Z' || state === 'X' || (Number(flags) & PF_EXITING) !== 0;
+  }
+
+  /**
+   * The CPU QEMU wanted so far, in seconds: the time its threads ran plus the time they
+   * waited runnable (schedstat of each of its threads), so a busy guest on a crowded host still
+   * shows as busy; undefined once it is gone.
+   */
+  async cpuDemand(): Promise<number | undefined> {
+    const tasks = await readdir(`/proc/${this.pid}/task`).catch(() => undefined);
+    if (!tasks) return undefined;
+    const each = await Promise.all(
+      tasks.map(async (t) => {
+        const text = await readFile(`/proc/${this.pid}/task/${t}/schedstat`, 'utf8').catch(
+          () => '',
+        );
+        const [run = 0, wait = 0] = text.split(' ').map(Number);
+        return run + wait;
+      }),
+    );
+    return each.reduce((a, b) => a + b, 0) / 1e9;
   }
 
   /** Resolves when QEMU exits, however that happens. */
