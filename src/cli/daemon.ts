@@ -142,11 +142,11 @@ export function register(cmd: Command): void {
     )
     .option(
       '--pause-idle-after <s>',
-      'pause a sandbox after s seconds without a request (default: never); the next request wakes it',
+      'pause a quiet sandbox after s seconds without a request (default 60; 0: never); the next request wakes it',
     )
     .option(
       '--hibernate-idle-after <s>',
-      'hibernate a sandbox (to disk, QEMU ended) after s seconds without a request (default: never); the next request restores it',
+      'hibernate a quiet sandbox (to disk, QEMU ended) after s seconds without a request (default 3600; 0: never); the next request restores it',
     )
     .option(
       '--default-pool <n>',

@@ -17,6 +17,7 @@ import type { Services } from '../services/contracts.js';
 import { buildServices, type ServiceSet } from '../services/index.js';
 import { parseLimitDefaults, type LimitDefaultFlags } from '../services/limits.js';
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
+import { DEFAULT_IDLE } from '../services/sandboxes/tiers.js';
 import type { BranchModeT } from '../contract/schemas.js';
 import type { VmTuning } from '../drivers/qemu/tuning.js';
 import { dnsUpstreamSetting } from '../drivers/net/dns.js';
@@ -51,9 +52,9 @@ export interface DaemonOptions {
   limitDefaults?: LimitDefaultFlags;
   /** How long close() waits for in-flight requests (default 10 s). */
   drainMs?: number;
-  /** Pause sandboxes idle this many seconds (default: never; docs/idle.md). */
+  /** Pause sandboxes idle this many seconds (default 60, 0: never; docs/idle.md). */
   pauseIdleAfterS?: number;
-  /** Hibernate sandboxes idle this many seconds (default: never; docs/idle.md). */
+  /** Hibernate sandboxes idle this many seconds (default 3600, 0: never; docs/idle.md). */
   hibernateIdleAfterS?: number;
   /** TCG buffer cap and page merging (`--tcg-tb-mib`, `--merge-memory`; docs/idle.md). */
   tuning?: Partial<VmTuning>;
@@ -160,8 +161,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       branchMode: opts.branchMode,
       limitDefaults,
       confine: opts.confine,
-      pauseIdleAfterS: opts.pauseIdleAfterS,
-      hibernateIdleAfterS: opts.hibernateIdleAfterS,
+      pauseIdleAfterS: opts.pauseIdleAfterS ?? DEFAULT_IDLE.pauseAfterS,
+      hibernateIdleAfterS: opts.hibernateIdleAfterS ?? DEFAULT_IDLE.hibernateAfterS,
       tuning: opts.tuning,
       defaultPool: opts.defaultPool,
       podSnapshots: opts.podSnapshots ?? process.env.FORKD_POD_SNAPSHOTS,

@@ -84,6 +84,7 @@ export interface SandboxCreateOptions extends SandboxOptions {
   netns?: string;
   /** With `netns`: guest TCP ports forwarded from every address of the namespace. */
   forwardPorts?: number[];
+  /**
    * Boot the image's kernel for real instead of forking the image's boot snapshot
    * (docs/snapshots.md "Boot snapshots"); not with `snapshot`.
    */

@@ -4,14 +4,14 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { chown, copyFile, open, readFile, rename, rm } from 'node:fs/promises';
+import { chown, copyFile, open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError, isForkdError } from '../../errors.js';
 import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
 import { confineVm } from './confine.js';
 import { QmpClient } from './qmp.js';
-import { launcherPrefix, vmTuning } from './tuning.js';
+import { launcherPrefix, qemuEnv, vmTuning } from './tuning.js';
 
 /** The fd number a restore's device state has inside QEMU (see {@link Vm.start}). */
 export const INCOMING_FD = 3;
@@ -193,6 +193,26 @@ export class Vm {
     return state === '' || state === 'Z' || state === 'X' || (Number(flags) & PF_EXITING) !== 0;
   }
 
+  /**
+   * The CPU QEMU wanted so far, in seconds: the time its threads ran plus the time they
+   * waited runnable (schedstat of each of its threads), so a busy guest on a crowded host still
+   * shows as busy; undefined once it is gone.
+   */
+  async cpuDemand(): Promise<number | undefined> {
+    const tasks = await readdir(`/proc/${this.pid}/task`).catch(() => undefined);
+    if (!tasks) return undefined;
+    const each = await Promise.all(
+      tasks.map(async (t) => {
+        const text = await readFile(`/proc/${this.pid}/task/${t}/schedstat`, 'utf8').catch(
+          () => '',
+        );
+        const [run = 0, wait = 0] = text.split(' ').map(Number);
+        return run + wait;
+      }),
+    );
+    return each.reduce((a, b) => a + b, 0) / 1e9;
+  }
+
   /** Resolves when QEMU exits, however that happens. */
   waitExit(): Promise<VmExit> {
     return this.proc.exited;
@@ -225,6 +245,7 @@ export class Vm {
       const [file, argv] = qemuArgv(spec, confinement);
       child = spawn(file, argv, {
         stdio,
+        env: qemuEnv(),
         detached: true, // own session: a Ctrl-C on the CLI or the daemon's group never reaches QEMU
       });
       spawned = whenSpawned(child); // listen before any await: 'spawn' fires on the next tick

@@ -56,11 +56,13 @@ import { ExpiryTimers } from './expiry.js';
 import {
   busyWhile,
   changeIdle,
+  guestWorked,
   holdConnection,
   idleAfterOf,
   idleMove,
   idleWire,
   resolveIdle,
+  type CpuMark,
   type IdleAfter,
   type IdleRequest,
   liveVm,
@@ -107,7 +109,7 @@ export interface SandboxServiceOptions {
   network?: NetworkService;
   /** The cgroups of sandboxes (default: this home's, with the automatic defaults). */
   limiter?: Limiter;
-  /** Pause a sandbox after this many seconds without a request (default: never; docs/idle.md). */
+  /** Pause a sandbox after this many seconds without a request (0 or none: never; docs/idle.md). */
   pauseIdleAfterS?: number;
   /** Hibernate a sandbox after this many seconds without a request (default: never). */
   hibernateIdleAfterS?: number;
@@ -154,6 +156,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private readonly log: ServiceLog;
   private pruneTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
+  private sweeping = false;
   private readonly diskLocks = new KeyedLock();
   private detached = false;
   private fromBootSnapshot: ImageStarter | undefined;
@@ -293,8 +296,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
   /** The daemon's idle times (`--pause-idle-after`, `--hibernate-idle-after`), null: never. */
   private get idleDefaults(): IdleAfter {
     return {
-      pauseAfterS: this.opts.pauseIdleAfterS ?? null,
-      hibernateAfterS: this.opts.hibernateIdleAfterS ?? null,
+      pauseAfterS: this.opts.pauseIdleAfterS || null,
+      hibernateAfterS: this.opts.hibernateIdleAfterS || null,
     };
   }
 
@@ -646,18 +649,41 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return live as AwakeLive;
   }
 
-  /** The idle policy: park every sandbox nobody used for its pause- or hibernate-after time. */
+  /**
+   * The idle policy: park every sandbox nobody used for its pause- or hibernate-after time
+   * whose guest stayed quiet meanwhile. One sweep at a time (each reads QEMUs' CPU time).
+   */
   private parkIdle(): void {
-    const now = Date.now();
-    for (const live of this.live.values()) {
-      const after = idleAfterOf(this.rows.get(live.id)?.idle, this.idleDefaults);
-      const to = this.ending.has(live.id) ? null : idleMove(live, after, now);
-      if (!to) continue;
-      this.log.info({ sandbox: live.id, tier: to, ...after }, 'parking an idle sandbox');
-      this.moveLive(live, to).catch((e: unknown) =>
-        this.log.warn({ sandbox: live.id, tier: to, err: e }, 'could not park an idle sandbox'),
-      );
+    if (this.sweeping) return;
+    this.sweeping = true;
+    Promise.all([...this.live.values()].map((live) => this.parkIfIdle(live)))
+      .catch((e: unknown) => this.log.warn({ err: e }, 'idle sweep failed'))
+      .finally(() => (this.sweeping = false));
+  }
+
+  private async parkIfIdle(live: Live): Promise<void> {
+    const after = idleAfterOf(this.rows.get(live.id)?.idle, this.idleDefaults);
+    if (after.pauseAfterS === null && after.hibernateAfterS === null) return;
+    const cpu = live.tier === 'running' ? await this.cpuMark(live) : undefined;
+    if (cpu && (!live.quiet || live.quiet.at < live.lastUsed)) {
+      live.quiet = cpu; // used since: its quiet time is measured from now on
+      return;
     }
+    const to = this.ending.has(live.id) ? null : idleMove(live, after, Date.now());
+    if (!to) return;
+    if (cpu && live.quiet && guestWorked(live.quiet, cpu)) {
+      live.lastUsed = Date.now(); // its own job keeps it awake, a full idle time more
+      return;
+    }
+    this.log.info({ sandbox: live.id, tier: to, ...after }, 'parking an idle sandbox');
+    await this.moveLive(live, to).catch((e: unknown) =>
+      this.log.warn({ sandbox: live.id, tier: to, err: e }, 'could not park an idle sandbox'),
+    );
+  }
+
+  private async cpuMark(live: Live): Promise<CpuMark | undefined> {
+    const cpuS = await live.vm?.cpuDemand();
+    return cpuS === undefined ? undefined : { at: Date.now(), cpuS };
   }
 
   private moveLive(live: Live, to: SandboxTier): Promise<void> {

@@ -113,6 +113,12 @@ test('SIGTERM drains and exits 0, sandboxes keep running, the next daemon adopts
   daemon = await startDaemonProcess(home);
   const after = (await list(daemon.socket)).filter((s) => s.state === 'running');
   assert.deepEqual(after.map((s) => s.id).sort(), before.map((s) => s.id).sort());
+  // No idle flags given: the daemon's default policy (docs/idle.md "The default policy").
+  assert.deepEqual((after[0] as Sbx & { idle?: unknown }).idle, {
+    pause_after_s: 60,
+    hibernate_after_s: 3600,
+    source: 'daemon',
+  });
   for (const sb of after) {
     const del = await call(daemon.socket, 'DELETE', `/v1/sandboxes/${sb.id}`);
     assert.ok(del.status < 300, JSON.stringify(del.body));

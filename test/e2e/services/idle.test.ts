@@ -267,6 +267,23 @@ test('with an idle policy a sandbox nobody uses pauses itself; a request wakes i
   assert.equal((await s.sandboxes.get(id)).tier, 'running');
 });
 
+test('a guest working on its own is not idle: it stays awake until its job ends', async () => {
+  const r = await s.sandboxes.exec(id, {
+    argv: [
+      'sh',
+      '-c',
+      '(i=0; while [ $i -lt 4000000 ]; do i=$((i+1)); done) >/dev/null 2>&1 & echo $!',
+    ],
+  });
+  const job = Buffer.from(r.stdout, 'base64').toString('utf8').trim();
+  await sleep(5000); // five times its 1 s pause time, without a request
+  assert.equal((await s.sandboxes.get(id)).tier, 'running', 'a busy guest is left awake');
+  await shell(`kill ${job}`);
+  const deadline = Date.now() + 15_000;
+  while ((await s.sandboxes.get(id)).tier !== 'paused' && Date.now() < deadline) await sleep(250);
+  assert.equal((await s.sandboxes.get(id)).tier, 'paused', 'quiet again, it pauses');
+});
+
 test('an idle policy hibernates it; killed while hibernated it leaves no files', async () => {
   await restart({ hibernateIdleAfterS: 1 });
   const waitHibernated = async () => {

@@ -11,6 +11,7 @@ import {
   parseMerge,
   parseTbMiB,
   QEMU_EXEC_BINARY,
+  qemuEnv,
   tuningFromEnv,
 } from '../../../src/drivers/qemu/tuning.js';
 
@@ -32,20 +33,40 @@ test('flags and environment parse; bad values name the flag', () => {
   }
   assert.equal(parseMerge('same-layout'), 'same-layout');
   assert.throws(() => parseMerge('yes'), /--merge-memory must be one of off, on, same-layout/);
-  assert.deepEqual(tuningFromEnv({}), { tbMiB: DEFAULT_TB_MIB, merge: 'off' });
-  assert.deepEqual(tuningFromEnv({ FORKD_TCG_TB_MIB: 'default', FORKD_MERGE_MEMORY: 'on' }), {
-    tbMiB: null,
-    merge: 'on',
-  });
+  assert.deepEqual(tuningFromEnv({}), { tbMiB: DEFAULT_TB_MIB, merge: 'off', hugePages: false });
+  assert.deepEqual(
+    tuningFromEnv({
+      FORKD_TCG_TB_MIB: 'default',
+      FORKD_MERGE_MEMORY: 'on',
+      FORKD_QEMU_HUGE_PAGES: 'on',
+    }),
+    { tbMiB: null, merge: 'on', hugePages: true },
+  );
   assert.throws(() => tuningFromEnv({ FORKD_MERGE_MEMORY: 'all' }), /FORKD_MERGE_MEMORY/);
 });
 
-test('merging starts QEMU through the launcher; off starts it directly', () => {
-  assert.deepEqual(launcherPrefix({ tbMiB: null, merge: 'off' }), []);
-  assert.deepEqual(launcherPrefix({ tbMiB: null, merge: 'on' }), [QEMU_EXEC_BINARY, '--']);
-  assert.deepEqual(launcherPrefix({ tbMiB: null, merge: 'same-layout' }), [
+test('the launcher turns huge pages off unless asked, and merging on when asked', () => {
+  const t = { tbMiB: null, hugePages: false } as const;
+  assert.deepEqual(launcherPrefix({ ...t, merge: 'off' }), [QEMU_EXEC_BINARY, '--no-thp', '--']);
+  assert.deepEqual(launcherPrefix({ ...t, merge: 'on', hugePages: true }), [
     QEMU_EXEC_BINARY,
-    '--same-layout',
+    '--merge',
     '--',
   ]);
+  assert.deepEqual(launcherPrefix({ ...t, merge: 'same-layout' }), [
+    QEMU_EXEC_BINARY,
+    '--same-layout',
+    '--no-thp',
+    '--',
+  ]);
+  assert.deepEqual(launcherPrefix({ ...t, merge: 'off', hugePages: true }), []);
+});
+
+test("QEMU's environment keeps the daemon's and adds one malloc arena", () => {
+  assert.equal(qemuEnv({ PATH: '/bin' }).GLIBC_TUNABLES, 'glibc.malloc.arena_max=1');
+  assert.equal(qemuEnv({ PATH: '/bin' }).PATH, '/bin');
+  assert.equal(
+    qemuEnv({ GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }).GLIBC_TUNABLES,
+    'glibc.pthread.rseq=0:glibc.malloc.arena_max=1',
+  );
 });

@@ -16,6 +16,7 @@ import {
   changeIdle,
   holdConnection,
   idleAfterOf,
+  guestWorked,
   idleMove,
   moveTo,
   needsWake,
@@ -134,6 +135,13 @@ test('the idle policy parks a sandbox with nothing under way after its time', as
   assert.equal(idleMove(sb, after(10, 60), t1 + 60_000), 'hibernated', 'paused → hibernated');
   sb.tier = 'hibernated';
   assert.equal(idleMove(sb, after(10, 60), t1 + 1e9), null, 'already hibernated');
+});
+
+test('a guest that used more than a share of a core since its last request worked on its own', () => {
+  const mark = { at: 0, cpuS: 10 };
+  assert.equal(guestWorked(mark, { at: 60_000, cpuS: 16 }), false, '10 % of a core: idle ticks');
+  assert.equal(guestWorked(mark, { at: 60_000, cpuS: 70 }), true, 'a whole core: a job');
+  assert.equal(guestWorked(mark, { at: 0, cpuS: 11 }), false, 'no time passed: nothing to tell');
 });
 
 test("a sandbox's idle policy: the daemon's defaults fill what it leaves out; 0 and null are never", () => {
