@@ -338,6 +338,10 @@ export interface SnapshotInfo {
   memory?: SnapshotMemoryInfo;
   /** Where it came from when it was unpacked or pulled (absent: made on this host). */
   origin?: SnapshotOrigin;
+  /** The user its forks' commands and files default to (absent: root). */
+  user?: string;
+  /** Where its forks' commands start by default (absent: the user's home). */
+  workdir?: string;
 }
 
 /** Where an unpacked or pulled snapshot came from. */

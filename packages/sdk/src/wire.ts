@@ -221,6 +221,8 @@ export const SNAPSHOT: WireNames<SnapshotInfo> = {
   dependents: 'dependents',
   memory: 'memory',
   origin: 'origin',
+  user: 'user',
+  workdir: 'workdir',
 };
 
 /** `SnapshotMemory` in schemas.ts (a Snapshot's `memory`). */
@@ -455,6 +457,8 @@ export interface CreateSnapshotBody {
   contexts?: string[];
   eval?: string[];
   on_fork?: string[];
+  user?: string;
+  workdir?: string;
 }
 
 /** `BranchRequest`. */

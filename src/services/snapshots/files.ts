@@ -65,6 +65,10 @@ export interface SnapshotManifest {
   limits?: Limits;
   /** Commands every child runs right after its restore (`snapshot create --on-fork`). */
   on_fork?: string[];
+  /** Its children's commands and files default to this user (`--user`, else the image's User). */
+  user?: string;
+  /** Its children's commands start here by default (`--workdir`, else the image's WorkingDir). */
+  workdir?: string;
 }
 
 /** Tags follow the name rule (src/contract/rules.ts). */

@@ -10,7 +10,7 @@ import type { AgentClient } from '../../drivers/agent/client.js';
 import { evalCode, startContext, type RunnerEvent } from '../../drivers/agent/runner.js';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
-import { readManifest } from './files.js';
+import { readManifest, type SnapshotManifest } from './files.js';
 
 const DEFAULT_CWD = '/root';
 const WARM_EVAL_TIMEOUT_MS = 600_000;
@@ -75,12 +75,19 @@ export async function runForkHooks(
   }
 }
 
-/** A branch keeps the on-fork commands of the snapshot its source was forked from. */
-export async function inheritedOnFork(
+/**
+ * A branch keeps what the snapshot its source was forked from gives its children: the
+ * on-fork commands, the default user and working directory.
+ */
+export async function inheritedFromSnapshot(
   p: Paths,
   snapshot: string | null,
-): Promise<{ on_fork?: string[] }> {
+): Promise<Pick<SnapshotManifest, 'on_fork' | 'user' | 'workdir'>> {
   if (!snapshot) return {};
   const m = await readManifest(p, snapshot).catch(() => undefined);
-  return m?.on_fork?.length ? { on_fork: m.on_fork } : {};
+  return {
+    ...(m?.on_fork?.length ? { on_fork: m.on_fork } : {}),
+    ...(m?.user ? { user: m.user } : {}),
+    ...(m?.workdir ? { workdir: m.workdir } : {}),
+  };
 }

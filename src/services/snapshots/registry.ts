@@ -349,6 +349,8 @@ export class SnapshotRegistry {
     };
     const origin = await readOrigin(this.opts.paths, m.tag);
     if (origin) wire.origin = origin;
+    if (m.user) wire.user = m.user;
+    if (m.workdir) wire.workdir = m.workdir;
     wire.depth = wire.ancestors.length;
     if (reason) wire.reason = reason;
     return wire;

@@ -17,6 +17,13 @@ import { makeTestHome, type TestHome } from '../../helpers/home.js';
 
 const TOKEN = 'e2b-test-token-0123456789abcdef';
 const TAG = 'e2b-base';
+/** A template as E2B makes them: a `user` account its calls default to, home /home/user. */
+const USER_TAG = 'e2b-user';
+const ADD_USER = [
+  "echo 'user:x:1000:1000::/home/user:/bin/sh' >> /etc/passwd",
+  "echo 'user:x:1000:' >> /etc/group",
+  'mkdir -p /home/user && chown 1000:1000 /home/user',
+].join(' && ');
 const BASH_SHIM = `printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash`;
 
 let home: TestHome;
@@ -47,6 +54,12 @@ before(async () => {
   ]);
   forkd = { url: daemon.url, token: TOKEN };
   await Snapshot.create({ ...forkd, tag: TAG, warm: [BASH_SHIM] });
+  await Snapshot.create({
+    ...forkd,
+    tag: USER_TAG,
+    warm: [BASH_SHIM, ADD_USER],
+    user: 'user',
+  });
   process.env.E2B_API_KEY = TOKEN;
   process.env.E2B_API_URL = `http://127.0.0.1:${port}`;
   process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${port}`;
@@ -168,6 +181,52 @@ test("auto-pause (lifecycle onTimeout 'pause'): paused its timeout after its las
     assert.equal(info.state, 'paused', 'paused about 1 s after its last command');
     assert.equal((await sbx.commands.run('cat /tmp/auto')).stdout, 'kept\n');
     assert.equal((await sbx.getInfo()).state, 'running', 'the command woke it');
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test("a template's default user: commands run as it, relative paths resolve in its home, what a call creates belongs to the call's user", async () => {
+  const { Sandbox } = current;
+  const info = await Snapshot.get(USER_TAG, forkd);
+  assert.equal(info.info.user, 'user', 'the snapshot records its default user');
+  const sbx = await Sandbox.create(USER_TAG, { timeoutMs: 120_000 });
+  try {
+    assert.equal((await sbx.commands.run('id -un; pwd')).stdout, 'user\n/home/user\n');
+    assert.equal((await sbx.commands.run('id -un', { user: 'root' })).stdout, 'root\n');
+
+    const written = await sbx.files.write('notes/a.txt', 'relative');
+    assert.equal(written.path, '/home/user/notes/a.txt');
+    const owners = await sbx.commands.run(
+      'stat -c "%U %G %n" /home/user/notes /home/user/notes/a.txt',
+    );
+    assert.equal(owners.stdout, 'user user /home/user/notes\nuser user /home/user/notes/a.txt\n');
+    assert.equal(await sbx.files.read('notes/a.txt'), 'relative');
+    const entry = await sbx.files.getInfo('notes/a.txt');
+    assert.equal(entry.path, '/home/user/notes/a.txt');
+    assert.equal(entry.owner, 'user');
+    assert.equal(entry.group, 'user');
+
+    await sbx.files.write('/tmp/by-root.txt', 'x', { user: 'root' });
+    assert.equal((await sbx.files.getInfo('/tmp/by-root.txt', { user: 'root' })).owner, 'root');
+    await sbx.files.makeDir('d1/d2');
+    const dirs = await sbx.commands.run('stat -c "%U %n" /home/user/d1 /home/user/d1/d2');
+    assert.equal(dirs.stdout, 'user /home/user/d1\nuser /home/user/d1/d2\n');
+    const listed = await sbx.files.list('.');
+    assert.deepEqual(
+      listed.filter((e) => e.name === 'd1').map((e) => [e.path, e.owner]),
+      [['/home/user/d1', 'user']],
+    );
+    await sbx.files.rename('notes/a.txt', 'notes/b.txt');
+    assert.equal(await sbx.files.read('/home/user/notes/b.txt'), 'relative');
+
+    // forkd's own SDK on the same sandbox: the same defaults.
+    const mine = await ForkdSandbox.connect(`sbx-${sbx.sandboxId.slice(3)}`, forkd);
+    const r = await mine.commands.run('id -un; pwd');
+    assert.equal(r.stdout, 'user\n/home/user\n');
+    await mine.files.write('/home/user/from-forkd.txt', 'y');
+    const own = await sbx.commands.run('stat -c %U /home/user/from-forkd.txt');
+    assert.equal(own.stdout, 'user\n');
   } finally {
     await sbx.kill();
   }
