@@ -64,11 +64,13 @@ export interface E2bSandbox {
     sandboxId: string;
     metadata: Record<string, string>;
     endAt: Date;
+    startedAt: Date;
     state: string;
     lifecycle?: { onTimeout: string; autoResume: boolean };
   }>;
   kill(): Promise<boolean>;
   pause?(): Promise<boolean>;
+  fork?(opts?: { count?: number; timeoutMs?: number }): Promise<(E2bSandbox | Error)[]>;
   betaPause?(): Promise<boolean>;
 }
 export interface E2bModule {
@@ -76,7 +78,14 @@ export interface E2bModule {
     create(template: string, opts?: Record<string, unknown>): Promise<E2bSandbox>;
     connect(id: string, opts?: Record<string, unknown>): Promise<E2bSandbox>;
     kill(id: string): Promise<boolean>;
-    list(opts?: Record<string, unknown>): { nextItems(): Promise<{ sandboxId: string }[]> };
+    fork(
+      id: string,
+      opts?: { count?: number; timeoutMs?: number },
+    ): Promise<(E2bSandbox | Error)[]>;
+    list(opts?: Record<string, unknown>): {
+      nextItems(): Promise<{ sandboxId: string }[]>;
+      hasNext: boolean;
+    };
   };
   CommandExitError: new (...a: never[]) => Error & E2bCommandResult;
   NotFoundError: new (...a: never[]) => Error;
