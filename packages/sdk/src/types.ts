@@ -197,6 +197,9 @@ export interface EntryInfo {
   mode: number;
   /** Last modification, ms since the epoch. */
   mtimeMs: number;
+  /** Owning user and group (names, else ids); only where the daemon was asked for them. */
+  owner?: string;
+  group?: string;
 }
 
 /**

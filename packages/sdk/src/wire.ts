@@ -161,6 +161,8 @@ export const FILE_STAT: WireNames<EntryInfo> = {
   size: 'size',
   mode: 'mode',
   mtimeMs: 'mtime_ms',
+  owner: 'owner',
+  group: 'group',
 };
 
 /** `Image` in schemas.ts. */
