@@ -53,6 +53,8 @@ export interface CreateFlags extends DaemonFlags, NetworkFlags {
   context: string[];
   eval: string[];
   onFork: string[];
+  user?: string;
+  workdir?: string;
 }
 
 interface DiffFlags extends DaemonFlags {
@@ -135,6 +137,14 @@ export function createFlags(cmd: Command): Command {
       [],
     )
     .option('--label <k=v>', 'label (repeatable)', collect, [])
+    .option(
+      '--user <name>',
+      "forks' commands and files default to this user (default: the image's User)",
+    )
+    .option(
+      '--workdir <dir>',
+      "forks' commands start here (default: the image's WorkingDir, else the user's home)",
+    )
     .option('--json', 'machine-readable output, no progress')
     .option(
       '--context <name>',
@@ -188,6 +198,8 @@ function createOptions(flags: CreateFlags) {
     contexts: nonEmpty(flags.context.map((c) => parseName(c, '--context'))),
     eval: nonEmpty(flags.eval),
     onFork: nonEmpty(flags.onFork),
+    user: flags.user,
+    workdir: flags.workdir,
   };
 }
 

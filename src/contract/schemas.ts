@@ -516,6 +516,13 @@ export const PutFileQuery = Type.Object(
     path: GuestPath,
     mode: Type.Optional(Type.Integer({ minimum: 0, maximum: 0o7777 })),
     parents: Type.Optional(Type.Boolean()),
+    user: Type.Optional(
+      Type.String({
+        pattern: USER_PATTERN,
+        description:
+          "guest user it (and the directories it creates) belongs to (default: the sandbox's default user, else root)",
+      }),
+    ),
   },
   strict,
 );
@@ -528,6 +535,13 @@ export const Mkdir = Type.Object(
     path: GuestPath,
     parents: Type.Optional(Type.Boolean()),
     mode: Type.Optional(Type.Integer({ minimum: 0, maximum: 0o7777 })),
+    user: Type.Optional(
+      Type.String({
+        pattern: USER_PATTERN,
+        description:
+          "guest user it (and the directories it creates) belongs to (default: the sandbox's default user, else root)",
+      }),
+    ),
   },
   strict,
 );
@@ -543,9 +557,19 @@ export const FileStat = Type.Object(
     size: Type.Integer(),
     mode: Type.Integer(),
     mtime_ms: Type.Number(),
+    owner: Type.Optional(Type.String({ description: 'owning user (name, else uid)' })),
+    group: Type.Optional(Type.String({ description: 'owning group (name, else gid)' })),
   },
   { $id: 'FileStat' },
 );
+/** Who a call acts as in a guest: a user, its home, where its commands start by default. */
+export const GuestUser = Type.Object({
+  name: Type.String(),
+  uid: Type.Integer(),
+  gid: Type.Integer(),
+  home: Type.String(),
+  cwd: Type.String(),
+});
 export const FileList = Type.Object({ entries: Type.Array(FileStat) });
 export const WriteResult = Type.Object({ size: Type.Integer() });
 
@@ -780,6 +804,12 @@ export const Snapshot = Type.Object(
     memory: Type.Optional(SnapshotMemory),
     origin: Type.Optional(SnapshotOrigin),
     boot: Type.Optional(BootKey),
+    user: Type.Optional(
+      Type.String({ description: 'the user its commands run as when they name none' }),
+    ),
+    workdir: Type.Optional(
+      Type.String({ description: 'the directory its commands start in when they name none' }),
+    ),
   },
   { $id: 'Snapshot' },
 );
@@ -873,6 +903,21 @@ export const CreateSnapshot = Type.Object(
         maxItems: 64,
         description:
           'run by the agent in every child right after its restore, before it is handed out',
+      }),
+    ),
+    user: Type.Optional(
+      Type.String({
+        pattern: USER_PATTERN,
+        description:
+          "default user of its forks' commands and files (default: the image's User; else root)",
+      }),
+    ),
+    workdir: Type.Optional(
+      Type.String({
+        pattern: '^/',
+        maxLength: 4096,
+        description:
+          "default working directory of its forks' commands (default: the image's WorkingDir; else the user's home)",
       }),
     ),
   },
@@ -1023,6 +1068,7 @@ export type LoginT = Static<typeof Login>;
 export type ForkResultT = Static<typeof ForkResult>;
 export type SnapshotT = Static<typeof Snapshot>;
 export type CreateSnapshotT = Static<typeof CreateSnapshot>;
+export type GuestUserT = Static<typeof GuestUser>;
 export type VerifyResultT = Static<typeof VerifyResult>;
 export type PoolStateT = Static<typeof PoolState>;
 export type BranchModeT = Static<typeof BranchMode>;

@@ -24,6 +24,7 @@ import type {
   ExecResultT,
   CreateSnapshotT,
   FileStatT,
+  GuestUserT,
   ImageT,
   IdlePolicyRequestT,
   LimitsRequestT,
@@ -132,16 +133,24 @@ export interface SandboxService {
   writeStdin(id: string, execId: string, data: Buffer, eof: boolean): Promise<void>;
   killExec(id: string, execId: string, signal: string): Promise<void>;
   readFile(id: string, path: string): Promise<Readable>;
+  /** `user`: the file (and the directories `parents` creates) become that guest user's. */
   writeFile(
     id: string,
     path: string,
     body: Readable,
-    opts: { mode?: number; parents?: boolean },
+    opts: { mode?: number; parents?: boolean; user?: string },
   ): Promise<number>;
-  statFile(id: string, path: string): Promise<FileStatT>;
-  listFiles(id: string, path: string): Promise<FileStatT[]>;
-  makeDir(id: string, path: string, opts: { parents?: boolean; mode?: number }): Promise<void>;
+  /** `owners`: with the owning user and group. */
+  statFile(id: string, path: string, opts?: { owners?: boolean }): Promise<FileStatT>;
+  listFiles(id: string, path: string, opts?: { owners?: boolean }): Promise<FileStatT[]>;
+  makeDir(
+    id: string,
+    path: string,
+    opts: { parents?: boolean; mode?: number; user?: string },
+  ): Promise<void>;
   removeFile(id: string, path: string, opts: { recursive?: boolean }): Promise<void>;
+  /** Who a call naming `user` (default: the sandbox's default user, else root) acts as. */
+  guestUser(id: string, user?: string): Promise<GuestUserT>;
   consoleLog(id: string): Promise<string>;
   /** Open a terminal session (cols, rows, cmd…) or reattach one (session, since). */
   pty(

@@ -231,7 +231,7 @@ test('envd needs the access token; /health does not, and says 502 once the sandb
   assert.equal(gone.statusCode, 502);
 });
 
-test('/files: download, multipart and raw (gzip) uploads, relative paths from /', async () => {
+test("/files: download, multipart and raw (gzip) uploads, relative paths from the user's home (root: /root)", async () => {
   const read = await envd({ method: 'GET', url: `/files?path=${SEED.file}` });
   assert.equal(read.statusCode, 200);
   assert.equal(read.body, SEED.fileBytes.toString());
@@ -258,7 +258,7 @@ test('/files: download, multipart and raw (gzip) uploads, relative paths from /'
   assert.equal(multipart.statusCode, 200);
   assert.deepEqual(multipart.json(), [
     { name: 'a.txt', type: 'file', path: '/tmp/a.txt' },
-    { name: 'b.txt', type: 'file', path: '/rel/b.txt' },
+    { name: 'b.txt', type: 'file', path: '/root/rel/b.txt' },
   ]);
   assert.equal((await envd({ method: 'GET', url: '/files?path=rel/b.txt' })).body, 'two');
 

@@ -24,6 +24,13 @@ export interface E2bCommandResult {
   stdout: string;
   stderr: string;
 }
+export interface E2bEntry {
+  name: string;
+  path: string;
+  type?: string;
+  owner?: string;
+  group?: string;
+}
 export interface E2bSandbox {
   sandboxId: string;
   commands: {
@@ -35,15 +42,18 @@ export interface E2bSandbox {
         onStderr?: (s: string) => void;
         background?: boolean;
         timeoutMs?: number;
+        user?: string;
       },
     ): Promise<E2bCommandResult & { pid: number; wait(): Promise<E2bCommandResult> }>;
     kill(pid: number): Promise<boolean>;
     list(): Promise<{ pid: number; cmd: string }[]>;
   };
   files: {
-    write(path: string, data: string): Promise<{ path: string }>;
+    write(path: string, data: string, opts?: { user?: string }): Promise<{ path: string }>;
     read(path: string): Promise<string>;
-    list(path: string): Promise<{ name: string; path: string; type?: string }[]>;
+    list(path: string): Promise<E2bEntry[]>;
+    getInfo(path: string, opts?: { user?: string }): Promise<E2bEntry>;
+    rename(from: string, to: string): Promise<E2bEntry>;
     makeDir(path: string): Promise<boolean>;
     exists(path: string): Promise<boolean>;
     remove(path: string): Promise<void>;
@@ -54,11 +64,13 @@ export interface E2bSandbox {
     sandboxId: string;
     metadata: Record<string, string>;
     endAt: Date;
+    startedAt: Date;
     state: string;
     lifecycle?: { onTimeout: string; autoResume: boolean };
   }>;
   kill(): Promise<boolean>;
   pause?(): Promise<boolean>;
+  fork?(opts?: { count?: number; timeoutMs?: number }): Promise<(E2bSandbox | Error)[]>;
   betaPause?(): Promise<boolean>;
 }
 export interface E2bModule {
@@ -66,7 +78,14 @@ export interface E2bModule {
     create(template: string, opts?: Record<string, unknown>): Promise<E2bSandbox>;
     connect(id: string, opts?: Record<string, unknown>): Promise<E2bSandbox>;
     kill(id: string): Promise<boolean>;
-    list(opts?: Record<string, unknown>): { nextItems(): Promise<{ sandboxId: string }[]> };
+    fork(
+      id: string,
+      opts?: { count?: number; timeoutMs?: number },
+    ): Promise<(E2bSandbox | Error)[]>;
+    list(opts?: Record<string, unknown>): {
+      nextItems(): Promise<{ sandboxId: string }[]>;
+      hasNext: boolean;
+    };
   };
   CommandExitError: new (...a: never[]) => Error & E2bCommandResult;
   NotFoundError: new (...a: never[]) => Error;

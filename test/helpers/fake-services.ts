@@ -657,6 +657,18 @@ export class FakeServices {
         this.running(id);
         this.dirs.add(`${id}:${path}`);
       },
+      guestUser: async (id, user) => {
+        this.running(id);
+        const name = user ?? 'root';
+        const home = name === 'root' ? '/root' : `/home/${name}`;
+        return {
+          name,
+          uid: name === 'root' ? 0 : 1000,
+          gid: name === 'root' ? 0 : 1000,
+          home,
+          cwd: home,
+        };
+      },
       removeFile: async (id, path) => {
         this.file(id, path);
         this.files.delete(`${id}:${path}`);

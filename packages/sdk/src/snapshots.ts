@@ -79,6 +79,10 @@ export interface SnapshotCreateOptions extends SandboxOptions {
   eval?: string[];
   /** Commands every child runs right after its restore, before it is handed out. */
   onFork?: string[];
+  /** The user its forks' commands and files default to (default: the image's User, else root). */
+  user?: string;
+  /** Where its forks' commands start by default (default: the image's WorkingDir, else the user's home). */
+  workdir?: string;
 }
 
 /**
@@ -166,6 +170,8 @@ function createBody(opts: SnapshotCreateOptions): CreateSnapshotBody {
     contexts: opts.contexts,
     eval: opts.eval,
     on_fork: opts.onFork,
+    user: opts.user,
+    workdir: opts.workdir,
   });
 }
 

@@ -197,6 +197,9 @@ export interface EntryInfo {
   mode: number;
   /** Last modification, ms since the epoch. */
   mtimeMs: number;
+  /** Owning user and group (names, else ids); only where the daemon was asked for them. */
+  owner?: string;
+  group?: string;
 }
 
 /**
@@ -362,6 +365,10 @@ export interface SnapshotInfo {
    * RAM, vCPUs, NIC), as the daemon sends it.
    */
   boot?: Record<string, unknown>;
+  /** The user its forks' commands and files default to (absent: root). */
+  user?: string;
+  /** Where its forks' commands start by default (absent: the user's home). */
+  workdir?: string;
 }
 
 /** Where an unpacked or pulled snapshot came from. */

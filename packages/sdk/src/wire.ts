@@ -162,6 +162,8 @@ export const FILE_STAT: WireNames<EntryInfo> = {
   size: 'size',
   mode: 'mode',
   mtimeMs: 'mtime_ms',
+  owner: 'owner',
+  group: 'group',
 };
 
 /** `Image` in schemas.ts. */
@@ -247,6 +249,8 @@ export const SNAPSHOT: WireNames<SnapshotInfo> = {
   memory: 'memory',
   origin: 'origin',
   boot: 'boot',
+  user: 'user',
+  workdir: 'workdir',
 };
 
 /** `SnapshotMemory` in schemas.ts (a Snapshot's `memory`). */
@@ -484,6 +488,8 @@ export interface CreateSnapshotBody {
   contexts?: string[];
   eval?: string[];
   on_fork?: string[];
+  user?: string;
+  workdir?: string;
 }
 
 /** `BranchRequest`. */

@@ -15,6 +15,7 @@ import Fastify, {
   type FastifyServerOptions,
 } from 'fastify';
 import { ForkdError } from '../../errors.js';
+import type { GuestUserT } from '../../contract/schemas.js';
 import type { Services } from '../../services/contracts.js';
 import { installAudit } from '../audit.js';
 import type { Api } from '../types.js';
@@ -51,6 +52,40 @@ export interface E2bContext {
   sandboxOf(request: FastifyRequest): string;
   /** The envd access token the create/connect answers hand out. */
   accessToken(id: string): string;
+  /**
+   * Who an envd request acts as: the user it names (Basic auth on RPCs, `username` on
+   * /files), else the sandbox's default user; with that user's home.
+   */
+  who(request: FastifyRequest): Promise<GuestUserT>;
+}
+
+/** The user an envd request names: `Authorization: Basic base64(user:)` or `?username=`. */
+export function userOf(request: FastifyRequest): string | undefined {
+  const q = (request.query as Record<string, unknown> | undefined)?.username;
+  if (typeof q === 'string' && q) return q;
+  const m = /^Basic\s+(\S+)$/i.exec(request.headers.authorization ?? '');
+  if (!m?.[1]) return undefined;
+  const user = Buffer.from(m[1], 'base64').toString('utf8').split(':')[0];
+  return user || undefined;
+}
+
+/** How long a resolved guest user is reused (a call per file request would read passwd). */
+const WHO_TTL_MS = 10_000;
+
+function makeWho(services: Services): E2bContext['who'] {
+  const cache = new Map<string, { at: number; user: Promise<GuestUserT> }>();
+  return (request) => {
+    const sandbox = sandboxOf(request);
+    const user = userOf(request);
+    const key = `${sandbox}/${user ?? ''}`;
+    const hit = cache.get(key);
+    if (hit && Date.now() - hit.at < WHO_TTL_MS) return hit.user;
+    for (const [k, v] of cache) if (Date.now() - v.at >= WHO_TTL_MS) cache.delete(k);
+    const resolved = services.sandboxes.guestUser(sandbox, user);
+    resolved.catch(() => cache.delete(key));
+    cache.set(key, { at: Date.now(), user: resolved });
+    return resolved;
+  };
 }
 
 const digest = (s: string): Buffer => createHash('sha256').update(s, 'utf8').digest();
@@ -204,7 +239,12 @@ export async function buildE2bApp(
   installAuthHook(app, auth);
   installAudit(app, services.audit);
   installParsers(app);
-  const ctx: E2bContext = { services, sandboxOf, accessToken: auth.accessToken };
+  const ctx: E2bContext = {
+    services,
+    sandboxOf,
+    accessToken: auth.accessToken,
+    who: makeWho(services),
+  };
   for (const routes of [controlRoutes, processRoutes, filesystemRoutes]) {
     await app.register(routes, { ctx });
   }

@@ -10,11 +10,12 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ForkdError, isForkdError } from '../../errors.js';
+import { FORK_MAX } from '../../contract/rules.js';
 import type { EgressPolicyT, IdlePolicyRequestT, SandboxT } from '../../contract/schemas.js';
 import type { Caller } from '../../services/contracts.js';
 import type { Api } from '../types.js';
 import type { E2bContext } from './app.js';
-import { fromE2bId, toE2bId } from './wire.js';
+import { e2bError, fromE2bId, toE2bId } from './wire.js';
 
 /** The envd version reported: ≥0.4.0 (no default user), 0.5.2 (close stdin), 0.5.7 (raw uploads). */
 export const ENVD_VERSION = '0.5.7';
@@ -268,16 +269,78 @@ function statesFilter(raw: unknown): Set<string> {
   return new Set(states.length ? states : ['running', 'paused']);
 }
 
-async function list(ctx: E2bContext, request: FastifyRequest) {
+/** E2B's page size when a list names none, and the largest it takes. */
+const DEFAULT_LIMIT = 100;
+const MAX_LIMIT = 1000;
+
+type Listed = ReturnType<typeof detailBody>;
+
+/** A page's continuation: where the last entry it held sorts (start time, then id). */
+const tokenOf = (d: Listed): string =>
+  Buffer.from(JSON.stringify([d.startedAt, d.sandboxID])).toString('base64url');
+
+function afterToken(raw: unknown): [string, string] | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  try {
+    const v: unknown = JSON.parse(Buffer.from(String(raw), 'base64url').toString('utf8'));
+    if (Array.isArray(v) && v.length === 2 && v.every((x) => typeof x === 'string')) {
+      return v as [string, string];
+    }
+  } catch {
+    // answered below
+  }
+  throw bad('nextToken', 'not a token this listener handed out (x-next-token)');
+}
+
+/** The list's query: filters, order and page. */
+function listQuery(query: Record<string, unknown>) {
+  const limit = query.limit === undefined ? DEFAULT_LIMIT : Number(query.limit);
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
+    throw bad('limit', `must be a whole number from 1 to ${MAX_LIMIT}`);
+  }
+  const order = query.order ?? 'desc';
+  if (order !== 'asc' && order !== 'desc') throw bad('order', "must be 'asc' or 'desc'");
+  const since =
+    query.startedAfter === undefined ? undefined : Date.parse(String(query.startedAfter));
+  if (since !== undefined && Number.isNaN(since)) {
+    throw bad('startedAfter', 'must be an RFC 3339 time');
+  }
+  const template =
+    typeof query.template === 'string' && query.template ? query.template : undefined;
+  return { limit, order, since, template, after: afterToken(query.nextToken) };
+}
+
+/** Sort key of an entry: its start time, then its id (ties broken the same way every page). */
+const compareListed = (a: Listed, b: Listed): number =>
+  a.startedAt === b.startedAt
+    ? a.sandboxID.localeCompare(b.sandboxID)
+    : a.startedAt.localeCompare(b.startedAt);
+
+/** GET /v2/sandboxes: filtered, ordered by start time (newest first unless `order=asc`), paged. */
+async function list(ctx: E2bContext, request: FastifyRequest, reply: FastifyReply) {
   const query = request.query as Record<string, unknown>;
+  const q = listQuery(query);
   const wanted = Object.entries(metadataFilter(query.metadata));
   const states = statesFilter(query.state);
-  const all = await ctx.services.sandboxes.list({});
-  return all
+  const sign = q.order === 'asc' ? 1 : -1;
+  const all = (await ctx.services.sandboxes.list({}))
     .filter(live)
     .map(detailBody)
     .filter((d) => states.has(d.state))
-    .filter((d) => wanted.every(([k, v]) => d.metadata[k] === v));
+    .filter((d) => wanted.every(([k, v]) => d.metadata[k] === v))
+    .filter((d) => q.since === undefined || Date.parse(d.startedAt) >= q.since)
+    .filter((d) => q.template === undefined || d.templateID === q.template)
+    .sort((a, b) => sign * compareListed(a, b));
+  const after = q.after;
+  const rest = after
+    ? all.filter(
+        (d) => sign * compareListed(d, { startedAt: after[0], sandboxID: after[1] } as Listed) > 0,
+      )
+    : all;
+  const page = rest.slice(0, q.limit);
+  const last = page[page.length - 1];
+  if (last && rest.length > page.length) reply.header('x-next-token', tokenOf(last));
+  return page;
 }
 
 /** Connect: wake a paused sandbox, set its timeout if asked; 201 when it was resumed. */
@@ -286,8 +349,47 @@ async function connect(ctx: E2bContext, request: FastifyRequest, reply: FastifyR
   const timeout = optTimeout(bodyOf(request));
   const resumed = isPaused(s);
   if (resumed) s = await ctx.services.sandboxes.resume(s.id);
-  if (timeout !== undefined) s = await setTimeoutOf(ctx, s, timeout);
+  // As E2B: connecting may lengthen a running sandbox's life, never shorten it.
+  const later =
+    s.expires_at !== null && Date.parse(s.expires_at) > Date.now() + (timeout ?? 0) * 1000;
+  if (timeout !== undefined && !later) s = await setTimeoutOf(ctx, s, timeout);
   return reply.code(resumed ? 201 : 200).send(sandboxBody(ctx, s));
+}
+
+/** `count` of a fork request: 1 by default, at most what one forkd fork makes. */
+function forkCount(body: Body): number {
+  const v = body.count ?? 1;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1 || v > FORK_MAX) {
+    throw bad('count', `must be a whole number from 1 to ${FORK_MAX}`);
+  }
+  return v;
+}
+
+/**
+ * `sandbox.fork()`: a live branch of the running sandbox (it pauses only while its state
+ * is captured) with `count` children forked from that instant, each with E2B's timeout.
+ * The answer holds one entry per child: its connect body, or the error that child got.
+ */
+async function fork(ctx: E2bContext, request: FastifyRequest, caller: Caller) {
+  const body = bodyOf(request);
+  const count = forkCount(body);
+  const timeout = optTimeout(body) ?? DEFAULT_TIMEOUT_S;
+  let s = await liveSandbox(ctx, request);
+  if (isPaused(s)) s = await ctx.services.sandboxes.resume(s.id);
+  const branched = await ctx.services.branch.branch(s.id, { fork: count }, caller);
+  const children = branched.children ?? { sandboxes: [], failed: [] };
+  const made = await Promise.all(
+    children.sandboxes.map(async (child) => {
+      try {
+        return {
+          sandbox: sandboxBody(ctx, await ctx.services.sandboxes.extend(child.id, timeout)),
+        };
+      } catch (e) {
+        return { error: e2bError(e).body };
+      }
+    }),
+  );
+  return [...made, ...children.failed.map((f) => ({ error: e2bError(f.error).body }))];
 }
 
 export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
@@ -306,8 +408,8 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   app.get('/sandboxes/:sandboxID', { config }, async (request) =>
     detailBody(await liveSandbox(ctx, request)),
   );
-  app.get('/sandboxes', { config }, async (request) => list(ctx, request));
-  app.get('/v2/sandboxes', { config }, async (request) => list(ctx, request));
+  app.get('/sandboxes', { config }, async (request, reply) => list(ctx, request, reply));
+  app.get('/v2/sandboxes', { config }, async (request, reply) => list(ctx, request, reply));
 
   app.delete('/sandboxes/:sandboxID', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
@@ -347,6 +449,10 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     if (timeout !== undefined) s = await setTimeoutOf(ctx, s, timeout);
     return reply.code(201).send(sandboxBody(ctx, s));
   });
+
+  app.post('/sandboxes/:sandboxID/fork', { config }, async (request) =>
+    fork(ctx, request, caller(request)),
+  );
 
   app.get('/sandboxes/:sandboxID/metrics', { config }, async (request) => {
     await liveSandbox(ctx, request);

@@ -2,8 +2,10 @@
  * envd's file surface over forkd's file service: filesystem.Filesystem (Stat, ListDir,
  * MakeDir, Remove, Move) as Connect-RPC, `GET /files` (download) and `POST /files`
  * (multipart or raw, optionally gzip), and `GET /health` (204 while the sandbox runs, 502
- * once it is gone: the SDK's isRunning()). Relative paths are taken from `/`, the working
- * directory of forkd's commands, so files and commands agree on what `a.txt` is.
+ * once it is gone: the SDK's isRunning()). A call acts as the user it names, else the
+ * sandbox's default user (E2B's template user): relative paths are taken from where that
+ * user's commands start (the snapshot's working directory, else the user's home), so files
+ * and commands agree on what `a.txt` is, and what a call creates belongs to that user.
  */
 import { posix } from 'node:path';
 import { pipeline, Readable } from 'node:stream';
@@ -36,9 +38,9 @@ const TYPE_LETTER: Record<FileStatT['kind'], string> = {
   other: '?',
 };
 
-/** A guest path from an E2B client: relative ones are taken from `/`. */
-export function guestPath(path: string): string {
-  return posix.resolve('/', path);
+/** A guest path from an E2B client: relative ones are taken from `cwd`. */
+export function guestPath(path: string, cwd = '/'): string {
+  return posix.resolve(cwd, path);
 }
 
 /** `drwxr-xr-x` from a kind and mode bits. */
@@ -58,8 +60,8 @@ export function entryInfo(stat: FileStatT, path: string) {
     size: String(stat.size),
     mode: stat.mode & 0o7777,
     permissions: permissions(stat.kind, stat.mode),
-    owner: '',
-    group: '',
+    owner: stat.owner ?? '',
+    group: stat.group ?? '',
     modifiedTime: new Date(stat.mtime_ms).toISOString(),
   };
 }
@@ -70,16 +72,16 @@ const missing = (e: unknown) => isForkdError(e) && e.code === 'guest_file_not_fo
 
 export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   const sandboxes = ctx.services.sandboxes;
-  const pathOf = (msg: Record<string, unknown>, field = 'path') =>
-    guestPath(requiredString(msg, field));
+  const pathOf = async (request: FastifyRequest, msg: Record<string, unknown>, field = 'path') =>
+    guestPath(requiredString(msg, field), (await ctx.who(request)).cwd);
 
   async function stat(sandbox: string, path: string): Promise<Entry> {
-    return entryInfo(await sandboxes.statFile(sandbox, path), path);
+    return entryInfo(await sandboxes.statFile(sandbox, path, { owners: true }), path);
   }
 
   /** Entries under `dir` down to `depth` levels (1: the directory itself). */
   async function walk(sandbox: string, dir: string, depth: number, out: Entry[]): Promise<void> {
-    for (const s of await sandboxes.listFiles(sandbox, dir)) {
+    for (const s of await sandboxes.listFiles(sandbox, dir, { owners: true })) {
       if (out.length >= MAX_LIST_ENTRIES) {
         throw new ForkdError(
           'bad_request',
@@ -93,41 +95,51 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   }
 
   unary(app, `${SERVICE}/Stat`, async (msg, request) => ({
-    entry: await stat(ctx.sandboxOf(request), pathOf(msg)),
+    entry: await stat(ctx.sandboxOf(request), await pathOf(request, msg)),
   }));
 
   unary(app, `${SERVICE}/ListDir`, async (msg, request) => {
     const sandbox = ctx.sandboxOf(request);
     const entries: Entry[] = [];
-    await walk(sandbox, pathOf(msg), Math.max(1, uintField(msg, 'depth') ?? 1), entries);
+    await walk(
+      sandbox,
+      await pathOf(request, msg),
+      Math.max(1, uintField(msg, 'depth') ?? 1),
+      entries,
+    );
     return { entries };
   });
 
   unary(app, `${SERVICE}/MakeDir`, async (msg, request) => {
     const sandbox = ctx.sandboxOf(request);
-    const path = pathOf(msg);
+    const path = await pathOf(request, msg);
     const existing = await stat(sandbox, path).catch((e: unknown) => {
       if (missing(e)) return undefined;
       throw e;
     });
     if (existing) throw new ConnectFailure('already_exists', `${path} already exists`);
-    await sandboxes.makeDir(sandbox, path, { parents: true });
+    const user = (await ctx.who(request)).name;
+    await sandboxes.makeDir(sandbox, path, { parents: true, user });
     return { entry: await stat(sandbox, path) };
   });
 
   unary(app, `${SERVICE}/Remove`, async (msg, request) => {
-    await sandboxes.removeFile(ctx.sandboxOf(request), pathOf(msg), { recursive: true });
+    const path = await pathOf(request, msg);
+    await sandboxes.removeFile(ctx.sandboxOf(request), path, { recursive: true });
     return {};
   });
 
   unary(app, `${SERVICE}/Move`, async (msg, request) => {
     const sandbox = ctx.sandboxOf(request);
-    const [from, to] = [pathOf(msg, 'source'), pathOf(msg, 'destination')];
+    const [from, to] = [
+      await pathOf(request, msg, 'source'),
+      await pathOf(request, msg, 'destination'),
+    ];
     await stat(sandbox, from);
-    // forkd's file service has no rename: the guest's own mv does it, in one step, as root
-    // like the file service's other calls (not as the image config's User).
+    // forkd's file service has no rename: the guest's own mv does it, in one step, as the
+    // call's user (whose permissions apply, as with E2B's envd).
     const argv = ['mv', '-f', '--', from, to];
-    const r = await sandboxes.exec(sandbox, { argv, user: 'root' });
+    const r = await sandboxes.exec(sandbox, { argv, user: (await ctx.who(request)).name });
     if (r.exit_code !== 0) {
       const why = Buffer.from(r.stderr, 'base64').toString('utf8').trim().slice(0, 300);
       throw new ForkdError('guest_error', `mv ${from} ${to} failed: ${why}`);
@@ -149,7 +161,8 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   app.get('/files', { config: { plane: 'envd' } }, async (request, reply) => {
     const path = queryPath(request);
     if (!path) throw new ForkdError('bad_request', 'query.path: required');
-    const stream = await sandboxes.readFile(ctx.sandboxOf(request), guestPath(path));
+    const cwd = (await ctx.who(request)).cwd;
+    const stream = await sandboxes.readFile(ctx.sandboxOf(request), guestPath(path, cwd));
     return reply.type('application/octet-stream').send(stream);
   });
 
@@ -176,10 +189,11 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
 
   app.post('/files', { config: { plane: 'envd' } }, async (request) => {
     const sandbox = ctx.sandboxOf(request);
+    const who = await ctx.who(request);
     const written = [];
     for (const file of uploads(request)) {
-      const path = guestPath(file.path);
-      await sandboxes.writeFile(sandbox, path, file.body, { parents: true });
+      const path = guestPath(file.path, who.cwd);
+      await sandboxes.writeFile(sandbox, path, file.body, { parents: true, user: who.name });
       written.push({ name: posix.basename(path), type: 'file', path });
     }
     return written;

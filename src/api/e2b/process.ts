@@ -6,11 +6,10 @@
  * watching each); an entry goes when its command exits. As with E2B, a client that goes
  * away leaves its command running: Connect can pick it up again.
  */
-import type { FastifyRequest } from 'fastify';
 import type { ExecRequestT } from '../../contract/schemas.js';
 import type { ExecStream } from '../../services/contracts.js';
 import type { Api } from '../types.js';
-import type { E2bContext } from './app.js';
+import { userOf, type E2bContext } from './app.js';
 import { serverStream, unary, type StreamOut } from './rpc.js';
 import {
   bytesField,
@@ -78,14 +77,6 @@ function parseConfig(msg: Record<string, unknown>): ProcessConfig {
   const cwd = stringField(p, 'cwd');
   if (cwd) config.cwd = cwd;
   return config;
-}
-
-/** The user of `Authorization: Basic base64(user:)`, which the SDK sends for `user`. */
-export function userOf(request: FastifyRequest): string | undefined {
-  const m = /^Basic\s+(\S+)$/i.exec(request.headers.authorization ?? '');
-  if (!m?.[1]) return undefined;
-  const user = Buffer.from(m[1], 'base64').toString('utf8').split(':')[0];
-  return user || undefined;
 }
 
 export function execRequest(

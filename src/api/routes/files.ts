@@ -107,8 +107,8 @@ export async function fileRoutes(app: Api, { services }: { services: Services })
       },
     },
     async (request, reply) => {
-      const { path, parents, mode } = request.body;
-      await sandboxes.makeDir(request.params.id, path, { parents, mode });
+      const { path, parents, mode, user } = request.body;
+      await sandboxes.makeDir(request.params.id, path, { parents, mode, user });
       return reply.code(204).send();
     },
   );
@@ -128,10 +128,14 @@ export async function fileRoutes(app: Api, { services }: { services: Services })
         },
       },
       async (request) => {
-        const { path, mode, parents } = request.query;
+        const { path, mode, parents, user } = request.query;
         const length = request.headers['content-length'];
         const body = limitedBody(request.body, length, MAX_UPLOAD_BYTES);
-        const size = await sandboxes.writeFile(request.params.id, path, body, { mode, parents });
+        const size = await sandboxes.writeFile(request.params.id, path, body, {
+          mode,
+          parents,
+          user,
+        });
         return { size };
       },
     );

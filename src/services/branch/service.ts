@@ -18,7 +18,7 @@ import type { Lease, SandboxHost } from '../sandboxes/host.js';
 import { memPathOf } from '../sandboxes/sandbox.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import { validateTag, type SnapshotConfig, type SnapshotManifest } from '../snapshots/files.js';
-import { inheritedOnFork } from '../snapshots/hooks.js';
+import { inheritedFromSnapshot } from '../snapshots/hooks.js';
 import { diffAgainst, memoryChainProblem, memoryId } from '../snapshots/memory.js';
 import type { SnapshotMeta } from '../snapshots/registry.js';
 import type { SnapshotManager } from '../snapshots/service.js';
@@ -258,7 +258,7 @@ export class BranchManager implements BranchService {
       network: source.vm.spec.net ? 'nat' : 'none',
       ...(egress ? { egress } : {}),
       ...inheritedLimits(source.info),
-      ...(await inheritedOnFork(this.opts.paths, source.info.snapshot)),
+      ...(await inheritedFromSnapshot(this.opts.paths, source.info.snapshot)),
     };
   }
 

@@ -6,6 +6,7 @@
  * and on start reconciles the store with what really runs (reconcile.ts).
  */
 import { rm } from 'node:fs/promises';
+import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import type {
   CreateSandboxT,
@@ -14,6 +15,7 @@ import type {
   ExecRequestT,
   ExecResultT,
   FileStatT,
+  GuestUserT,
   LimitsRequestT,
   PatchSandboxT,
   PtyQueryT,
@@ -76,6 +78,7 @@ import {
 import { crashPoint } from '../../util/crash.js';
 import { captureToDisk, readImage, restoreFromDisk, type NetImage } from './hibernate.js';
 import { openDownload, readTail, toWireStat } from './files.js';
+import { guestUser, handOver, isRootSpec, missingDirs, ownersOf } from './owners.js';
 import { Gate } from './gate.js';
 import {
   forgetLogs,
@@ -813,7 +816,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   async exec(id: string, req: ExecRequestT): Promise<ExecResultT> {
     const live = await this.awake(id);
-    const full = withExecDefaults(req, await this.execDefaults(live));
+    const full = withExecDefaults(req, await this.defaultsOf(id, live));
     return busyWhile(
       live,
       this.execGate.around(() => runBuffered(live.agent, full)),
@@ -822,7 +825,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   async execStream(id: string, req: ExecRequestT): Promise<ExecStream> {
     const live = await this.awake(id);
-    const full = withExecDefaults(req, await this.execDefaults(live));
+    const full = withExecDefaults(req, await this.defaultsOf(id, live));
     const release = this.execGate.enter();
     try {
       const { stream, handle } = await startStreaming(live.agent, full);
@@ -858,26 +861,63 @@ export class SandboxManager implements SandboxService, SandboxHost {
     id: string,
     path: string,
     body: Readable,
-    opts: { mode?: number; parents?: boolean },
+    opts: { mode?: number; parents?: boolean; user?: string },
   ): Promise<number> {
     const live = await this.awake(id);
-    return busyWhile(live, live.agent.writeFile(path, body as AsyncIterable<Buffer>, opts));
+    const { user, ...rest } = opts;
+    const spec = user ?? (await this.defaultsOf(id, live)).user;
+    const owner = spec && !isRootSpec(spec) ? await guestUser(live.agent, spec) : undefined;
+    const created =
+      owner && rest.parents !== false ? await missingDirs(live.agent, posix.dirname(path)) : [];
+    const size = await busyWhile(
+      live,
+      live.agent.writeFile(path, body as AsyncIterable<Buffer>, rest),
+    );
+    if (owner) await handOver(live.agent, owner, [...created, path]);
+    return size;
   }
 
-  async statFile(id: string, path: string): Promise<FileStatT> {
-    return toWireStat(await (await this.awake(id)).agent.stat(path));
+  async statFile(id: string, path: string, opts: { owners?: boolean } = {}): Promise<FileStatT> {
+    const agent = (await this.awake(id)).agent;
+    const stat = toWireStat(await agent.stat(path));
+    return opts.owners ? { ...stat, ...(await ownersOf(agent, [path]))[0] } : stat;
   }
 
-  async listFiles(id: string, path: string): Promise<FileStatT[]> {
-    return (await (await this.awake(id)).agent.list(path)).map(toWireStat);
+  async listFiles(id: string, path: string, opts: { owners?: boolean } = {}): Promise<FileStatT[]> {
+    const agent = (await this.awake(id)).agent;
+    const entries = (await agent.list(path)).map(toWireStat);
+    if (!opts.owners) return entries;
+    const owners = await ownersOf(
+      agent,
+      entries.map((e) => posix.join(path, e.name)),
+    );
+    return entries.map((e, i) => ({ ...e, ...owners[i] }));
   }
 
   async makeDir(
     id: string,
     path: string,
-    opts: { parents?: boolean; mode?: number },
+    opts: { parents?: boolean; mode?: number; user?: string },
   ): Promise<void> {
-    await (await this.awake(id)).agent.mkdir(path, opts);
+    const live = await this.awake(id);
+    const agent = live.agent;
+    const { user, ...rest } = opts;
+    const spec = user ?? (await this.defaultsOf(id, live)).user;
+    const owner = spec && !isRootSpec(spec) ? await guestUser(agent, spec) : undefined;
+    const created = owner && rest.parents ? await missingDirs(agent, path) : [];
+    await agent.mkdir(path, rest);
+    if (owner) await handOver(agent, owner, rest.parents ? created : [path]);
+  }
+
+  /**
+   * Who a call that names `user` (or none: the sandbox's default user, else root) acts as
+   * in the guest, with its home, and the directory its commands start in by default.
+   */
+  async guestUser(id: string, user?: string): Promise<GuestUserT> {
+    const live = await this.awake(id);
+    const defaults = await this.defaultsOf(id, live);
+    const u = await guestUser(live.agent, user ?? defaults.user ?? 'root');
+    return { name: u.name, uid: u.uid, gid: u.gid, home: u.home, cwd: defaults.cwd ?? u.home };
   }
 
   async removeFile(id: string, path: string, opts: { recursive?: boolean }): Promise<void> {
@@ -892,29 +932,34 @@ export class SandboxManager implements SandboxService, SandboxHost {
   ): Promise<PtyAttachment> {
     const live = await this.awake(id);
     // A reattach joins the session as it runs (and refuses cwd and user).
-    const full = req.session ? req : withExecDefaults(req, await this.execDefaults(live));
+    const full = req.session ? req : withExecDefaults(req, await this.defaultsOf(id, live));
     const attachment = await openOrAttach(live.agent, full, onData);
     void busyWhile(live, attachment.ended).catch(() => undefined);
     return attachment;
   }
 
   /**
-   * The WorkingDir and User of the sandbox's image (forks have their snapshot's), for its
-   * commands that name none, as Docker applies them to `docker exec`. Read once: an image
-   * cannot be replaced while a sandbox uses it. None when the image is not on this host.
+   * The working directory and user of the sandbox's commands that name none, as Docker
+   * applies an image's to `docker exec`: what its snapshot recorded (`snapshot create
+   * --user/--workdir`, else the image's), for a sandbox booted from an image its image
+   * config's WorkingDir and User. Read once per process: neither changes while it runs.
    */
-  private execDefaults(live: Live): Promise<ExecDefaults> {
-    const image = live.row.image;
-    const snapshot = this.rows.get(live.id)?.snapshot ?? null;
-    const ofImage = () =>
-      image
-        ? getImage(this.opts.paths, image).then(imageExecDefaults, () => ({}))
-        : Promise.resolve({});
-    // A build's result records its own WORKDIR and USER (docs/build.md), over the image's.
-    live.execDefaults ??= snapshotExecDefaults(this.opts.paths, snapshot).then(
-      (d) => d ?? ofImage(),
-    );
+  private defaultsOf(id: string, live: Live): Promise<ExecDefaults> {
+    live.execDefaults ??= this.readDefaults(id);
     return live.execDefaults;
+  }
+
+  private async readDefaults(id: string): Promise<ExecDefaults> {
+    const { image, snapshot } = this.row(id);
+    const m = snapshot
+      ? await readManifest(this.opts.paths, snapshot).catch(() => undefined)
+      : undefined;
+    // A build's result records its WORKDIR and USER in its config (docs/build.md).
+    const user = m?.user ?? (m?.config?.user?.split(':')[0] || undefined);
+    const workdir = m?.workdir ?? m?.config?.working_dir;
+    if (user || workdir) return { ...(workdir ? { cwd: workdir } : {}), ...(user ? { user } : {}) };
+    if (!image) return {};
+    return getImage(this.opts.paths, image).then(imageExecDefaults, () => ({}));
   }
 
   async ptySessions(id: string): Promise<PtySessionT[]> {
@@ -1133,14 +1178,3 @@ function toWireUsage(u: CgroupUsage): NonNullable<SandboxT['usage']> {
   };
 }
 
-/** The WORKDIR and USER a build recorded in the snapshot (undefined: none recorded). */
-async function snapshotExecDefaults(
-  paths: Paths,
-  tag: string | null,
-): Promise<ExecDefaults | undefined> {
-  if (!tag) return undefined;
-  const config = (await readManifest(paths, tag).catch(() => undefined))?.config;
-  if (!config) return undefined;
-  const user = config.user?.split(':')[0] || undefined;
-  return { ...(config.working_dir ? { cwd: config.working_dir } : {}), ...(user ? { user } : {}) };
-}

@@ -12,7 +12,7 @@ import type { AgentClient } from '../../drivers/agent/client.js';
 import { captureVm } from '../../drivers/qemu/capture.js';
 import { ForkdError } from '../../errors.js';
 import { locateGuest } from '../guest.js';
-import { DEFAULT_IMAGE } from '../images/index.js';
+import { DEFAULT_IMAGE, getImage, imageExecDefaults, type ExecDefaults } from '../images/index.js';
 import {
   bootSandbox,
   destroySandbox,
@@ -103,6 +103,7 @@ export async function createSnapshot(
       ...(egress ? { egress } : {}),
       ...(req.on_fork?.length ? { on_fork: req.on_fork } : {}),
       ...(ctx.boot ? { boot: ctx.boot } : {}),
+      ...(await childDefaults(ctx.paths, image, req)),
     });
     await ctx.network?.release(id);
     await rm(sb.dir, { recursive: true, force: true });
@@ -113,6 +114,21 @@ export async function createSnapshot(
     await rm(staging, { recursive: true, force: true });
     throw await asDiskFull(e, ctx.paths.snapshots, `snapshot create of ${req.tag}`);
   }
+}
+
+/**
+ * The user and working directory its children's commands get when they name none, as a
+ * template records them: `--user`/`--workdir`, else the image config's User and WorkingDir.
+ */
+async function childDefaults(
+  p: Paths,
+  image: string,
+  req: CreateSnapshotT,
+): Promise<{ user?: string; workdir?: string }> {
+  const fromImage = await getImage(p, image).then(imageExecDefaults, () => ({}) as ExecDefaults);
+  const user = req.user ?? fromImage.user;
+  const workdir = req.workdir ?? fromImage.cwd;
+  return { ...(user ? { user } : {}), ...(workdir ? { workdir } : {}) };
 }
 
 /**
@@ -141,10 +157,35 @@ async function warm(agent: AgentClient, req: CreateSnapshotT, ctx: CreateContext
     const detached = `(${cmd}) </dev/null >/tmp/forkd-start-${i}.log 2>&1 &`;
     await mustSucceed(agent, detached, 'start command', ctx.signal);
   }
+  await checkDefaults(agent, req, ctx.signal);
   await warmContexts(agent, req, ctx.onProgress);
   const deadline = Date.now() + (req.wait_timeout_s ?? DEFAULT_WAIT_S) * 1000;
   if (req.wait_for) await waitUntil(agent, req.wait_for, deadline, ctx);
   if (req.wait_port) await waitUntil(agent, portCheck(req.wait_port), deadline, ctx);
+}
+
+/** `--user` and `--workdir` must exist once warmed (a warm-up command may create them). */
+async function checkDefaults(agent: AgentClient, req: CreateSnapshotT, signal?: AbortSignal) {
+  const checks: [string | undefined, string[], string][] = [
+    [
+      req.user,
+      ['id', '-u', req.user ?? ''],
+      'no such user in the image (add it in a --warm command)',
+    ],
+    [
+      req.workdir,
+      ['test', '-d', req.workdir ?? ''],
+      'no such directory in the image (make it in a --warm command)',
+    ],
+  ];
+  for (const [value, argv, reason] of checks) {
+    if (value === undefined) continue;
+    const r = await agent.run({ argv, signal });
+    if (r.exitCode !== 0) {
+      const field = argv[0] === 'id' ? 'user' : 'workdir';
+      throw new ForkdError('bad_request', `${field} ${value}: ${reason}`, { field, reason });
+    }
+  }
 }
 
 /** A shell test that a guest TCP port listens (state 0A in /proc/net/tcp{,6}). */

@@ -68,6 +68,10 @@ export interface SnapshotManifest {
   on_fork?: string[];
   /** Set on a boot snapshot (boot.ts): what it is valid for; hidden from `forkd snapshots`. */
   boot?: BootKey;
+  /** Its children's commands and files default to this user (`--user`, else the image's User). */
+  user?: string;
+  /** Its children's commands start here by default (`--workdir`, else the image's WorkingDir). */
+  workdir?: string;
   /** A build's config (`forkd build`): its forks' commands run with it (docs/build.md). */
   config?: SnapshotConfig;
 }

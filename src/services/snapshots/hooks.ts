@@ -10,7 +10,7 @@ import type { AgentClient } from '../../drivers/agent/client.js';
 import { evalCode, startContext, type RunnerEvent } from '../../drivers/agent/runner.js';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
-import { readManifest, type SnapshotConfig } from './files.js';
+import { readManifest, type SnapshotManifest } from './files.js';
 
 const DEFAULT_CWD = '/root';
 const WARM_EVAL_TIMEOUT_MS = 600_000;
@@ -76,17 +76,19 @@ export async function runForkHooks(
 }
 
 /**
- * A branch keeps the on-fork commands and the build config (docs/build.md) of the snapshot
- * its source was forked from.
+ * A branch keeps what the snapshot its source was forked from gives its children: the
+ * on-fork commands, the default user and working directory, a build's config (docs/build.md).
  */
-export async function inheritedOnFork(
+export async function inheritedFromSnapshot(
   p: Paths,
   snapshot: string | null,
-): Promise<{ on_fork?: string[]; config?: SnapshotConfig }> {
+): Promise<Pick<SnapshotManifest, 'on_fork' | 'user' | 'workdir' | 'config'>> {
   if (!snapshot) return {};
   const m = await readManifest(p, snapshot).catch(() => undefined);
   return {
     ...(m?.on_fork?.length ? { on_fork: m.on_fork } : {}),
     ...(m?.config ? { config: m.config } : {}),
+    ...(m?.user ? { user: m.user } : {}),
+    ...(m?.workdir ? { workdir: m.workdir } : {}),
   };
 }

@@ -350,6 +350,8 @@ export class SnapshotRegistry {
     const origin = await readOrigin(this.opts.paths, m.tag);
     if (origin) wire.origin = origin;
     if (m.boot) wire.boot = m.boot;
+    if (m.user) wire.user = m.user;
+    if (m.workdir) wire.workdir = m.workdir;
     wire.depth = wire.ancestors.length;
     if (reason) wire.reason = reason;
     return wire;

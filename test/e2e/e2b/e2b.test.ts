@@ -12,11 +12,18 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Sandbox as ForkdSandbox, Snapshot } from '@forkd/sdk';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
-import { loadE2b, type E2bModule } from '../../helpers/e2b-sdk.js';
+import { loadE2b, type E2bModule, type E2bSandbox } from '../../helpers/e2b-sdk.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
 
 const TOKEN = 'e2b-test-token-0123456789abcdef';
 const TAG = 'e2b-base';
+/** A template as E2B makes them: a `user` account its calls default to, home /home/user. */
+const USER_TAG = 'e2b-user';
+const ADD_USER = [
+  "echo 'user:x:1000:1000::/home/user:/bin/sh' >> /etc/passwd",
+  "echo 'user:x:1000:' >> /etc/group",
+  'mkdir -p /home/user && chown 1000:1000 /home/user',
+].join(' && ');
 const BASH_SHIM = `printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash`;
 
 let home: TestHome;
@@ -47,6 +54,12 @@ before(async () => {
   ]);
   forkd = { url: daemon.url, token: TOKEN };
   await Snapshot.create({ ...forkd, tag: TAG, warm: [BASH_SHIM] });
+  await Snapshot.create({
+    ...forkd,
+    tag: USER_TAG,
+    warm: [BASH_SHIM, ADD_USER],
+    user: 'user',
+  });
   process.env.E2B_API_KEY = TOKEN;
   process.env.E2B_API_URL = `http://127.0.0.1:${port}`;
   process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${port}`;
@@ -170,5 +183,131 @@ test("auto-pause (lifecycle onTimeout 'pause'): paused its timeout after its las
     assert.equal((await sbx.getInfo()).state, 'running', 'the command woke it');
   } finally {
     await sbx.kill();
+  }
+});
+
+test("a template's default user: commands run as it, relative paths resolve in its home, what a call creates belongs to the call's user", async () => {
+  const { Sandbox } = current;
+  const info = await Snapshot.get(USER_TAG, forkd);
+  assert.equal(info.info.user, 'user', 'the snapshot records its default user');
+  const sbx = await Sandbox.create(USER_TAG, { timeoutMs: 120_000 });
+  try {
+    assert.equal((await sbx.commands.run('id -un; pwd')).stdout, 'user\n/home/user\n');
+    assert.equal((await sbx.commands.run('id -un', { user: 'root' })).stdout, 'root\n');
+
+    const written = await sbx.files.write('notes/a.txt', 'relative');
+    assert.equal(written.path, '/home/user/notes/a.txt');
+    const owners = await sbx.commands.run(
+      'stat -c "%U %G %n" /home/user/notes /home/user/notes/a.txt',
+    );
+    assert.equal(owners.stdout, 'user user /home/user/notes\nuser user /home/user/notes/a.txt\n');
+    assert.equal(await sbx.files.read('notes/a.txt'), 'relative');
+    const entry = await sbx.files.getInfo('notes/a.txt');
+    assert.equal(entry.path, '/home/user/notes/a.txt');
+    assert.equal(entry.owner, 'user');
+    assert.equal(entry.group, 'user');
+
+    await sbx.files.write('/tmp/by-root.txt', 'x', { user: 'root' });
+    assert.equal((await sbx.files.getInfo('/tmp/by-root.txt', { user: 'root' })).owner, 'root');
+    await sbx.files.makeDir('d1/d2');
+    const dirs = await sbx.commands.run('stat -c "%U %n" /home/user/d1 /home/user/d1/d2');
+    assert.equal(dirs.stdout, 'user /home/user/d1\nuser /home/user/d1/d2\n');
+    const listed = await sbx.files.list('.');
+    assert.deepEqual(
+      listed.filter((e) => e.name === 'd1').map((e) => [e.path, e.owner]),
+      [['/home/user/d1', 'user']],
+    );
+    await sbx.files.rename('notes/a.txt', 'notes/b.txt');
+    assert.equal(await sbx.files.read('/home/user/notes/b.txt'), 'relative');
+
+    // forkd's own SDK on the same sandbox: the same defaults.
+    const mine = await ForkdSandbox.connect(`sbx-${sbx.sandboxId.slice(3)}`, forkd);
+    const r = await mine.commands.run('id -un; pwd');
+    assert.equal(r.stdout, 'user\n/home/user\n');
+    await mine.files.write('/home/user/from-forkd.txt', 'y');
+    const own = await sbx.commands.run('stat -c %U /home/user/from-forkd.txt');
+    assert.equal(own.stdout, 'user\n');
+  } finally {
+    await sbx.kill();
+  }
+});
+
+test('Sandbox.list as E2B serves it: pages (limit, nextToken), newest first or order asc, template and start-time filters; connect() never shortens a timeout', async () => {
+  const { Sandbox } = current;
+  const run = `list-${Date.now()}`;
+  const a = await Sandbox.create(TAG, { metadata: { run }, timeoutMs: 120_000 });
+  const b = await Sandbox.create(TAG, { metadata: { run }, timeoutMs: 120_000 });
+  try {
+    const pages = Sandbox.list({ limit: 1, query: { metadata: { run } } });
+    const first = await pages.nextItems();
+    assert.deepEqual(
+      first.map((s) => s.sandboxId),
+      [b.sandboxId],
+      'newest first',
+    );
+    assert.equal(pages.hasNext, true);
+    const second = await pages.nextItems();
+    assert.deepEqual(
+      second.map((s) => s.sandboxId),
+      [a.sandboxId],
+    );
+    assert.equal(pages.hasNext, false);
+
+    const asc = await Sandbox.list({ query: { metadata: { run } }, order: 'asc' }).nextItems();
+    assert.deepEqual(
+      asc.map((s) => s.sandboxId),
+      [a.sandboxId, b.sandboxId],
+    );
+    const byTemplate = Sandbox.list({ query: { metadata: { run }, template: TAG } });
+    assert.equal((await byTemplate.nextItems()).length, 2);
+    const other = Sandbox.list({ query: { metadata: { run }, template: 'no-such-template' } });
+    assert.equal((await other.nextItems()).length, 0);
+    const startedAt = (await b.getInfo()).startedAt;
+    const since = Sandbox.list({ query: { metadata: { run }, startedAfter: startedAt } });
+    assert.deepEqual(
+      (await since.nextItems()).map((s) => s.sandboxId),
+      [b.sandboxId],
+    );
+
+    const endAt = (await a.getInfo()).endAt.getTime();
+    await Sandbox.connect(a.sandboxId, { timeoutMs: 5_000 });
+    assert.equal((await a.getInfo()).endAt.getTime(), endAt, 'connect kept the longer timeout');
+  } finally {
+    await Promise.allSettled([a.kill(), b.kill()]);
+  }
+});
+
+test('sandbox.fork() and Sandbox.fork(id, {count}): children see the parent’s files and processes from the fork instant, and go their own way', async () => {
+  const { Sandbox } = current;
+  const sbx = await Sandbox.create(TAG, { timeoutMs: 120_000 });
+  const children: E2bSandbox[] = [];
+  try {
+    await sbx.files.write('/tmp/state.txt', 'before fork');
+    await sbx.commands.run('sleep 600 >/dev/null 2>&1 & echo $! > /tmp/sleeper');
+    const forks = await Sandbox.fork(sbx.sandboxId, { count: 2, timeoutMs: 60_000 });
+    for (const f of forks) if (!(f instanceof Error)) children.push(f);
+    assert.equal(
+      children.length,
+      2,
+      `two children: ${forks.filter((f) => f instanceof Error).join('; ')}`,
+    );
+    assert.equal(new Set([sbx, ...children].map((s) => s.sandboxId)).size, 3);
+    for (const child of children) {
+      assert.equal(await child.files.read('/tmp/state.txt'), 'before fork');
+      const alive = await child.commands.run('kill -0 "$(cat /tmp/sleeper)" && echo alive');
+      assert.equal(alive.stdout, 'alive\n', 'the process started before the fork runs in it');
+    }
+    await children[0]!.files.write('/tmp/state.txt', 'changed in a child');
+    assert.equal(await sbx.files.read('/tmp/state.txt'), 'before fork');
+    assert.equal(await children[1]!.files.read('/tmp/state.txt'), 'before fork');
+    const info = await children[0]!.getInfo();
+    assert.ok(Math.abs(info.endAt.getTime() - (Date.now() + 60_000)) < 20_000, 'its own timeout');
+    assert.equal(await sbx.isRunning(), true, 'the parent keeps running');
+    const [one] = await (sbx.fork?.() ?? Promise.reject(new Error('no fork()')));
+    assert.ok(one && !(one instanceof Error));
+    children.push(one);
+    assert.equal(await one.files.read('/tmp/state.txt'), 'before fork');
+  } finally {
+    await Promise.allSettled([sbx, ...children].map((s) => s.kill()));
   }
 });
