@@ -47,6 +47,11 @@ export interface DaemonOptions {
   branchMode?: BranchModeT | 'auto';
   /** Confine QEMU (default: on, unless FORKD_CONFINE=off; docs/security.md). */
   confine?: boolean;
+  /**
+   * Start sandboxes this host cannot hold to what they ask (not root, no nftables or
+   * cgroups), each reporting what is unenforced, instead of refusing them.
+   */
+  acceptUnenforced?: boolean;
   /** Default resource limits as typed (`auto`, `none` or a value; docs/limits.md). */
   limitDefaults?: LimitDefaultFlags;
   /** How long close() waits for in-flight requests (default 10 s). */
@@ -155,6 +160,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       branchMode: opts.branchMode,
       limitDefaults,
       confine: opts.confine,
+      acceptUnenforced: opts.acceptUnenforced,
       pauseIdleAfterS: opts.pauseIdleAfterS,
       hibernateIdleAfterS: opts.hibernateIdleAfterS,
       tuning: opts.tuning,
