@@ -55,6 +55,27 @@ function deniedGauge(registry: Registry, network: NetworkApi): void {
   });
 }
 
+/**
+ * Refusals per running sandbox by reason: what the name proxy could not read or would not
+ * pass (ech, h2c, hello, name_address, name_denied…), DNS names refused, UDP on an
+ * inspected port (quic) and the rest of the filter's (filter).
+ */
+function refusedGauge(registry: Registry, network: NetworkApi): void {
+  new Gauge({
+    name: 'forkd_sandbox_egress_refused',
+    help: 'Connections and DNS queries a running sandbox was refused, by sandbox and reason',
+    labelNames: ['sandbox', 'reason'],
+    registers: [registry],
+    async collect() {
+      const counts = await network.refusedCounts().catch(() => ({}));
+      this.reset();
+      for (const [sandbox, reasons] of Object.entries(counts)) {
+        for (const [reason, n] of Object.entries(reasons)) this.set({ sandbox, reason }, n);
+      }
+    },
+  });
+}
+
 /** `fn` shared by the callers of one scrape (prom-client collects every metric at once). */
 function oncePerScrape<T>(fn: () => Promise<T>): () => Promise<T> {
   let pending: Promise<T> | undefined;
@@ -178,7 +199,10 @@ export function installMetrics(
   collectDefaultMetrics({ register: registry });
   sandboxGauge(registry, services.host);
   poolGauges(registry, services.snapshots);
-  if (services.network) deniedGauge(registry, services.network);
+  if (services.network) {
+    deniedGauge(registry, services.network);
+    refusedGauge(registry, services.network);
+  }
   usageGauges(registry, services.host);
   const m = counters(registry);
   app.decorateRequest('counted', null);

@@ -37,6 +37,7 @@ type DaemonFlags = Pick<
   branchMode: string;
   logLevel: string;
   confine?: boolean;
+  acceptUnenforced?: boolean;
 };
 
 const BRANCH_MODES = ['auto', 'copy', 'live'] as const;
@@ -50,6 +51,11 @@ function positiveInt(flag: string, text: string | undefined): number | undefined
     throw new ForkdError('bad_request', `${flag} must be a positive integer, not "${text}"`);
   }
   return n;
+}
+
+/** An environment switch: 1, true, yes or on. */
+function truthy(v: string | undefined): boolean {
+  return ['1', 'true', 'yes', 'on'].includes((v ?? '').toLowerCase());
 }
 
 /** A whole number from 0 to `max`. */
@@ -89,6 +95,8 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     logLevel: flags.logLevel as LogLevel,
     limitDefaults: { memory: flags.defaultMemory, cpu: flags.defaultCpu, pids: flags.defaultPids },
     ...(flags.confine === false ? { confine: false } : {}),
+    acceptUnenforced:
+      flags.acceptUnenforced === true || truthy(process.env.FORKD_ACCEPT_UNENFORCED),
     pauseIdleAfterS: positiveInt('--pause-idle-after', flags.pauseIdleAfter),
     hibernateIdleAfterS: positiveInt('--hibernate-idle-after', flags.hibernateIdleAfter),
     defaultPool: boundedInt('--default-pool', flags.defaultPool, POOL_MAX),
@@ -139,6 +147,10 @@ export function register(cmd: Command): void {
     .option(
       '--no-confine',
       "run QEMU unconfined (no seccomp filter, the daemon's user) for debugging; also FORKD_CONFINE=off",
+    )
+    .option(
+      '--accept-unenforced',
+      'start sandboxes this host cannot hold to what they ask (not root: no namespaces, nftables, cgroups or uid switch), each reporting what is unenforced, instead of refusing them; also FORKD_ACCEPT_UNENFORCED=1',
     )
     .option(
       '--pause-idle-after <s>',

@@ -9,7 +9,7 @@ import { sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { formatIdle } from './idle-flags.js';
 import { formatLimits, formatUsage } from './limits.js';
-import { action, printJson } from './output.js';
+import { action, formatEnforced, printJson } from './output.js';
 import { formatMib, parseSandboxId } from './parse.js';
 
 interface InfoFlags extends DaemonFlags {
@@ -53,6 +53,7 @@ function lines(s: SandboxInfo): string[] {
     ['usage', s.usage ? formatUsage(s.usage) : '-'],
     ['pid', s.pid === null ? '-' : String(s.pid)],
     ['confined', formatConfinement(s.confinement)],
+    ['enforced', formatEnforced(s.unenforced)],
     ['created', s.createdAt],
     ['expires', s.expiresAt ?? '-'],
     [

@@ -52,3 +52,12 @@ export function action<A extends unknown[]>(
     }
   };
 }
+
+/**
+ * What a running sandbox has unenforced (`--accept-unenforced`), for `ps` and `info`:
+ * `all` when nothing is missing, `NOT network, limits` otherwise, `-` when not running.
+ */
+export function formatEnforced(unenforced: readonly string[] | undefined): string {
+  if (unenforced === undefined) return '-';
+  return unenforced.length === 0 ? 'all' : `NOT ${unenforced.join(', ')}`;
+}

@@ -10,7 +10,7 @@ import { POOL_STATE, sandboxToWire, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { formatIdle } from './idle-flags.js';
 import { formatLimits } from './limits.js';
-import { action, formatBytes, printJson, printTable } from './output.js';
+import { action, formatBytes, formatEnforced, printJson, printTable } from './output.js';
 import { parseLabelFilter } from './parse.js';
 
 interface PsFlags extends DaemonFlags {
@@ -86,6 +86,12 @@ async function pools(flags: PsFlags): Promise<void> {
   process.stderr.write('remove a pool with `forkd snapshot pool TAG 0`\n');
 }
 
+/** Its state, with why it ended, or what it runs without (a daemon that accepts that). */
+function stateOf(s: SandboxInfo): string {
+  if (s.reason) return `${s.state} (${s.reason})`;
+  return s.unenforced?.length ? `${s.state} (${formatEnforced(s.unenforced)} enforced)` : s.state;
+}
+
 function printSandboxes(shown: SandboxInfo[]): void {
   printTable(
     [
@@ -104,7 +110,7 @@ function printSandboxes(shown: SandboxInfo[]): void {
     ],
     shown.map((s) => [
       s.id,
-      s.reason ? `${s.state} (${s.reason})` : s.state,
+      stateOf(s),
       s.state === 'running' ? (s.tier ?? 'running') : '-',
       formatIdle(s.idle),
       s.image ?? '-',

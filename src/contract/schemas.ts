@@ -273,6 +273,20 @@ export const Sandbox = Type.Object(
         { description: 'what a running sandbox uses (GET of one sandbox only)' },
       ),
     ),
+    unenforced: Type.Optional(
+      Type.Array(
+        Type.Union([
+          Type.Literal('network'),
+          Type.Literal('names'),
+          Type.Literal('limits'),
+          Type.Literal('confinement'),
+        ]),
+        {
+          description:
+            'while it runs, what it asks that this host does not enforce (started under `forkd daemon --accept-unenforced`); empty: everything is (docs/security.md)',
+        },
+      ),
+    ),
     confinement: Type.Optional(
       Type.Object(
         {

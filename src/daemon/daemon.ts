@@ -48,6 +48,11 @@ export interface DaemonOptions {
   branchMode?: BranchModeT | 'auto';
   /** Confine QEMU (default: on, unless FORKD_CONFINE=off; docs/security.md). */
   confine?: boolean;
+  /**
+   * Start sandboxes this host cannot hold to what they ask (not root, no nftables or
+   * cgroups), each reporting what is unenforced, instead of refusing them.
+   */
+  acceptUnenforced?: boolean;
   /** Default resource limits as typed (`auto`, `none` or a value; docs/limits.md). */
   limitDefaults?: LimitDefaultFlags;
   /** How long close() waits for in-flight requests (default 10 s). */
@@ -161,6 +166,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       branchMode: opts.branchMode,
       limitDefaults,
       confine: opts.confine,
+      acceptUnenforced: opts.acceptUnenforced,
       pauseIdleAfterS: opts.pauseIdleAfterS ?? DEFAULT_IDLE.pauseAfterS,
       hibernateIdleAfterS: opts.hibernateIdleAfterS ?? DEFAULT_IDLE.hibernateAfterS,
       tuning: opts.tuning,

@@ -363,6 +363,8 @@ export interface NetworkApi {
   unpublish(id: string, port: number): Promise<void>;
   /** Denials so far per running sandbox, for /metrics. */
   deniedCounts(): Promise<Record<string, number>>;
+  /** Refusals so far per running sandbox, by reason (name_address, quic, ech…), for /metrics. */
+  refusedCounts(): Promise<Record<string, Record<string, number>>>;
   /** Where the daemon connects to reach a guest port (the HTTP route through the daemon). */
   reach(id: string, port: number): Promise<{ host: string; port: number }>;
 }

@@ -55,6 +55,8 @@ export interface ServiceOptions {
   limitDefaults?: LimitDefaults;
   /** Confine QEMU (docs/security.md); default on unless FORKD_CONFINE=off. */
   confine?: boolean;
+  /** Start what this host cannot enforce, reported as unenforced (`--accept-unenforced`). */
+  acceptUnenforced?: boolean;
   /** Pause sandboxes idle this many seconds (`forkd daemon --pause-idle-after`; docs/idle.md). */
   pauseIdleAfterS?: number;
   /** Hibernate sandboxes idle this many seconds (`--hibernate-idle-after`; docs/idle.md). */

@@ -28,12 +28,25 @@ export interface DaemonProcess {
   stop(): Promise<void>;
 }
 
-/** Start `forkd daemon ARGS…` on `home` and wait until it answers. */
-export async function startDaemon(home: TestHome, args: string[] = []): Promise<DaemonProcess> {
-  const child = spawn(process.execPath, [CLI, 'daemon', ...args], {
-    env: home.env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+/**
+ * Start `forkd daemon ARGS…` on `home` and wait until it answers; `asUid` runs it as that
+ * user (and group) with no supplementary groups, through setpriv (the pid stays the daemon's).
+ */
+export async function startDaemon(
+  home: TestHome,
+  args: string[] = [],
+  asUid?: number,
+): Promise<DaemonProcess> {
+  const argv = [CLI, 'daemon', ...args];
+  const drop =
+    asUid === undefined ? [] : [`--reuid=${asUid}`, `--regid=${asUid}`, '--clear-groups'];
+  const child =
+    asUid === undefined
+      ? spawn(process.execPath, argv, { env: home.env, stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawn('setpriv', [...drop, '--', process.execPath, ...argv], {
+          env: home.env,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
   let output = '';
   const keep = (chunk: Buffer) => (output = (output + chunk.toString('utf8')).slice(-OUTPUT_KEEP));
   child.stdout?.on('data', keep);

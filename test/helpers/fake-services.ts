@@ -360,6 +360,7 @@ export class FakeServices {
       ),
       unpublish: async (id) => void this.sandbox(id),
       deniedCounts: async () => ({}),
+      refusedCounts: async () => ({}),
       reach: async (id) => (this.sandbox(id), { host: '127.0.0.1', port: await this.guestPort() }),
     };
   }

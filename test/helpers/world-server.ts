@@ -2,9 +2,12 @@
  * The test "outside world", run by world.ts inside a network namespace the test made: an
  * HTTP server on :80 and the same over TLS on :443 (`/hello`, `/bytes?mb=N` streaming N MiB
  * of zeros; the key and certificate world.ts made are in WORLD_TLS_KEY / WORLD_TLS_CERT)
- * and a DNS server on :53 answering A records from argv (`name=ip` …), NXDOMAIN for
- * anything else (dns-server.ts).
+ * a DNS server on :53 answering A records from argv (`name=ip` …), NXDOMAIN for
+ * anything else (dns-server.ts), and on UDP :443 (where QUIC would be) a one-block TFTP
+ * read answer, `udp 443 answered`, so busybox's `tftp` in a guest shows whether a datagram
+ * got through.
  */
+import { createSocket } from 'node:dgram';
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
@@ -42,6 +45,15 @@ if (tls.key && tls.cert) {
   const opts = { key: readFileSync(tls.key), cert: readFileSync(tls.cert) };
   createTlsServer({ ...opts, ciphers: 'DEFAULT:@SECLEVEL=0' }, serve).listen(443, '0.0.0.0');
 }
+
+const TFTP_RRQ = 1;
+const udp = createSocket('udp4');
+udp.on('message', (msg, from) => {
+  if (msg.length < 2 || msg.readUInt16BE(0) !== TFTP_RRQ) return; // the client's ACK
+  const data = Buffer.concat([Buffer.of(0, 3, 0, 1), Buffer.from('udp 443 answered\n')]);
+  udp.send(data, from.port, from.address);
+});
+udp.bind(443, '0.0.0.0');
 
 const records = Object.fromEntries(process.argv.slice(2).map((kv) => kv.split('=')));
 void serveDns(records, { host: '0.0.0.0', port: 53 }).then(() => process.stdout.write('ready\n'));

@@ -22,7 +22,7 @@ export const WORLD = {
   a: '198.51.100.2',
   b: '203.0.113.2',
   /** Names the world's DNS server answers. */
-  names: { 'a.test': '198.51.100.2', 'b.test': '203.0.113.2' },
+  names: { 'a.test': '198.51.100.2', 'b.test': '203.0.113.2', 'allowed.test': '203.0.113.2' },
   dns: { host: '198.51.100.2', port: 53 },
 } as const;
 

@@ -61,6 +61,9 @@ class SandboxInfo:
     #: How its QEMU is confined: ``{"uid", "seccomp", "sandbox", "spawn", "capabilities"}``
     #: (``get`` of one running sandbox; docs/security.md).
     confinement: Optional[Dict[str, Any]] = None
+    #: While it runs, what it asks that the host does not enforce (``network``, ``names``,
+    #: ``limits``, ``confinement``; a daemon started with ``--accept-unenforced``).
+    unenforced: Optional[List[str]] = None
     #: How awake it is: ``running``, ``paused`` or ``hibernated`` (docs/idle.md).
     tier: Optional[str] = None
     #: While it runs, when it parks itself: ``{"pause_after_s", "hibernate_after_s",

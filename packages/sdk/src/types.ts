@@ -91,6 +91,11 @@ export interface SandboxInfo {
   idle?: SandboxIdle;
   /** How its QEMU is confined: only on a running sandbox, from `getInfo`/`connect`. */
   confinement?: SandboxConfinement;
+  /**
+   * While it runs, what it asks that the host does not enforce (a daemon started with
+   * `--accept-unenforced`): `network`, `names`, `limits`, `confinement`; empty: all is.
+   */
+  unenforced?: ('network' | 'names' | 'limits' | 'confinement')[];
 }
 
 /**

@@ -58,6 +58,7 @@ export const SANDBOX: WireNames<SandboxInfo> = {
   limits: 'limits',
   usage: 'usage',
   confinement: 'confinement',
+  unenforced: 'unenforced',
   tier: 'tier',
   idle: 'idle',
 };

@@ -3,10 +3,11 @@
  * sandbox's veth (every query of the guest is redirected there by its namespace's filter),
  * DNS over TCP's framing (a 2-byte length before each message), just enough of the
  * DNS wire format to read the question and the A records of an answer, a REFUSED reply,
- * and forwarding to the upstream resolver (the host's, or the address the daemon was given:
- * `parseDnsUpstream`). What to do with a name is the caller's call.
+ * forwarding to the upstream resolver (the host's, or the address the daemon was given:
+ * `parseDnsUpstream`), and the daemon's own A lookups there (`resolveA`). What to do with a name is the caller's call.
  */
 import { createSocket, type Socket } from 'node:dgram';
+import { randomInt } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer, isIP, type Server, type Socket as TcpSocket } from 'node:net';
 import { ForkdError } from '../../errors.js';
@@ -120,6 +121,25 @@ export function forwardQuery(
     });
     sock.send(query, upstream.port, upstream.host);
   });
+}
+
+/** A recursive query for the A records of `name` (the daemon's own lookups). */
+export function queryFor(name: string, id = randomInt(0, 0x10000)): Buffer {
+  const labels = name.split('.').filter((l) => l.length > 0);
+  const parts = labels.map((l) => Buffer.concat([Buffer.of(l.length), Buffer.from(l, 'latin1')]));
+  const head = Buffer.alloc(HEADER);
+  head.writeUInt16BE(id, 0);
+  head[2] = 0x01; // RD
+  head.writeUInt16BE(1, 4);
+  return Buffer.concat([head, ...parts, Buffer.of(0, 0, TYPE_A, 0, 1)]);
+}
+
+/** The IPv4 addresses `name` has at `upstream`, and their TTL (asked by the daemon). */
+export async function resolveA(
+  name: string,
+  upstream: DnsEndpoint,
+): Promise<{ ips: string[]; ttlS: number }> {
+  return answerAddresses(await forwardQuery(queryFor(name), upstream));
 }
 
 const DNS_PORT = 53;

@@ -117,6 +117,21 @@ function steerRules(ns: Netns, r: EgressRules, always: string[]): string[] {
   ];
 }
 
+/**
+ * UDP on a steered port (QUIC, HTTP/3) carries a name the proxy cannot read: refused unless
+ * the user listed its address, whatever DNS taught (the client falls back to TCP, which the
+ * proxy reads). Counted apart (`unread`) as well as in `denied`.
+ */
+function unreadRules(r: EgressRules): string[] {
+  if (r.steerPorts.length === 0) return [];
+  const udp = `udp dport { ${r.steerPorts.join(', ')} }`;
+  return [
+    `${udp} ip daddr @allow_net accept`,
+    `${udp} ip daddr . udp dport @allow_svc accept`,
+    `${udp} jump unread`,
+  ];
+}
+
 /** The namespace's whole table, replaced in one transaction (PATCH applies atomically). */
 export function policyScript(ns: Netns, r: EgressRules): string {
   const always = [...ALWAYS_DENIED, ...r.hostAddresses];
@@ -128,6 +143,7 @@ export function policyScript(ns: Netns, r: EgressRules): string {
     `ip daddr { ${always.join(', ')} } jump deny`,
     ...(r.none ? ['jump deny'] : []),
     ...verdicts('deny'),
+    ...unreadRules(r),
     ...verdicts('allow'),
     `ip daddr { ${PRIVATE_RANGES.join(', ')} } jump deny`,
     r.allowInternet ? 'accept' : 'jump deny',
@@ -137,6 +153,7 @@ export function policyScript(ns: Netns, r: EgressRules): string {
     `delete table ${TABLE}`,
     `table ${TABLE} {`,
     '  counter denied {}',
+    '  counter unread {}',
     ...[...sets('allow', r.allow), ...sets('deny', r.deny)].map((s) => `  ${s}`),
     // Every DNS query (UDP or TCP) goes to this namespace's proxy, whatever server the guest
     // asked; web connections no address rule decides go to the name proxy.
@@ -149,6 +166,10 @@ export function policyScript(ns: Netns, r: EgressRules): string {
     '    counter name "denied"',
     '    meta l4proto tcp reject with tcp reset',
     '    reject with icmpx admin-prohibited',
+    '  }',
+    '  chain unread {',
+    '    counter name "unread"',
+    '    jump deny',
     '  }',
     '  chain out {',
     ...out.map((l) => `    ${l}`),
@@ -175,15 +196,21 @@ export async function addDnsElements(
   await inNetns(ns, 'nft', ['-f', '-'], `add element ${TABLE} ${set} { ${elems} }\n`);
 }
 
-/** Packets the namespace's filter refused so far (0 when it has no table). */
-export async function deniedCount(ns: Netns): Promise<number> {
+/**
+ * Packets the namespace's filter refused so far (0 when it has no table): all of them
+ * (`denied`), or those refused as unreadable by the name proxy (`unread`: UDP on a steered port).
+ */
+export async function deniedCount(
+  ns: Netns,
+  counter: 'denied' | 'unread' = 'denied',
+): Promise<number> {
   try {
     const { stdout } = await inNetns(ns, 'nft', [
       '-j',
       'list',
       'counter',
       ...TABLE.split(' '),
-      'denied',
+      counter,
     ]);
     const doc = JSON.parse(stdout) as { nftables: { counter?: { packets: number } }[] };
     return doc.nftables.find((x) => x.counter)?.counter?.packets ?? 0;

@@ -39,6 +39,10 @@ export class SandboxNetworks implements NetworkApi {
     return this.network.deniedCounts();
   }
 
+  refusedCounts(): Promise<Record<string, Record<string, number>>> {
+    return this.network.refusedCounts();
+  }
+
   async reach(id: string, port: number) {
     const { vm } = await this.sandboxes.lease(id);
     return this.network.reach(id, vm, port);

@@ -168,16 +168,48 @@ export function decideName(e: Egress, name: string): DnsDecision {
   return { refuse, allow, deny };
 }
 
+/** Why the name proxy refused a connection (the `reason` of its audit entry and metric). */
+export type NameRefusal =
+  | 'egress_none'
+  | 'no_name'
+  | 'name_denied'
+  | 'name_not_allowed'
+  | 'name_unresolved'
+  | 'name_address'
+  | 'ech'
+  | 'h2c'
+  | 'hello';
+
 /**
- * A connection the name proxy holds (its address matched no rule): the name the client sent
- * (SNI or Host) is judged as a DNS query for it would be, with the entries' ports; a
- * connection without a name, like one to an unlisted address, passes only with internet.
+ * The name proxy's verdict before any lookup: refused (and why), passed, or passed only if
+ * the name resolves (by the daemon's resolver) to where the connection goes.
  */
-export function decideConnection(e: Egress, name: string | undefined, port: number): boolean {
-  if (e.none) return false;
-  if (name === undefined) return e.allow_internet;
+export type NameJudgement = { pass: false; reason: NameRefusal } | { pass: true; verify?: string };
+
+/**
+ * A connection the name proxy holds (its address matched no rule): what it cannot read is
+ * refused whatever the policy; the name the client sent (SNI or Host) is judged as a DNS
+ * query for it would be, with the entries' ports; a connection let through only because a
+ * hostname entry allows its name must go to an address that name resolves to (the guest's
+ * word is not enough); one without a name, like one to an unlisted address, passes only
+ * with internet.
+ */
+export function judgeConnection(
+  e: Egress,
+  peeked: { name?: string; unreadable?: 'ech' | 'h2c' | 'hello' },
+  port: number,
+): NameJudgement {
+  if (e.none) return { pass: false, reason: 'egress_none' };
+  if (peeked.unreadable) return { pass: false, reason: peeked.unreadable };
+  const name = peeked.name;
+  if (name === undefined) return e.allow_internet ? { pass: true } : refuse('no_name');
   const d = decideName(e, name);
   const names = (ports: (number | undefined)[]) => ports.some((p) => p === undefined || p === port);
-  if (names(d.deny)) return false;
-  return names(d.allow) || e.allow_internet;
+  if (names(d.deny)) return refuse('name_denied');
+  if (e.allow_internet) return { pass: true };
+  return names(d.allow) ? { pass: true, verify: name } : refuse('name_not_allowed');
+}
+
+function refuse(reason: NameRefusal): NameJudgement {
+  return { pass: false, reason };
 }

@@ -52,16 +52,18 @@ import {
 import { ForkdError } from '../../errors.js';
 import { silentLog, type ServiceLog } from '../sandboxes/log.js';
 import {
-  decideConnection,
   decideName,
+  judgeConnection,
   egressRules,
   mergeEgress,
   NO_EGRESS,
   OPEN_EGRESS,
   type Egress,
   type EgressInput,
+  type NameRefusal,
 } from './policy.js';
 import { PortForwards, type PublishedPort } from './ports.js';
+import { ResolvedNames } from './resolved.js';
 
 export type NetworkMode = 'none' | 'nat';
 /** How `nat` is done on this host. */
@@ -99,8 +101,13 @@ interface Attached {
   nsPid?: number;
   /** DNS queries and named connections the proxies refused (the filter counts the rest). */
   proxyDenied: number;
+  /** The proxies' refusals by reason (what `/metrics` shows beside the filter's). */
+  refusals?: Partial<Record<Refusal, number>>;
   ports: PortForwards;
 }
+
+/** Why a sandbox's connection or query was refused, as `/metrics` labels it. */
+export type Refusal = NameRefusal | 'dns_name' | 'quic' | 'filter';
 
 /**
  * Wakes a sandbox for a published port's connection: its QEMU, awake, and a release the
@@ -119,9 +126,11 @@ export class NetworkService {
   private isolation: NetworkIsolation | undefined;
   private closed = false;
   private waker: Waker | undefined;
+  private readonly resolved: ResolvedNames;
 
   constructor(private readonly opts: NetworkServiceOptions = {}) {
     this.log = opts.log ?? silentLog;
+    this.resolved = new ResolvedNames(() => this.upstream());
   }
 
   /** netns as root with nftables, else user networking (what doctor reports). */
@@ -326,6 +335,24 @@ export class NetworkService {
     return out;
   }
 
+  /**
+   * Refusals per sandbox by reason, for /metrics: the proxies' own, UDP on an inspected
+   * port (`quic`) and the rest of what the filter refused (`filter`).
+   */
+  async refusedCounts(): Promise<Record<string, Record<string, number>>> {
+    const out: Record<string, Record<string, number>> = {};
+    for (const [id, a] of this.sandboxes) {
+      const counts: Partial<Record<Refusal, number>> = { ...a.refusals };
+      if (a.ns) {
+        const [all, unread] = await Promise.all([deniedCount(a.ns), deniedCount(a.ns, 'unread')]);
+        if (unread > 0) counts.quic = unread;
+        if (all - unread > 0) counts.filter = all - unread;
+      }
+      out[id] = counts;
+    }
+    return out;
+  }
+
   /** Where the daemon reaches a guest port (for published ports and the HTTP route). */
   async reach(id: string, vm: Vm, guestPort: number): Promise<{ host: string; port: number }> {
     const a = this.attached(id);
@@ -495,13 +522,40 @@ export class NetworkService {
     return undefined;
   }
 
-  /** The name proxy's verdict (the policy's, by name), counted and audited when it refuses. */
-  private decideNamed(id: string, a: Attached, peeked: Peeked, to: Endpoint): boolean {
-    if (decideConnection(a.egress, peeked.name, to.port)) return true;
-    a.proxyDenied++;
+  /**
+   * The name proxy's verdict (the policy's, by name): where to splice the connection, or
+   * undefined when refused (counted by reason and audited). A connection its name alone lets
+   * through must be going to an address the daemon resolves that name to.
+   */
+  private async decideNamed(
+    id: string,
+    a: Attached,
+    peeked: Peeked,
+    to: Endpoint,
+  ): Promise<Endpoint | undefined> {
+    const judged = judgeConnection(a.egress, peeked, to.port);
+    if (!judged.pass) return this.refuseNamed(id, a, peeked, to, judged.reason);
+    if (judged.verify === undefined) return to;
+    const ips = await this.resolved.addresses(judged.verify);
+    if (ips.has(to.host)) return to;
+    return this.refuseNamed(id, a, peeked, to, ips.size ? 'name_address' : 'name_unresolved');
+  }
+
+  private refuseNamed(
+    id: string,
+    a: Attached,
+    peeked: Peeked,
+    to: Endpoint,
+    reason: NameRefusal,
+  ): undefined {
+    countRefusal(a, reason);
     const what = peeked.name ? `${peeked.proto.toUpperCase()} ${peeked.name}` : 'no name';
-    this.opts.onDenied?.(id, `${what} to ${to.host}:${to.port} refused`);
-    return false;
+    this.opts.onDenied?.(id, `${what} to ${to.host}:${to.port} refused: ${reason}`);
+    return undefined;
+  }
+
+  private upstream(): DnsEndpoint | undefined {
+    return this.opts.upstream ?? systemResolver();
   }
 
   /** Keep what a restarted daemon needs next to the sandbox's namespace. */
@@ -517,11 +571,11 @@ export class NetworkService {
     if (!a) return refusedReply(query);
     const d = decideName(a.egress, q.name);
     if (d.refuse) {
-      a.proxyDenied++;
+      countRefusal(a, 'dns_name');
       this.opts.onDenied?.(id, `DNS ${q.name} refused`);
       return refusedReply(query);
     }
-    const upstream = this.opts.upstream ?? systemResolver();
+    const upstream = this.upstream();
     if (!upstream) return refusedReply(query);
     const reply = await forwardQuery(query, upstream);
     const { ips, ttlS } = answerAddresses(reply);
@@ -565,6 +619,11 @@ export class NetworkService {
       }
     })().finally(() => (this.filling = undefined));
   }
+}
+
+function countRefusal(a: Attached, reason: Refusal): void {
+  a.proxyDenied++;
+  a.refusals = { ...a.refusals, [reason]: (a.refusals?.[reason] ?? 0) + 1 };
 }
 
 function closeProxies(a: Attached): void {

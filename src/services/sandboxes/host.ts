@@ -11,6 +11,7 @@ import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
 import type { IdleRequest } from './tiers.js';
 import type { Caller } from '../contracts.js';
 import type { Sandbox } from './sandbox.js';
+import type { Egress } from '../network/policy.js';
 
 /** A running sandbox lent to another service for one operation. */
 export interface Lease {
@@ -51,6 +52,9 @@ export interface ForkInit {
   limits?: StoredLimits;
   /** Its idle policy as stored (null: the daemon's defaults; a fork's own, never inherited). */
   idle?: StoredIdle | null;
+  /** Its NIC and policy (its snapshot's, the fork's egress merged over it): what it asks the host to enforce. */
+  network?: 'nat' | 'none';
+  egress?: Egress;
 }
 
 /** Brings up the VM of a new sandbox row other than by booting an image (a fork). */

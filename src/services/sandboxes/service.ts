@@ -26,7 +26,7 @@ import { LIMITS } from '../../contract/rules.js';
 import type { Paths } from '../../config.js';
 import type { AgentClient, ExecHandle } from '../../drivers/agent/client.js';
 import { vmFiles } from '../../drivers/qemu/cmdline.js';
-import { confinementOf } from '../../drivers/qemu/confine.js';
+import { canSwitchUser, confinementOf, confinementSetting } from '../../drivers/qemu/confine.js';
 import type { CgroupUsage } from '../../drivers/host/cgroup.js';
 import type { Vm, VmExit } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
@@ -92,7 +92,8 @@ import { reconcile, type ReconcileReport } from './reconcile.js';
 import { asDiskFull, refuseWhenFull } from '../disk-full.js';
 import { KeyedLock } from '../../util/keyed-lock.js';
 import type { NetworkService } from '../network/service.js';
-import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
+import { egressRules, mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
+import { checkEnforcement, unenforcedOf, type HostEnforcement } from '../enforcement.js';
 
 export interface SandboxServiceOptions {
   paths: Paths;
@@ -116,6 +117,11 @@ export interface SandboxServiceOptions {
   pauseIdleAfterS?: number;
   /** Hibernate a sandbox after this many seconds without a request (default: never). */
   hibernateIdleAfterS?: number;
+  /**
+   * Start sandboxes this host cannot hold to what they ask (no namespaces, cgroups or uid
+   * switch), reporting what is unenforced, instead of refusing them (`--accept-unenforced`).
+   */
+  acceptUnenforced?: boolean;
 }
 
 /** A running sandbox as this process holds it (awake or parked: tiers.ts). */
@@ -157,6 +163,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private readonly execGate: Gate;
   private readonly timers: ExpiryTimers;
   private readonly log: ServiceLog;
+  private hostEnforcement: HostEnforcement | undefined;
   private pruneTimer: NodeJS.Timeout | undefined;
   private idleTimer: NodeJS.Timeout | undefined;
   private sweeping = false;
@@ -234,6 +241,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
       const image = req.image ?? DEFAULT_IMAGE;
       await getImage(this.opts.paths, image); // image_not_found before anything exists
       const limits = await this.limiter.resolve(req.limits, res);
+      const mode = req.network ?? 'nat';
+      await this.checkEnforcement(mode, mergeEgress(OPEN_EGRESS, req.egress));
       await refuseWhenFull(this.opts.paths.sandboxes, `create from ${image}`);
       const starting = this.insertStarting({
         limits,
@@ -264,6 +273,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
    * `start` restores the VM. Forks skip the boot gate: a restore costs a fraction of a boot.
    */
   async createForked(init: ForkInit, start: SandboxStarter, caller: Caller): Promise<SandboxT> {
+    await this.checkEnforcement(init.network ?? 'none', init.egress ?? OPEN_EGRESS);
     const starting = this.insertStarting(init);
     const row = await this.boot(starting, init.timeoutS, start);
     this.log.info(
@@ -500,6 +510,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   /** One sandbox; a running one with what its QEMU uses now (its cgroup's numbers). */
   async get(id: string): Promise<SandboxT> {
+    if (!this.hostEnforcement) await this.enforcement();
     const wire = this.wire(this.row(id));
     const vm = this.live.get(id)?.vm;
     const usage = vm ? await this.limiter.usage(id) : undefined;
@@ -1086,7 +1097,33 @@ export class SandboxManager implements SandboxService, SandboxHost {
     if (net && mode && (row.state === 'running' || row.state === 'starting')) {
       wire.network = { mode, egress: net.egressOf(row.id) ?? OPEN_EGRESS };
     }
+    if (this.hostEnforcement && (row.state === 'running' || row.state === 'starting')) {
+      const ask = askOf(mode ?? 'none', wire.network?.egress ?? OPEN_EGRESS);
+      wire.unenforced = unenforcedOf(ask, this.hostEnforcement).map((u) => u.what);
+    }
     return wire;
+  }
+
+  /**
+   * What this host enforces (network mode, cgroups, QEMU's own uid), gathered once: the
+   * basis of every sandbox's `unenforced`.
+   */
+  private async enforcement(): Promise<HostEnforcement> {
+    const limits = await this.limiter.enforcement();
+    const confine = confinementSetting();
+    this.hostEnforcement = {
+      network: this.opts.network?.mode ?? 'off',
+      limits: limits.version === null ? limits.reason : null,
+      confineUser: confine.enabled && canSwitchUser(),
+      confineOff: !confine.enabled,
+    };
+    return this.hostEnforcement;
+  }
+
+  /** Refuse a sandbox this host cannot hold to what it asks (unless the daemon accepts it). */
+  private async checkEnforcement(mode: 'nat' | 'none', egress: Egress): Promise<void> {
+    const host = await this.enforcement();
+    checkEnforcement(askOf(mode, egress), host, this.opts.acceptUnenforced ?? false);
   }
 
   private row(id: string): SandboxRow {
@@ -1178,3 +1215,7 @@ function toWireUsage(u: CgroupUsage): NonNullable<SandboxT['usage']> {
   };
 }
 
+/** What a sandbox asks the host to enforce: its NIC, and whether its policy names hosts. */
+function askOf(mode: 'nat' | 'none', egress: Egress) {
+  return { network: mode, namesHosts: egressRules(egress, []).steerPorts.length > 0 };
+}

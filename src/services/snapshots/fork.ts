@@ -23,7 +23,7 @@ import { ForkdError } from '../../errors.js';
 import { crashPoint, holdPoint } from '../../util/crash.js';
 import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
-import { OPEN_EGRESS } from '../network/policy.js';
+import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
 import type { NetworkService } from '../network/service.js';
 import type { Limiter, Placement } from '../limits.js';
 import type { SandboxHost } from '../sandboxes/host.js';
@@ -340,6 +340,8 @@ function forkOne(
       timeoutS: req.timeout_s,
       limits,
       idle,
+      network: networkOf(m),
+      egress: mergeEgress(m.egress ?? OPEN_EGRESS, req.egress),
     },
     async ({ id, env, signal, onStarted }) => {
       const handed = pooled && (await handOut(ctx, pooled, limits));

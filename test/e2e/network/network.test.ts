@@ -5,11 +5,13 @@
  * `none`, forks and branch children online at once with the same guest address, the host,
  * loopback, metadata and other sandboxes out of reach (refused at once, counted), allow and
  * deny lists (hostnames by DNS and, for names the guest resolves itself, by TLS SNI and
- * HTTP Host), a run-time change, published ports, and nothing left behind.
+ * HTTP Host, checked against where the connection goes; a ClientHello in 1-byte records;
+ * UDP 443 refused), a run-time change, published ports, and nothing left behind.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, connect, type Server } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { buildApp } from '../../../src/api/app.js';
 import { run } from '../../../src/util/exec.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
@@ -175,10 +177,8 @@ test('allow-list by CIDR and by hostname; deny-list wins; PATCH applies; egress 
   await refused(byName as string, GET(`http://${WORLD.b}/hello`));
 
   // Names the guest resolves itself (/etc/hosts, no DNS) are judged by SNI / HTTP Host.
-  await sh(s, byName as string, `echo '${WORLD.b} a.test b.test' >> /etc/hosts`);
+  await sh(s, byName as string, `echo '${WORLD.b} b.test' >> /etc/hosts`);
   const named = await denied(byName as string);
-  assert.equal(await sh(s, byName as string, GET('http://a.test/hello')), 'hello from a.test\n');
-  assert.equal(await sh(s, byName as string, GET('https://a.test/hello')), 'hello from a.test\n');
   await refused(byName as string, GET('http://b.test/hello'));
   await refused(byName as string, GET('https://b.test/hello'));
   assert.equal((await denied(byName as string)) - named, 2, 'named refusals were not counted');
@@ -187,12 +187,16 @@ test('allow-list by CIDR and by hostname; deny-list wins; PATCH applies; egress 
     .filter((e) => e.target === byName && e.code === 'egress_denied')
     .map((e) => e.route);
   for (const what of [`HTTP b.test to ${WORLD.b}:80`, `TLS b.test to ${WORLD.b}:443`]) {
-    assert.ok(audited.includes(`${what} refused`), `${what} not audited: ${audited.join('; ')}`);
+    const line = `${what} refused: name_not_allowed`;
+    assert.ok(audited.includes(line), `${line} not audited: ${audited.join('; ')}`);
   }
   const metrics = await scrape();
   const gauge = `forkd_sandbox_egress_denied{sandbox="${byName}"} ${await denied(byName as string)}`;
   assert.ok(metrics.includes(gauge), `metrics lack ${gauge}`);
+  const byReason = `forkd_sandbox_egress_refused{sandbox="${byName}",reason="name_not_allowed"} 2`;
+  assert.ok(metrics.includes(byReason), `metrics lack ${byReason}`);
   // A denied address stays denied whatever name the connection carries.
+  await sh(s, byName as string, `echo '${WORLD.b} a.test' >> /etc/hosts`);
   await s.network!.patch(byName as string, { deny_out: ['203.0.113.0/24'] });
   await refused(byName as string, GET('https://a.test/hello'));
 
@@ -211,6 +215,86 @@ test('allow-list by CIDR and by hostname; deny-list wins; PATCH applies; egress 
   await s.network!.patch(byCidr as string, { allow_out: [WORLD.b] });
   assert.match(await sh(s, byCidr as string, GET(`http://${WORLD.b}/hello`)), /hello/);
   for (const id of [byCidr, byName, denyWins, offline]) await s.sandboxes.kill(id as string);
+});
+
+/** `hello` (whole TLS records) re-cut so every byte of its handshake is a record of its own. */
+function oneByteRecords(hello: Buffer): Buffer {
+  const msg = hello.subarray(5, 5 + hello.readUInt16BE(3));
+  return Buffer.concat([...msg].map((b) => Buffer.of(0x16, 0x03, 0x01, 0, 1, b)));
+}
+
+/** The ClientHello Node's TLS client sends for `servername` (caught on loopback). */
+async function clientHello(servername: string): Promise<Buffer> {
+  return new Promise<Buffer>((resolve) => {
+    const server = createServer((c) =>
+      c.once('data', (b: Buffer) => {
+        resolve(b);
+        c.destroy();
+        server.close();
+      }),
+    );
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      tlsConnect({ port, host: '127.0.0.1', servername }).on('error', () => undefined);
+    });
+  });
+}
+
+test("a hostname rule holds against the guest's word: the name must resolve where the connection goes", async () => {
+  // allowed.test is 203.0.113.2 in the world's DNS; the guest claims it is 198.51.100.2.
+  const [id] = (await fork({ allow_internet: false, allow_out: ['allowed.test'] })) as [string];
+  await sh(s, id as string, `echo '${WORLD.a} allowed.test' >> /etc/hosts`);
+  await refused(id as string, GET('https://allowed.test/hello')); // SNI allowed.test
+  await refused(id as string, GET('http://allowed.test/hello')); // Host: allowed.test
+
+  // A ClientHello cut into 1-byte TLS records is reassembled and judged like a whole one.
+  const split = oneByteRecords(await clientHello('allowed.test')).toString('base64');
+  const send = (ip: string) =>
+    `echo ${split} | base64 -d > /tmp/hello; (cat /tmp/hello; sleep 4) | timeout 5 nc ${ip} 443 | head -c 3 | od -An -tx1`;
+  assert.equal((await sh(s, id as string, send(WORLD.a))).trim(), '', 'a lie got an answer');
+  assert.equal((await sh(s, id as string, send(WORLD.b))).trim(), '16 03 03', 'no ServerHello');
+
+  // Its real address: through the name proxy (the guest did not ask DNS), allowed.
+  await sh(
+    s,
+    id as string,
+    `sed -i '/allowed.test/d' /etc/hosts; echo '${WORLD.b} allowed.test' >> /etc/hosts`,
+  );
+  assert.equal(
+    await sh(s, id as string, GET('http://allowed.test/hello')),
+    'hello from allowed.test\n',
+  );
+  assert.equal(
+    await sh(s, id as string, GET('https://allowed.test/hello')),
+    'hello from allowed.test\n',
+  );
+
+  // UDP 443 (QUIC) is not read: refused even to the address DNS gave for the allowed name
+  // (counted as `quic` below; the world answers UDP 443, so a datagram let through would).
+  const udp = `nslookup allowed.test >/dev/null; timeout 4 tftp -g -r q -l - ${WORLD.b} 443`;
+  const blocked = await attempt(id as string, udp);
+  assert.notEqual(blocked.code, 0, blocked.out);
+  assert.doesNotMatch(blocked.out, /answered/);
+
+  const audited = s.store.audit
+    .recent(200)
+    .filter((e) => e.target === id && e.code === 'egress_denied')
+    .map((e) => e.route);
+  for (const what of [`TLS allowed.test to ${WORLD.a}:443`, `HTTP allowed.test to ${WORLD.a}:80`]) {
+    const line = `${what} refused: name_address`;
+    assert.ok(audited.includes(line), `${line} not audited: ${audited.join('; ')}`);
+  }
+  const metrics = await scrape();
+  for (const [reason, n] of [
+    ['name_address', 3],
+    ['quic', 1],
+  ] as const) {
+    const m = new RegExp(
+      `forkd_sandbox_egress_refused\\{sandbox="${id}",reason="${reason}"\\} (\\d+)`,
+    ).exec(metrics);
+    assert.ok(m && Number(m[1]) >= n, `metrics: ${reason} of ${id} not counted`);
+  }
+  await s.sandboxes.kill(id);
 });
 
 test('a published port answers on the host and through the daemon route, and goes with the sandbox', async () => {
@@ -241,7 +325,8 @@ test('a published port answers on the host and through the daemon route, and goe
 });
 
 test('after a daemon restart a sandbox still resolves under its policy and its port answers', async () => {
-  const [id] = (await fork({ allow_internet: false, allow_out: ['a.test'] })) as [string];
+  const allowed = ['a.test', 'allowed.test'];
+  const [id] = (await fork({ allow_internet: false, allow_out: allowed })) as [string];
   await sh(s, id, 'mkdir -p /www && echo kept > /www/index.html && httpd -p 8080 -h /www');
   const pub = await s.services.network!.publish(id, 8080);
   // The daemon goes (its sandboxes keep running) and a new one starts on the same home.
@@ -251,11 +336,11 @@ test('after a daemon restart a sandbox still resolves under its policy and its p
 
   assert.equal(await sh(s, id, GET('http://a.test/hello')), 'hello from a.test\n');
   await refused(id, GET('http://b.test/hello'));
-  // The restarted daemon's name proxy judges SNI again.
-  await sh(s, id, `echo '${WORLD.b} a.test' >> /etc/hosts`);
-  assert.equal(await sh(s, id, GET('https://a.test/hello')), 'hello from a.test\n');
+  // The restarted daemon's name proxy judges SNI again (a name the guest did not ask DNS).
+  await sh(s, id, `echo '${WORLD.b} allowed.test' >> /etc/hosts`);
+  assert.equal(await sh(s, id, GET('https://allowed.test/hello')), 'hello from allowed.test\n');
   const after = await s.network!.state(id);
-  assert.deepEqual(after.egress.allow_out, ['a.test']);
+  assert.deepEqual(after.egress.allow_out, allowed);
   assert.deepEqual(after.ports, [pub]);
   const viaHost = await fetch(`http://127.0.0.1:${pub.host_port}/index.html`);
   assert.equal(await viaHost.text(), 'kept\n');

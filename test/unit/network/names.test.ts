@@ -49,6 +49,65 @@ test('the SNI of a real ClientHello; incomplete records wait; no SNI is a TLS wi
   assert.deepEqual(peekName(noSni), { proto: 'tls' });
 });
 
+/** `hello` (whole TLS records) re-cut into records of `size` bytes of handshake each. */
+function recut(hello: Buffer, size: number): Buffer {
+  const msg = hello.subarray(5, 5 + hello.readUInt16BE(3));
+  const out: Buffer[] = [];
+  for (let i = 0; i < msg.length; i += size) {
+    const part = msg.subarray(i, i + size);
+    const head = Buffer.of(0x16, 0x03, 0x01, 0, 0);
+    head.writeUInt16BE(part.length, 3);
+    out.push(head, part);
+  }
+  return Buffer.concat(out);
+}
+
+test('a ClientHello in 1-byte records, or fed 1 byte at a time, is reassembled; past the bound it is unreadable', async () => {
+  const hello = await clientHello('allowed.test');
+  const split = recut(hello, 1);
+  assert.ok(split.length > 5 * hello.length, 'every byte is its own record');
+  assert.deepEqual(peekName(split), { proto: 'tls', name: 'allowed.test' });
+  // As a proxy reading 1-byte TCP segments sees it: undecided until the last byte.
+  for (let n = 1; n < split.length; n += 7) assert.equal(peekName(split.subarray(0, n)), undefined);
+  // A handshake message that claims more than the proxy buffers, or a record of another type.
+  const huge = Buffer.from(hello);
+  huge.writeUIntBE(0x010000, 6, 3);
+  assert.deepEqual(peekName(huge), { proto: 'tls', unreadable: 'hello' });
+  const alert = Buffer.concat([
+    Buffer.of(0x16, 0x03, 0x01, 0, 1, 0x01),
+    Buffer.of(0x15, 0x03, 0x03, 0, 2, 2, 40),
+  ]);
+  assert.deepEqual(peekName(alert), { proto: 'tls', unreadable: 'hello' });
+});
+
+test('ECH and h2c (upgrade or prior knowledge) are unreadable', async () => {
+  const hello = await clientHello('public.test');
+  // Append an encrypted_client_hello extension (0xfe0d) and fix up every length around it.
+  const ech = Buffer.of(0xfe, 0x0d, 0, 4, 0, 1, 2, 3);
+  const body = hello.subarray(5);
+  const withEch = Buffer.concat([hello.subarray(0, 5), body, ech]);
+  withEch.writeUInt16BE(hello.readUInt16BE(3) + ech.length, 3);
+  withEch.writeUIntBE(body.readUIntBE(1, 3) + ech.length, 6, 3);
+  const extLenAt = 5 + extensionsOffset(body);
+  withEch.writeUInt16BE(withEch.readUInt16BE(extLenAt) + ech.length, extLenAt);
+  assert.deepEqual(peekName(withEch), { proto: 'tls', unreadable: 'ech' });
+  const upgrade =
+    'GET / HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\r\n';
+  assert.deepEqual(peekName(Buffer.from(upgrade)), { proto: 'http', unreadable: 'h2c' });
+  const preface = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+  assert.deepEqual(peekName(preface), { proto: 'http', unreadable: 'h2c' });
+  assert.equal(peekName(preface.subarray(0, 6)), undefined);
+});
+
+/** Where a ClientHello message's extensions length sits (after its variable fields). */
+function extensionsOffset(msg: Buffer): number {
+  let off = 4 + 2 + 32;
+  off += 1 + (msg[off] as number);
+  off += 2 + msg.readUInt16BE(off);
+  off += 1 + (msg[off] as number);
+  return off;
+}
+
 test('the Host of an HTTP request (port and case dropped); IPs and other protocols have none', () => {
   const req = (host: string) =>
     Buffer.from(`GET / HTTP/1.1\r\nUser-Agent: x\r\nHost: ${host}\r\n\r\n`);
@@ -105,9 +164,9 @@ async function steering(proxy: NameProxy, to: Endpoint): Promise<Server> {
 test('the proxy splices an allowed name to its destination and resets a refused one', async () => {
   const echo = await echoServer();
   const decided: string[] = [];
-  const proxy = new NameProxy((p, to) => {
+  const proxy = new NameProxy(async (p, to) => {
     decided.push(`${p.proto} ${p.name} ${to.port === echo.port}`);
-    return p.name === 'a.test';
+    return p.name === 'a.test' ? to : undefined;
   });
   const server = await steering(proxy, { host: '127.0.0.1', port: echo.port });
   const port = (server.address() as AddressInfo).port;
@@ -125,7 +184,7 @@ test('the proxy splices an allowed name to its destination and resets a refused 
 
 test("the DNS proxy's TCP port hands steered connections to the name proxy, answers the rest", async () => {
   const echo = await echoServer();
-  const proxy = new NameProxy(() => true);
+  const proxy = new NameProxy(async (_p, to) => to);
   let steered = true;
   const dns = await DnsListener.listen(
     { host: '127.0.0.1', port: 0 },

@@ -9,10 +9,11 @@ import { isForkdError } from '../../../src/errors.js';
 import { policyScript } from '../../../src/drivers/net/nft.js';
 import { netnsOf } from '../../../src/drivers/net/netns.js';
 import {
-  decideConnection,
+  judgeConnection,
   decideName,
   egressRules,
   mergeEgress,
+  type Egress,
   NO_EGRESS,
   OPEN_EGRESS,
   parseEntry,
@@ -97,23 +98,34 @@ test('rules: CIDRs and host:port entries go to their sets, hostnames wait for DN
   assert.deepEqual(r.hostAddresses, ['192.0.2.2']);
 });
 
-test('named connections (SNI / Host): judged like DNS, with ports; no name needs internet', () => {
+test('named connections (SNI / Host): judged like DNS, with ports; allowed names must resolve there', () => {
   const p = mergeEgress(OPEN_EGRESS, {
     allow_internet: false,
     allow_out: ['a.test', 'api.test:443'],
     deny_out: ['bad.a.test'],
   });
-  assert.equal(decideConnection(p, 'a.test', 443), true);
-  assert.equal(decideConnection(p, 'api.test', 443), true);
-  assert.equal(decideConnection(p, 'api.test', 80), false);
-  assert.equal(decideConnection(p, 'b.test', 443), false);
-  assert.equal(decideConnection(p, undefined, 443), false);
+  const judge = (e: Egress, name: string | undefined, port: number) =>
+    judgeConnection(e, { name }, port);
+  // Allowed only by a hostname entry: passed on condition that the name resolves there.
+  assert.deepEqual(judge(p, 'a.test', 443), { pass: true, verify: 'a.test' });
+  assert.deepEqual(judge(p, 'api.test', 443), { pass: true, verify: 'api.test' });
+  assert.deepEqual(judge(p, 'api.test', 80), { pass: false, reason: 'name_not_allowed' });
+  assert.deepEqual(judge(p, 'b.test', 443), { pass: false, reason: 'name_not_allowed' });
+  assert.deepEqual(judge(p, 'bad.a.test', 443), { pass: false, reason: 'name_denied' });
+  assert.deepEqual(judge(p, undefined, 443), { pass: false, reason: 'no_name' });
   const open = mergeEgress(OPEN_EGRESS, { deny_out: ['b.test', 'c.test:80'] });
-  assert.equal(decideConnection(open, 'b.test', 443), false);
-  assert.equal(decideConnection(open, 'c.test', 443), true);
-  assert.equal(decideConnection(open, 'c.test', 80), false);
-  assert.equal(decideConnection(open, undefined, 443), true);
-  assert.equal(decideConnection(NO_EGRESS, 'a.test', 443), false);
+  assert.deepEqual(judge(open, 'b.test', 443), { pass: false, reason: 'name_denied' });
+  assert.deepEqual(judge(open, 'c.test', 443), { pass: true });
+  assert.deepEqual(judge(open, 'c.test', 80), { pass: false, reason: 'name_denied' });
+  assert.deepEqual(judge(open, undefined, 443), { pass: true });
+  assert.deepEqual(judge(NO_EGRESS, 'a.test', 443), { pass: false, reason: 'egress_none' });
+  // What the proxy cannot read is refused even where the internet is open.
+  for (const unreadable of ['ech', 'h2c', 'hello'] as const) {
+    assert.deepEqual(judgeConnection(open, { name: 'c.test', unreadable }, 443), {
+      pass: false,
+      reason: unreadable,
+    });
+  }
 });
 
 test('steering: only a policy naming hostnames sends web ports (and named ones) to the proxy', () => {
@@ -136,6 +148,11 @@ test('steering: only a policy naming hostnames sends web ports (and named ones) 
     steer.indexOf('@deny_net return') < steer.indexOf('meta l4proto tcp dnat ip to 10.231.0.13:53'),
   );
   assert.match(steer, /ip daddr \{ 0\.0\.0\.0\/8, .*10\.0\.0\.0\/8.* \} return/);
+  // UDP on those ports (QUIC) is refused unless its address is listed.
+  const out = script.slice(script.indexOf('chain out'));
+  assert.match(out, /udp dport \{ 80, 443, 8443 \} ip daddr @allow_net accept/);
+  assert.match(out, /udp dport \{ 80, 443, 8443 \} jump unread/);
+  assert.ok(out.indexOf('jump unread') < out.indexOf('@allow_dns accept'));
   assert.deepEqual(egressRules(NO_EGRESS, []).steerPorts, []);
   assert.doesNotMatch(
     policyScript(ns, egressRules(OPEN_EGRESS, [])),
