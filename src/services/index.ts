@@ -148,6 +148,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
   });
   const images = new ImageStore(paths);
   const packs = new PackManager({ paths, snapshots, qemuVersion });
+  snapshots.resolveReferencesWith(async (reference) => (await packs.ensure(reference)).tag);
   const services: Services = {
     contexts,
     sandboxes,

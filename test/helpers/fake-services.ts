@@ -311,6 +311,22 @@ export class FakeServices {
         return { reference: `${reference}@${digest}`, digest, ...counts };
       },
       pull: async (req) => install(req.tag, req.force),
+      cacheInfo: async () => ({
+        entries: [
+          {
+            kind: 'chunk',
+            digest: `sha256:${'1'.repeat(64)}`,
+            bytes: 2048,
+            used_at: '2026-01-01T00:00:00.000Z',
+          },
+        ],
+        bytes: 2048,
+        limit_bytes: null,
+        hits: 0,
+        misses: 1,
+        bytes_fetched: 2048,
+      }),
+      pruneCache: async () => ({ removed: [], bytes: 2048 }),
     };
   }
 

@@ -50,7 +50,16 @@ export type {
 } from './pty.js';
 export { Images } from './images.js';
 export { Packs } from './packs.js';
-export type { InstallInfo, InstallOptions, PackCallOptions, PackInfo, PushInfo } from './packs.js';
+export type {
+  CacheEntry,
+  CacheInfo,
+  InstallInfo,
+  InstallOptions,
+  PackCallOptions,
+  PackInfo,
+  PushInfo,
+  PushOptions,
+} from './packs.js';
 export type { ImageCreateOptions, ImagePullOptions, ImageImportOptions } from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';
 export type { ClientConfig, Endpoint, ResolvedConfig } from './config.js';

@@ -365,7 +365,23 @@ export class SnapshotManager implements SnapshotService {
     return { ...this.pool.state(tag), memory_bytes: memory };
   }
 
+  /**
+   * How a fork names a snapshot by OCI reference (`REGISTRY/REPO:TAG`): the pack service
+   * answers its local tag, pulling it first when this node lacks it (wired by the services).
+   */
+  resolveReferencesWith(f: (reference: string) => Promise<string>): void {
+    this.reference = f;
+  }
+
+  private reference?: (reference: string) => Promise<string>;
+
   async fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome> {
+    if (req.snapshot.includes('/')) {
+      if (!this.reference) {
+        throw new ForkdError('unsupported', 'this daemon does not fork by OCI reference');
+      }
+      return this.fork({ ...req, snapshot: await this.reference(req.snapshot) }, caller);
+    }
     checkRange('n', req.n, { min: 1, max: FORK_MAX });
     await refuseWhenFull(this.opts.paths.sandboxes, `fork of ${req.snapshot}`);
     const m = await this.materialized(req.snapshot);
