@@ -48,8 +48,7 @@ async function ls(flags: CacheFlags): Promise<void> {
 
 async function size(flags: CacheFlags): Promise<void> {
   const info = await packs(flags).cache();
-  const { entries: _entries, ...rest } = info;
-  if (flags.json) return printJson(snake(rest));
+  if (flags.json) return printJson(snake({ ...info, entries: info.entries.length }));
   const limit = info.limitBytes === null ? 'no limit' : `limit ${formatBytes(info.limitBytes)}`;
   process.stdout.write(
     `${formatBytes(info.bytes)} in ${info.entries.length} entries (${limit}); ${info.hits} hits, ${info.misses} misses, ${formatBytes(info.bytesFetched)} fetched\n`,

@@ -1247,6 +1247,14 @@ export function validRequests(): RouteRequest[] {
       status: 201,
     },
     { method: 'GET', route: '/v1/lineage', url: `/v1/lineage?tag=${SEED.snapshot}`, status: 200 },
+    { method: 'GET', route: '/v1/cache', url: '/v1/cache', status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/cache/prune',
+      url: '/v1/cache/prune',
+      body: { all: true },
+      status: 200,
+    },
     { method: 'DELETE', route: '/v1/sandboxes/:id', url: S, status: 204 },
   ];
 }
