@@ -21,6 +21,9 @@
  *       (LAYERs: the parent's chain, topmost diff first, a full file last; memdiff.c)
  *   forkd-capture overlay SRC DST
  *       write SRC's data extents into DST at the same offsets (materializing a diff)
+ *   forkd-capture extents FILE
+ *       list FILE's data extents (SEEK_DATA/SEEK_HOLE): what a chunked push sends, the
+ *       rest staying a hole when it is installed (packs/chunks.ts)
  *
  * Every command prints one JSON line of results on stdout; errors go to stderr, exit 1.
  * The pause of a branch is the `pages` command, so it reads pagemap in large batches and
@@ -108,6 +111,32 @@ static int compare(char **argv) {
   return 0;
 }
 
+/* ---- extents (chunked push) ----------------------------------------------------------- */
+
+static int extents(const char *file) {
+  int fd = open(file, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die(file);
+  struct stat st;
+  if (fstat(fd, &st) < 0) die("fstat");
+  printf("{\"size\":%" PRIu64 ",\"extents\":[", (uint64_t)st.st_size);
+  const char *sep = "";
+  for (off_t pos = 0; pos < st.st_size;) {
+    off_t data = lseek(fd, pos, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break;
+      die("SEEK_DATA");
+    }
+    off_t hole = lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) die("SEEK_HOLE");
+    printf("%s[%" PRIu64 ",%" PRIu64 "]", sep, (uint64_t)data, (uint64_t)(hole - data));
+    sep = ",";
+    pos = hole;
+  }
+  printf("]}\n");
+  close(fd);
+  return 0;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: forkd-capture sparse-copy SRC DST [SIZE]\n"
@@ -117,7 +146,8 @@ static void usage(void) {
           "       forkd-capture live-cleanup PID VSTART VEND\n"
           "       forkd-capture live-probe\n"
           "       forkd-capture diff PAGES LAYER...\n"
-          "       forkd-capture overlay SRC DST\n");
+          "       forkd-capture overlay SRC DST\n"
+          "       forkd-capture extents FILE\n");
   exit(2);
 }
 
@@ -132,6 +162,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "live-probe") && argc == 2) return live_probe();
   if (!strcmp(argv[1], "diff") && argc >= 4) return memdiff(argv[2], argv + 3, argc - 3);
   if (!strcmp(argv[1], "overlay") && argc == 4) return overlay(argv[2], argv[3]);
+  if (!strcmp(argv[1], "extents") && argc == 3) return extents(argv[2]);
   usage();
   return 2;
 }

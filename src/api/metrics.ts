@@ -8,7 +8,8 @@
  * every answer feeds the latency histogram (by route pattern, never by raw URL, to keep
  * label cardinality bounded) and, when it is an error, the per-code error counter.
  * Each running sandbox's CPU and memory use and limits (its cgroup's numbers) are labelled
- * by sandbox id: bounded by the sandboxes running, and gone once a sandbox ends.
+ * by sandbox id: bounded by the sandboxes running, and gone once a sandbox ends. The node
+ * cache's hits, misses and bytes fetched are read from the pack service at scrape time.
  */
 import type { FastifyRequest } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
@@ -16,11 +17,12 @@ import Type from 'typebox';
 import type {
   HostInfo,
   NetworkApi,
+  PackService,
   SandboxUsageT,
   Services,
   SnapshotService,
 } from '../services/contracts.js';
-import { SandboxState, type SnapshotT } from '../contract/schemas.js';
+import { SandboxState, type CacheInfoT, type SnapshotT } from '../contract/schemas.js';
 import type { Api, CountedMetric } from './types.js';
 
 const STATES = SandboxState.anyOf.map((s) => s.const);
@@ -149,6 +151,36 @@ function usageGauges(registry: Registry, host: HostInfo): void {
   gauge('forkd_sandbox_cpu_limit_cores', 'CPU quota of a sandbox', (u) => u.limits?.cpu ?? null);
 }
 
+/** The node cache (docs/packs.md): chunk hits and misses, bytes fetched, bytes held. */
+function cacheGauges(registry: Registry, packs: PackService): void {
+  const info = oncePerScrape(() => packs.cacheInfo());
+  const gauge = (name: string, help: string, read: (c: CacheInfoT) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      async collect() {
+        this.set(read(await info()));
+      },
+    });
+  gauge(
+    'forkd_cache_chunk_hits',
+    'Chunks a pull found in the node cache (since start)',
+    (c) => c.hits,
+  );
+  gauge(
+    'forkd_cache_chunk_misses',
+    'Chunks a pull fetched from a registry (since start)',
+    (c) => c.misses,
+  );
+  gauge(
+    'forkd_cache_fetched_bytes',
+    'Bytes of chunks fetched from registries (since start)',
+    (c) => c.bytes_fetched,
+  );
+  gauge('forkd_cache_bytes', 'Bytes the node cache holds', (c) => c.bytes);
+}
+
 function counters(registry: Registry) {
   const registers = [registry];
   const counter = (name: string, help: string) => new Counter({ name, help, registers });
@@ -193,7 +225,7 @@ function countedOf(request: FastifyRequest): [CountedMetric, number][] {
 /** Adds GET /metrics and the hooks that feed it. */
 export function installMetrics(
   app: Api,
-  services: Pick<Services, 'host' | 'snapshots' | 'network'>,
+  services: Pick<Services, 'host' | 'snapshots' | 'network' | 'packs'>,
 ): void {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -203,6 +235,7 @@ export function installMetrics(
     deniedGauge(registry, services.network);
     refusedGauge(registry, services.network);
   }
+  if (services.packs) cacheGauges(registry, services.packs);
   usageGauges(registry, services.host);
   const m = counters(registry);
   app.decorateRequest('counted', null);

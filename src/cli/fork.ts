@@ -1,6 +1,6 @@
 /**
- * `forkd fork TAG -n N`: N sandboxes forked from a snapshot through the daemon, each already
- * warm. Prints the children's ids, one per line. Children that fail are named on stderr
+ * `forkd fork TAG|REF -n N`: N sandboxes forked from a snapshot through the daemon, each
+ * already warm; a snapshot named by OCI reference is pulled on its first fork (docs/packs.md). Prints the children's ids, one per line. Children that fail are named on stderr
  * and forkd exits 1, leaving the healthy ones running unless `--all-or-nothing` asked the
  * daemon to kill them too.
  */
@@ -34,7 +34,10 @@ interface ForkFlags extends DaemonFlags, NetworkFlags, LimitFlags, IdleFlags {
 export function register(cmd: Command): void {
   daemonOptions(
     idleOptions(limitOptions(networkOptions(cmd, false), "each child's"), "each child's")
-      .argument('<tag>', 'snapshot tag')
+      .argument(
+        '<snapshot>',
+        'snapshot tag, or an OCI reference REGISTRY/REPO[:TAG] (pulled on first fork)',
+      )
       .option('-n, --count <n>', 'how many sandboxes (1-100)', '1')
       .option('--label <k=v>', 'label of every child (repeatable)', collect, [])
       .option('-e, --env <K=V>', 'environment variable for every command (repeatable)', collect, [])
@@ -50,9 +53,10 @@ async function fork(tag: string, flags: ForkFlags): Promise<number> {
   const limits = parseLimitFlags(flags);
   const idle = parseIdleFlags(flags);
   const config = clientConfig(flags);
-  const result = await (
-    await Snapshot.get(parseName(tag, 'the tag'), config)
-  ).fork({
+  // A reference (REGISTRY/REPO:TAG) the daemon pulls on this first fork; a tag is checked here.
+  const snapshot = tag.includes('/') ? tag : parseName(tag, 'the tag');
+  const result = await Snapshot.fork(snapshot, {
+    ...config,
     n,
     labels: parseLabels(flags.label),
     envs: parseEnv(flags.env),

@@ -118,6 +118,11 @@ const VERBS: Verb[] = [
     load: () => import('./pull.js'),
   },
   {
+    name: 'cache',
+    summary: 'the node cache of chunks and snapshots pulled by reference (ls, size, prune)',
+    load: () => import('./cache.js'),
+  },
+  {
     name: 'daemon',
     summary: 'serve the forkd API (foreground); sandboxes outlive it',
     load: () => import('./daemon.js'),

@@ -36,7 +36,7 @@ export function show(result: object, flags: PackFlags, lines: string[]): void {
   for (const l of lines) process.stdout.write(`${l}\n`);
 }
 
-function snake(value: object): Record<string, unknown> {
+export function snake(value: object): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(value))
     out[k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)] = v;

@@ -350,9 +350,11 @@ export const CreateSandbox = Type.Object(
     labels: Type.Optional(Labels),
     snapshot: Type.Optional(
       Type.String({
-        pattern: NAME_PATTERN,
+        // A tag, or an OCI reference (REGISTRY/REPO[:TAG][@DIGEST]) the daemon pulls once.
+        pattern: `${NAME_PATTERN}|^[a-z0-9][\\w.:-]*(/[\\w.-]+)+(:[\\w][\\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$`,
+        maxLength: 1024,
         description:
-          'fork from this snapshot instead of booting an image (no image/memory_mib/cpus then)',
+          'fork from this snapshot instead of booting an image (no image/memory_mib/cpus then): a tag, or an OCI reference the first fork pulls (docs/packs.md)',
       }),
     ),
     n: Type.Optional(
@@ -1183,6 +1185,12 @@ export const UnpackSnapshot = Type.Object(
 export const PushSnapshot = Type.Object(
   {
     reference: Type.String({ minLength: 1, maxLength: 1024, description: 'REGISTRY/REPO[:TAG]' }),
+    format: Type.Optional(
+      Type.Union([Type.Literal('chunks'), Type.Literal('files')], {
+        description:
+          'chunks (default): content-addressed chunks, pulled by forkd 0.1 builds with chunk support; files: one blob per file, as older forkd versions read',
+      }),
+    ),
     stream: Type.Optional(Type.Boolean()),
   },
   strict,
@@ -1196,6 +1204,12 @@ export const PullSnapshot = Type.Object(
     }),
     tag: Type.Optional(SnapshotTag),
     force: Type.Optional(Type.Boolean({ description: 'replace a snapshot of that tag' })),
+    prefetch: Type.Optional(
+      Type.Boolean({
+        description:
+          'have it ready for forks by reference (as the first fork would pull it, into the node cache; no tag or force then)',
+      }),
+    ),
     stream: Type.Optional(Type.Boolean()),
   },
   strict,
@@ -1251,11 +1265,58 @@ export type SnapshotOriginT = Static<typeof SnapshotOrigin>;
 export type PackSnapshotT = Static<typeof PackSnapshot>;
 export type UnpackSnapshotT = Static<typeof UnpackSnapshot>;
 export type PushSnapshotT = Static<typeof PushSnapshot>;
+/** One entry of the node cache (docs/packs.md "Node cache"). */
+export const CacheEntry = Type.Object(
+  {
+    kind: Type.Union([Type.Literal('chunk'), Type.Literal('snapshot')]),
+    digest: Type.String({
+      description: "a chunk's digest, or a pulled snapshot's manifest digest",
+    }),
+    bytes: Type.Integer({ description: 'bytes on disk' }),
+    used_at: Type.String({ description: 'last use (ISO 8601): eviction goes oldest first' }),
+    tag: Type.Optional(Type.String({ description: 'a snapshot: its local tag' })),
+    reference: Type.Optional(
+      Type.String({ description: 'a snapshot: the reference it was pulled by' }),
+    ),
+  },
+  { $id: 'CacheEntry' },
+);
+export const CacheInfo = Type.Object(
+  {
+    entries: Type.Array(CacheEntry, { description: 'least recently used first' }),
+    bytes: Type.Integer(),
+    limit_bytes: Type.Union([Type.Integer(), Type.Null()], { description: 'null: no limit' }),
+    hits: Type.Integer({ description: 'chunks found in the cache since the daemon started' }),
+    misses: Type.Integer({
+      description: 'chunks fetched from a registry since the daemon started',
+    }),
+    bytes_fetched: Type.Integer(),
+  },
+  { $id: 'CacheInfo' },
+);
+export const CachePrune = Type.Object(
+  {
+    all: Type.Optional(
+      Type.Boolean({ description: 'evict everything not in use, not just down to the limit' }),
+    ),
+  },
+  strict,
+);
+export const CachePruneResult = Type.Object(
+  {
+    removed: Type.Array(CacheEntry),
+    bytes: Type.Integer({ description: 'bytes the cache holds after' }),
+  },
+  { $id: 'CachePruneResult' },
+);
+export type CacheEntryT = Static<typeof CacheEntry>;
+export type CacheInfoT = Static<typeof CacheInfo>;
+export type CachePruneResultT = Static<typeof CachePruneResult>;
 export type PullSnapshotT = Static<typeof PullSnapshot>;
 export type PackResultT = Static<typeof PackResult>;
 export type UnpackResultT = Static<typeof UnpackResult>;
 export type PushResultT = Static<typeof PushResult>;
-SHARED_SCHEMAS.push(PackResult, UnpackResult, PushResult);
+SHARED_SCHEMAS.push(PackResult, UnpackResult, PushResult, CacheEntry, CacheInfo, CachePruneResult);
 // ---- the web UI's feeds: GET /v1/events, /v1/doctor, /v1/bench ---------------------------
 
 /** One change the event stream reports: a sandbox or snapshot was created, changed or removed. */

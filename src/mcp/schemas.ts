@@ -336,7 +336,12 @@ export const SCHEMAS = {
   },
   sandbox_fork: {
     input: input({
-      snapshot: SnapshotTag,
+      snapshot: Type.String({
+        minLength: 1,
+        maxLength: 1024,
+        description:
+          'snapshot tag, or an OCI reference (REGISTRY/REPO:TAG) that the first fork pulls onto this node',
+      }),
       n: Type.Integer({ minimum: 1, maximum: FORK_MAX, description: 'how many sandboxes' }),
       env: opt(Env),
       labels: opt(Labels),

@@ -295,15 +295,15 @@ export const TOOLS = [
       'Start n sandboxes from a snapshot, each already warm (it maps the snapshot ' +
       'memory copy-on-write instead of booting). Use it to fan out: try n approaches from ' +
       'the same prepared state. Children that fail to come up are listed in `failed` ' +
-      'with their error; allOrNothing kills the rest then. To fork from a running ' +
+      'with their error; allOrNothing kills the rest then. A snapshot named by OCI ' +
+      'reference is pulled onto this node by its first fork. To fork from a running ' +
       'sandbox, use sandbox_branch with fork.',
     annotations: MAKE,
     async run({ snapshot, env, ...rest }, ctx) {
-      const snap = await Snapshot.get(snapshot, { ...ctx.config, signal: ctx.signal });
       const result = await withHeartbeat(ctx.progress, `forking ${rest.n} from ${snapshot}`, () =>
         undoIfCancelled(
           ctx,
-          () => snap.fork({ ...rest, envs: env }),
+          () => Snapshot.fork(snapshot, { ...ctx.config, ...rest, envs: env, signal: ctx.signal }),
           (made) =>
             killAll(
               made.sandboxes.map((s) => s.id),

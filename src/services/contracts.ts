@@ -41,6 +41,8 @@ import type {
 import type {
   PackResultT,
   PullSnapshotT,
+  CacheInfoT,
+  CachePruneResultT,
   PushResultT,
   UnpackResultT,
 } from '../contract/schemas.js';
@@ -437,6 +439,7 @@ export interface PackService {
     reference: string,
     onProgress?: (m: string) => void,
     signal?: AbortSignal,
+    opts?: { format?: 'chunks' | 'files' },
   ): Promise<PushResultT>;
   /** Pull a pushed snapshot (or an https:// pack file) with its chain, and install it. */
   pull(
@@ -444,4 +447,8 @@ export interface PackService {
     onProgress?: (m: string) => void,
     signal?: AbortSignal,
   ): Promise<UnpackResultT>;
+  /** What the node cache holds (chunks, snapshots pulled by reference) and its counters. */
+  cacheInfo(): Promise<CacheInfoT>;
+  /** Evict down to the limit (`all`: everything not in use). */
+  pruneCache(opts: { all?: boolean }): Promise<CachePruneResultT>;
 }

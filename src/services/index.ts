@@ -170,6 +170,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
   const images = new ImageStore(paths);
   const packs = new PackManager({ paths, snapshots, qemuVersion });
   const builds = new BuildManager({ paths, sandboxes, snapshots, branch, images });
+  snapshots.resolveReferencesWith(async (reference) => (await packs.ensure(reference)).tag);
   const services: Services = {
     contexts,
     sandboxes,

@@ -313,6 +313,22 @@ export class FakeServices {
         return { reference: `${reference}@${digest}`, digest, ...counts };
       },
       pull: async (req) => install(req.tag, req.force),
+      cacheInfo: async () => ({
+        entries: [
+          {
+            kind: 'chunk',
+            digest: `sha256:${'1'.repeat(64)}`,
+            bytes: 2048,
+            used_at: '2026-01-01T00:00:00.000Z',
+          },
+        ],
+        bytes: 2048,
+        limit_bytes: null,
+        hits: 0,
+        misses: 1,
+        bytes_fetched: 2048,
+      }),
+      pruneCache: async () => ({ removed: [], bytes: 2048 }),
     };
   }
 
@@ -1268,6 +1284,14 @@ export function validRequests(): RouteRequest[] {
       status: 200,
     },
     { method: 'POST', route: '/v1/builds/prune', url: '/v1/builds/prune', status: 200 },
+    { method: 'GET', route: '/v1/cache', url: '/v1/cache', status: 200 },
+    {
+      method: 'POST',
+      route: '/v1/cache/prune',
+      url: '/v1/cache/prune',
+      body: { all: true },
+      status: 200,
+    },
     { method: 'DELETE', route: '/v1/sandboxes/:id', url: S, status: 204 },
   ];
 }

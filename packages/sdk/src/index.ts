@@ -54,7 +54,16 @@ export { Packs } from './packs.js';
 export { Builds } from './builds.js';
 export type { BuildEvent, BuildOptions, BuildResult } from './builds.js';
 export { tarOf } from './tar.js';
-export type { InstallInfo, InstallOptions, PackCallOptions, PackInfo, PushInfo } from './packs.js';
+export type {
+  CacheEntry,
+  CacheInfo,
+  InstallInfo,
+  InstallOptions,
+  PackCallOptions,
+  PackInfo,
+  PushInfo,
+  PushOptions,
+} from './packs.js';
 export type { ImageCreateOptions, ImagePullOptions, ImageImportOptions } from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';
 export type { ClientConfig, Endpoint, ResolvedConfig } from './config.js';

@@ -20,6 +20,43 @@ export interface InstallOptions extends PackCallOptions {
   tag?: string;
   /** Replace a snapshot of that tag. */
   force?: boolean;
+  /**
+   * Pull: have the reference ready for forks by reference (into the node cache, as the
+   * first fork would), asking the registry where its tag points now. No `tag`/`force` then.
+   */
+  prefetch?: boolean;
+}
+
+/** One entry of the node cache: a chunk, or a snapshot pulled by reference. */
+export interface CacheEntry {
+  kind: 'chunk' | 'snapshot';
+  /** The chunk's digest, or the snapshot's manifest digest. */
+  digest: string;
+  bytes: number;
+  /** Last use (ISO 8601): eviction goes oldest first. */
+  usedAt: string;
+  tag?: string;
+  reference?: string;
+}
+
+/** The node cache: its entries (least recently used first), size, limit and counters. */
+export interface CacheInfo {
+  entries: CacheEntry[];
+  bytes: number;
+  /** null: no limit. */
+  limitBytes: number | null;
+  hits: number;
+  misses: number;
+  bytesFetched: number;
+}
+
+/** How `push` stores the files. */
+export interface PushOptions extends PackCallOptions {
+  /**
+   * `chunks` (default): content-addressed chunks, so a node fetches only chunks it lacks;
+   * `files`: one blob per file, for forkd versions from before chunks.
+   */
+  format?: 'chunks' | 'files';
 }
 
 /** What `pack` wrote. */
@@ -111,9 +148,11 @@ export class Packs {
    * @example
    * const { uploaded, skipped } = await forkd.packs.push('step-2', '127.0.0.1:5000/team/py:step-2');
    */
-  async push(tag: string, reference: string, opts: PackCallOptions = {}): Promise<PushInfo> {
+  async push(tag: string, reference: string, opts: PushOptions = {}): Promise<PushInfo> {
     const path = `/v1/snapshots/${encodeURIComponent(tag)}/push`;
-    return fromWire(await this.call(path, { reference }, opts));
+    const body: Wire = { reference };
+    if (opts.format !== undefined) body.format = opts.format;
+    return fromWire(await this.call(path, body, opts));
   }
 
   /**
@@ -125,6 +164,43 @@ export class Packs {
   async pull(reference: string, opts: InstallOptions = {}): Promise<InstallInfo> {
     const body = { reference, ...installBody(opts) };
     return fromWire(await this.call('/v1/snapshots/pull', body, opts));
+  }
+
+  /**
+   * The node cache: chunks and snapshots pulled by reference, with hits, misses and bytes fetched.
+   *
+   * @example
+   * const { bytes, limitBytes, entries } = await forkd.packs.cache();
+   */
+  async cache(opts: CallOptions = {}): Promise<CacheInfo> {
+    const wire = await this.transport.json<Wire>({
+      method: 'GET',
+      path: '/v1/cache',
+      signal: opts.signal,
+    });
+    const info = fromWire<CacheInfo>(wire);
+    return { ...info, entries: (wire.entries as Wire[]).map((e) => fromWire<CacheEntry>(e)) };
+  }
+
+  /**
+   * Evict the node cache down to its limit, or (`all`) everything no sandbox or snapshot needs.
+   *
+   * @example
+   * const { removed } = await forkd.packs.pruneCache({ all: true });
+   */
+  async pruneCache(
+    opts: CallOptions & { all?: boolean } = {},
+  ): Promise<{ removed: CacheEntry[]; bytes: number }> {
+    const wire = await this.transport.json<Wire>({
+      method: 'POST',
+      path: '/v1/cache/prune',
+      json: opts.all === undefined ? {} : { all: opts.all },
+      signal: opts.signal,
+    });
+    return {
+      bytes: wire.bytes as number,
+      removed: (wire.removed as Wire[]).map((e) => fromWire<CacheEntry>(e)),
+    };
   }
 
   private async call(path: string, body: Wire, opts: PackCallOptions): Promise<Wire> {
@@ -152,5 +228,6 @@ function installBody(opts: InstallOptions): Wire {
   const body: Wire = {};
   if (opts.tag !== undefined) body.tag = opts.tag;
   if (opts.force !== undefined) body.force = opts.force;
+  if (opts.prefetch !== undefined) body.prefetch = opts.prefetch;
   return body;
 }

@@ -354,24 +354,22 @@ export class Snapshot {
    * await Promise.all(sandboxes.map((s) => s.commands.run('python3 job.py')));
    */
   async fork(opts: ForkOptions): Promise<ForkResult> {
-    const body: CreateSandboxBody = compact({
-      snapshot: this.tag,
-      n: opts.n,
-      labels: opts.labels,
-      env: opts.envs,
-      timeout_s: opts.timeoutMs === undefined ? undefined : toSeconds(opts.timeoutMs),
-      all_or_nothing: opts.allOrNothing,
-      egress: egressToWire(opts.egress),
-      limits: limitsBody(opts.limits),
-      idle: idleBody(opts.idle),
-    });
-    const wire = await this.client.transport.json<ForkResultWire>({
-      method: 'POST',
-      path: '/v1/sandboxes',
-      json: body,
-      signal: opts.signal,
-    });
-    return forkResultOf(this.client, wire);
+    return forkFrom(this.client, this.tag, opts);
+  }
+
+  /**
+   * Fork from a snapshot named by tag or by OCI reference (`REGISTRY/REPO:TAG`): the
+   * daemon pulls a reference it lacks first (concurrent forks share that pull), later
+   * forks of it start at local speed.
+   *
+   * @example
+   * const { sandboxes } = await Snapshot.fork('127.0.0.1:5000/team/env:warm', { n: 2 });
+   */
+  static async fork(
+    tagOrReference: string,
+    opts: ForkOptions & SandboxOptions,
+  ): Promise<ForkResult> {
+    return forkFrom(new Forkd(opts), tagOrReference, opts);
   }
 
   /**
@@ -455,6 +453,28 @@ export class Snapshot {
 }
 
 // ---- requests shared by the static calls and their instance twins ----------------------
+
+/** POST /v1/sandboxes with `snapshot`: the fork shared by Snapshot.fork and its instance twin. */
+async function forkFrom(client: Forkd, snapshot: string, opts: ForkOptions): Promise<ForkResult> {
+  const body: CreateSandboxBody = compact({
+    snapshot,
+    n: opts.n,
+    labels: opts.labels,
+    env: opts.envs,
+    timeout_s: opts.timeoutMs === undefined ? undefined : toSeconds(opts.timeoutMs),
+    all_or_nothing: opts.allOrNothing,
+    egress: egressToWire(opts.egress),
+    limits: limitsBody(opts.limits),
+    idle: idleBody(opts.idle),
+  });
+  const wire = await client.transport.json<ForkResultWire>({
+    method: 'POST',
+    path: '/v1/sandboxes',
+    json: body,
+    signal: opts.signal,
+  });
+  return forkResultOf(client, wire);
+}
 
 async function getInfo(client: Forkd, tag: string, opts: CallOptions): Promise<SnapshotInfo> {
   const wire = await client.transport.json({

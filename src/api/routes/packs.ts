@@ -1,11 +1,15 @@
 /**
  * Pack routes (docs/packs.md): pack a snapshot into a file on the daemon host, unpack one,
- * push a snapshot to a registry, pull one (or an https:// pack file). Each answers its
+ * push a snapshot to a registry, pull one (or an https:// pack file, or prefetch one for
+ * forks by reference), and the node cache those pulls fill (list, prune). Each answers its
  * result, or with `stream: true` NDJSON progress lines then `done` (or `error`), as image
  * pulls do. A client that hangs up aborts a push or pull at its next request.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import {
+  CacheInfo,
+  CachePrune,
+  CachePruneResult,
   PackEvent,
   PackResult,
   PackSnapshot,
@@ -116,9 +120,10 @@ export async function packRoutes(app: Api, { services }: { services: Services })
       },
     },
     async (request, reply) => {
-      const { reference, stream } = request.body;
+      const { reference, stream, format } = request.body;
       const signal = clientGone(reply);
-      const run: Run = (say) => packs().push(request.params.tag, reference, say, signal);
+      const run: Run = (say) =>
+        packs().push(request.params.tag, reference, say, signal, { format });
       return answer(run, stream, 200, request, reply);
     },
   );
@@ -138,5 +143,30 @@ export async function packRoutes(app: Api, { services }: { services: Services })
       const signal = clientGone(reply);
       return answer((say) => packs().pull(req, say, signal), stream, 201, request, reply);
     },
+  );
+
+  app.get(
+    '/v1/cache',
+    {
+      schema: {
+        summary: 'The node cache: chunks and snapshots pulled by reference, its size and counters',
+        tags,
+        response: { 200: CacheInfo, ...ERROR_RESPONSES },
+      },
+    },
+    async () => packs().cacheInfo(),
+  );
+
+  app.post(
+    '/v1/cache/prune',
+    {
+      schema: {
+        summary: 'Evict the node cache down to its limit (all: everything no sandbox needs)',
+        tags,
+        body: CachePrune,
+        response: { 200: CachePruneResult, ...ERROR_RESPONSES },
+      },
+    },
+    async (request) => packs().pruneCache({ all: request.body?.all }),
   );
 }

@@ -111,3 +111,11 @@ export function diffOver(pages: string, layers: string[]): Promise<Record<string
 export function overlayInto(diff: string, dst: string): Promise<Record<string, number>> {
   return captureTool(['overlay', diff, dst]);
 }
+
+/** A file's size and data extents (`[offset, length]`, SEEK_DATA/SEEK_HOLE): the rest is holes. */
+export async function fileExtents(
+  file: string,
+): Promise<{ size: number; extents: [number, number][] }> {
+  const { stdout } = await run(CAPTURE_BINARY, ['extents', file]);
+  return JSON.parse(stdout) as { size: number; extents: [number, number][] };
+}

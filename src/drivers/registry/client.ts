@@ -194,7 +194,7 @@ export class RegistryClient {
   async pushBlob(
     repo: string,
     digest: string,
-    file: string,
+    file: string | Buffer,
     size: number,
     opts: { mountFrom?: string[]; chunkBytes?: number; onBytes?: (n: number) => void } = {},
   ): Promise<'exists' | 'mounted' | 'uploaded'> {
@@ -215,11 +215,13 @@ export class RegistryClient {
       if (start.status !== 202 || !location) throw this.failure(start, `upload to ${repo}`);
     }
     const chunk = opts.chunkBytes ?? 16 << 20;
-    const fh = await open(file, 'r');
+    // A small blob made in memory (a snapshot chunk) is sent from its buffer.
+    const fh = typeof file === 'string' ? await open(file, 'r') : undefined;
     try {
       for (let at = 0; at < size; at += chunk) {
-        const buf = Buffer.alloc(Math.min(chunk, size - at));
-        await fh.read(buf, 0, buf.length, at);
+        const n = Math.min(chunk, size - at);
+        const buf = fh ? Buffer.alloc(n) : (file as Buffer).subarray(at, at + n);
+        if (fh) await fh.read(buf, 0, n, at);
         const res = await this.uploadRequest('PATCH', repo, await this.uploadPath(location), buf, {
           'content-type': 'application/octet-stream',
           'content-range': `${at}-${at + buf.length - 1}`,
@@ -229,7 +231,7 @@ export class RegistryClient {
         opts.onBytes?.(buf.length);
       }
     } finally {
-      await fh.close();
+      await fh?.close();
     }
     const url = new URL(await this.uploadPath(location), await this.baseUrl());
     url.searchParams.set('digest', digest);

@@ -6,6 +6,7 @@
  * its manifest re-hashed), then the renames, image and parents first. A failure before the
  * last rename takes back every rename it made: nothing half-installed stays.
  */
+import { createHash } from 'node:crypto';
 import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
@@ -48,6 +49,38 @@ export interface InstallContext {
 export interface InstallOptions {
   tag?: string;
   force?: boolean;
+  /**
+   * Name snapshots by content (a pull by reference): each snapshot of the chain that this
+   * host has under any tag is reused, the others land under `ref-<identity prefix>`, so a
+   * pull never collides with a local tag and two references to one content share it.
+   */
+  byContent?: boolean;
+}
+
+/** The tag a snapshot pulled by content is installed under. */
+export const contentTag = (m: SnapshotManifest): string =>
+  `ref-${createHash('sha256').update(snapshotIdentity(m)).digest('hex').slice(0, 16)}`;
+
+/**
+ * Snapshots of the chain this host holds under any tag with the same identity: pack tag →
+ * local tag (for `byContent`: reused wherever they are).
+ */
+export async function sameContentHere(
+  registry: SnapshotRegistry,
+  pack: PackManifest,
+  manifests: Map<string, SnapshotManifest>,
+): Promise<Map<string, string>> {
+  const byIdentity = new Map<string, string>();
+  for (const [tag, m] of await registry.manifests()) {
+    if (registry.isPublished(tag)) byIdentity.set(snapshotIdentity(m), tag);
+  }
+  const out = new Map<string, string>();
+  for (const tag of pack.chain) {
+    const m = manifests.get(tag);
+    const local = m && byIdentity.get(snapshotIdentity(m));
+    if (local) out.set(tag, local);
+  }
+  return out;
 }
 
 export interface Installed {
@@ -116,6 +149,7 @@ export async function installPack(
   origin: Origin,
 ): Promise<Installed> {
   const manifests = await stagedManifests(staging, pack);
+  if (opts.byContent) return installByContent(ctx, staging, pack, manifests, origin);
   const reuse = await reusable(ctx.paths, ctx.registry, pack, manifests);
   const top = opts.tag ?? pack.tag;
   validateTag(top);
@@ -150,6 +184,38 @@ export async function installPack(
   }
   if (replace) await ctx.remove(top);
   return commit(ctx, staging, { todo, finalTag, image, reuse: [...reuse], top });
+}
+
+/** installPack for `byContent`: reuse what is here under any tag, the rest under content tags. */
+async function installByContent(
+  ctx: InstallContext,
+  staging: string,
+  pack: PackManifest,
+  manifests: Map<string, SnapshotManifest>,
+  origin: Origin,
+): Promise<Installed> {
+  const here = await sameContentHere(ctx.registry, pack, manifests);
+  const finalTag = (t: string) => here.get(t) ?? contentTag(manifests.get(t) as SnapshotManifest);
+  const top = finalTag(pack.tag);
+  const todo = pack.chain.filter((t) => !here.has(t));
+  if (todo.length === 0) {
+    return { tag: top, installed: [], reused: pack.chain.map(finalTag), image: null };
+  }
+  const image = await planImage(ctx.paths, staging, pack);
+  for (const tag of todo) {
+    const m = manifests.get(tag) as SnapshotManifest;
+    const parent = m.parent ? finalTag(m.parent) : null;
+    const diff = m.memory_diff && { ...m.memory_diff, parent: finalTag(m.memory_diff.parent) };
+    const moved = { ...m, tag: finalTag(tag), parent, image: image.name ?? m.image };
+    await rewrite(
+      ctx.paths,
+      join(staging, 'snapshots', tag),
+      diff ? { ...moved, memory_diff: diff } : moved,
+      origin,
+    );
+  }
+  const reuse = pack.chain.filter((t) => here.has(t)).map(finalTag);
+  return commit(ctx, staging, { todo, finalTag, image, reuse, top });
 }
 
 interface ImagePlan {

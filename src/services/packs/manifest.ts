@@ -10,6 +10,11 @@ import { SNAPSHOT_FORMAT_VERSION, type SnapshotManifest } from '../snapshots/fil
 
 /** Bumped only when an older forkd could not read a new pack; independent of snapshot formats. */
 export const PACK_FORMAT_VERSION = 1;
+/**
+ * A pushed snapshot whose files are chunks (chunks.ts): an older forkd, which reads only 1,
+ * refuses it by this number instead of misreading its layers. Pack files stay 1.
+ */
+export const CHUNKED_FORMAT_VERSION = 2;
 export const PACK_MANIFEST = 'forkd-pack.json';
 
 /** The OCI types of a pushed snapshot (an artifact: no image config, no tar layers). */
@@ -17,6 +22,9 @@ export const PACK_MEDIA = {
   artifact: 'application/vnd.forkd.snapshot.v1',
   config: 'application/vnd.forkd.pack.config.v1+json',
   file: 'application/vnd.forkd.pack.file.v1.tar+zstd',
+  /** Format 2: the chunk index of one file (JSON), and one chunk (gzip of its bytes). */
+  index: 'application/vnd.forkd.pack.index.v1+json',
+  chunk: 'application/vnd.forkd.pack.chunk.v1+gzip',
 } as const;
 
 /** One file of a pack, at its path inside the pack (`snapshots/TAG/NAME`, `images/NAME/…`). */
@@ -54,6 +62,8 @@ export interface PackManifest {
   host: HostRequirements;
   /** When the top snapshot was made (not the pack: packing the same snapshot twice matches). */
   created_at: string;
+  /** Format 2 (pushed as chunks): the bytes per chunk. */
+  chunk_size?: number;
 }
 
 /** A snapshot's identity across hosts: its captured device state and its memory. */
@@ -118,17 +128,24 @@ export function packInvalid(what: string, details: Record<string, unknown> = {})
  * Check a parsed manifest's shape and versions: `pack_invalid` for another format, a newer
  * version, a chain that does not end at its tag, or a file path outside the layout.
  */
-export function checkPackManifest(value: unknown): PackManifest {
+export function checkPackManifest(
+  value: unknown,
+  readable: number[] = [PACK_FORMAT_VERSION],
+): PackManifest {
   const m = value as Partial<PackManifest>;
   if (m?.format !== 'forkd-pack' || typeof m.format_version !== 'number') {
     throw packInvalid('this is not a forkd pack (no forkd-pack.json manifest)');
   }
-  if (m.format_version !== PACK_FORMAT_VERSION) {
-    const by = m.format_version > PACK_FORMAT_VERSION ? 'a newer' : 'an older';
+  if (!readable.includes(m.format_version)) {
+    const by = m.format_version > Math.max(...readable) ? 'a newer' : 'an older';
     throw packInvalid(
-      `pack format ${m.format_version} is not ${PACK_FORMAT_VERSION} (written by ${by} forkd): pack it again with this forkd (docs/COMPATIBILITY.md)`,
+      `pack format ${m.format_version} is not ${readable.join(' or ')} (written by ${by} forkd): pack it again with this forkd (docs/COMPATIBILITY.md)`,
       { format_version: m.format_version },
     );
+  }
+  const chunked = m.format_version === CHUNKED_FORMAT_VERSION;
+  if (chunked && !(Number.isInteger(m.chunk_size) && (m.chunk_size as number) > 0)) {
+    throw packInvalid('the pack manifest of a chunked snapshot has no chunk size');
   }
   if (!Array.isArray(m.chain) || m.chain.at(-1) !== m.tag || !Array.isArray(m.files) || !m.host) {
     throw packInvalid('the pack manifest is incomplete (chain, files or host requirements)');

@@ -25,9 +25,14 @@ export interface Layer {
 }
 
 /** forkd's record of blobs it made and where it pushed or pulled them. */
-interface BlobIndex {
+export interface BlobIndex {
   /** sha256 of a pack file → the blob it was tarred into. */
   files: Record<string, { digest: string; size: number }>;
+  /** `sha256/chunk size` of a pack file → its chunk index blob and chunk blobs (chunked.ts). */
+  chunked: Record<
+    string,
+    { index: { digest: string; size: number }; chunks: { digest: string; size: number }[] }
+  >;
   /** blob digest → `registry/repository`s known to hold it. */
   repos: Record<string, string[]>;
 }
@@ -38,7 +43,7 @@ const indexFile = (p: Paths) => join(packCache(p), 'index.json');
 export async function readIndex(p: Paths): Promise<BlobIndex> {
   const text = await readFile(indexFile(p), 'utf8').catch(() => '');
   const parsed = (text ? JSON.parse(text) : {}) as Partial<BlobIndex>;
-  return { files: parsed.files ?? {}, repos: parsed.repos ?? {} };
+  return { files: parsed.files ?? {}, chunked: parsed.chunked ?? {}, repos: parsed.repos ?? {} };
 }
 
 export async function writeIndex(p: Paths, index: BlobIndex): Promise<void> {

@@ -10,7 +10,9 @@ import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Paths } from '../../config.js';
 import type {
+  CacheInfoT,
   PackResultT,
+  CachePruneResultT,
   PullSnapshotT,
   PushResultT,
   UnpackResultT,
@@ -31,13 +33,20 @@ import { credentialsFor } from '../images/oci.js';
 import type { SnapshotManager } from '../snapshots/service.js';
 import { extractMembers, readMember, verifyExtracted, writeArchive } from './archive.js';
 import { collectPack } from './collect.js';
-import { installPack, reusable, stagedManifests, type Origin } from './install.js';
+import { installPack, reusable, sameContentHere, stagedManifests, type Origin } from './install.js';
+import { cacheLimit, NodeCache } from './cache.js';
+import { ReferenceSnapshots, type Ensured } from './references.js';
+import { pullChunkedFile, pushChunkedFile, type ChunkPush } from './chunked.js';
+import { chunkBytes } from './chunks.js';
 import {
   checkPackManifest,
+  CHUNKED_FORMAT_VERSION,
   hostProblem,
+  PACK_FORMAT_VERSION,
   PACK_MANIFEST,
   PACK_MEDIA,
   snapshotPath,
+  type PackFile,
   type PackManifest,
 } from './manifest.js';
 import {
@@ -57,17 +66,59 @@ import {
 } from './oci.js';
 import { downloadUrl } from './url.js';
 
+/** How a push stores files: as chunks (format 2, the default) or one blob per file (1). */
+export interface PushOptions {
+  format?: 'chunks' | 'files';
+}
+
 export interface PackServiceOptions {
   paths: Paths;
   snapshots: SnapshotManager;
   qemuVersion: () => Promise<string>;
+  /** The node cache's limit in bytes (default FORKD_CACHE_MIB). */
+  cacheLimit?: number;
 }
 
 type Progress = (message: string) => void;
 const quiet: Progress = () => undefined;
 
 export class PackManager implements PackService {
-  constructor(private readonly opts: PackServiceOptions) {}
+  /** Chunks and snapshots pulled by reference, shared by every reference (cache.ts). */
+  readonly cache: NodeCache;
+
+  /** Snapshots by OCI reference: the first fork of one pulls it (references.ts). */
+  readonly references: ReferenceSnapshots;
+
+  constructor(private readonly opts: PackServiceOptions) {
+    this.cache = new NodeCache(opts.paths);
+    this.references = new ReferenceSnapshots({
+      paths: opts.paths,
+      cache: this.cache,
+      snapshots: opts.snapshots,
+      resolve: async (reference, signal) => {
+        const ref = parseReference(reference);
+        return (
+          await this.client(ref.registry, signal).getManifest(ref.repository, manifestRef(ref))
+        ).digest;
+      },
+      pull: (reference, signal) => this.pull({ reference }, quiet, signal, true),
+      limit: () => this.cacheLimit(),
+    });
+  }
+
+  /**
+   * The local tag of the snapshot REF names, pulled (with what its chain lacks) when this
+   * node has not got it; concurrent calls for one reference share one pull. The containerd
+   * shim's `forkd.dev/snapshot` annotation and a fork by reference both come here.
+   */
+  ensure(reference: string, signal?: AbortSignal): Promise<Ensured> {
+    return this.references.ensure(reference, { signal });
+  }
+
+  /** `forkd pull --prefetch`: ask the registry where REF points now and have it here. */
+  prefetch(reference: string, signal?: AbortSignal): Promise<Ensured> {
+    return this.references.ensure(reference, { refresh: true, signal });
+  }
 
   private get paths() {
     return this.opts.paths;
@@ -149,9 +200,10 @@ export class PackManager implements PackService {
     reference: string,
     onProgress: Progress = quiet,
     signal?: AbortSignal,
+    opts: PushOptions = {},
   ): Promise<PushResultT> {
     return this.spaceChecked(`pack push of ${tag}`, () =>
-      this.pushing(tag, reference, onProgress, signal),
+      this.pushing(tag, reference, onProgress, signal, opts.format ?? 'chunks'),
     );
   }
 
@@ -159,7 +211,8 @@ export class PackManager implements PackService {
     tag: string,
     reference: string,
     onProgress: Progress,
-    signal?: AbortSignal,
+    signal: AbortSignal | undefined,
+    format: 'chunks' | 'files',
   ): Promise<PushResultT> {
     const ref = parseReference(reference);
     const m = await this.opts.snapshots.registry.bootable(tag);
@@ -178,9 +231,18 @@ export class PackManager implements PackService {
       mounted: 0,
       bytes_uploaded: 0,
     };
+    const chunkSize = chunkBytes();
+    const chunked: ChunkPush = { client, repo, registry: ref.registry, index, chunkSize, out };
     try {
       const layers: Layer[] = [];
       for (const f of pack.files) {
+        if (format === 'chunks') {
+          onProgress(`${f.path}: ${f.allocated} bytes in ${chunkSize >> 20} MiB chunks`);
+          const before = out.bytes_uploaded;
+          layers.push(...(await pushChunkedFile(chunked, this.paths.home, f)));
+          onProgress(`${f.path}: ${out.bytes_uploaded - before} bytes uploaded`);
+          continue;
+        }
         const sources = (d: string) => mountSources(index, d, ref.registry);
         const { layer, file } = await layerFor(
           this.paths,
@@ -200,7 +262,14 @@ export class PackManager implements PackService {
         remember(index, layer.digest, here);
         layers.push(layer);
       }
-      const config = Buffer.from(JSON.stringify(pack));
+      const config = Buffer.from(
+        JSON.stringify(
+          format === 'chunks'
+            ? { ...pack, format_version: CHUNKED_FORMAT_VERSION, chunk_size: chunkSize }
+            : pack,
+        ),
+      );
+      out.blobs = new Set(layers.map((l) => l.digest)).size + 1;
       const configFile = join(work, 'config.json');
       await writeFile(configFile, config);
       const configDigest = sha256(config);
@@ -208,7 +277,7 @@ export class PackManager implements PackService {
       crashPoint('pack:blobs-pushed');
       const manifest = artifactManifest(
         { digest: configDigest, size: config.length },
-        layers,
+        uniqueLayers(layers),
         pack.created_at,
       );
       out.digest = await client.putManifest(
@@ -230,18 +299,70 @@ export class PackManager implements PackService {
     req: PullSnapshotT,
     onProgress: Progress = quiet,
     signal?: AbortSignal,
+    byContent = false,
   ): Promise<UnpackResultT> {
+    if (req.prefetch) return this.prefetching(req, onProgress, signal);
     return this.spaceChecked(`pull of ${req.reference}`, () =>
-      this.pulling(req, onProgress, signal),
+      this.pulling(req, onProgress, signal, byContent),
     );
+  }
+
+  /** `pull --prefetch`: what the first fork of the reference would pull, ready before it. */
+  private async prefetching(
+    req: PullSnapshotT,
+    onProgress: Progress,
+    signal?: AbortSignal,
+  ): Promise<UnpackResultT> {
+    if (req.tag !== undefined || req.force !== undefined || /^https?:/.test(req.reference)) {
+      throw new ForkdError(
+        'bad_request',
+        'prefetch takes a registry reference alone (no tag, force or URL): forks by reference name it',
+        { field: 'body.prefetch' },
+      );
+    }
+    onProgress(`prefetching ${req.reference}`);
+    const got = await this.references.ensure(req.reference, { refresh: true, signal });
+    if (got.result) return got.result;
+    return {
+      tag: got.tag,
+      installed: [],
+      reused: [got.tag],
+      image: null,
+      bytes_downloaded: 0,
+      bytes_resumed: 0,
+    };
+  }
+
+  /** The node cache: entries (least recently used first), size, limit, counters. */
+  async cacheInfo(): Promise<CacheInfoT> {
+    const entries = await this.references.list();
+    const limit = this.cacheLimit();
+    return {
+      entries,
+      bytes: entries.reduce((a, e) => a + e.bytes, 0),
+      limit_bytes: Number.isFinite(limit) ? limit : null,
+      ...this.cache.stats,
+    };
+  }
+
+  /** Evict down to the limit, or (`all`) everything no sandbox or snapshot needs. */
+  async pruneCache(opts: { all?: boolean } = {}): Promise<CachePruneResultT> {
+    if (opts.all) await this.cache.removePartials();
+    const { removed, kept } = await this.references.trim(opts.all ? 0 : this.cacheLimit());
+    return { removed, bytes: kept };
+  }
+
+  private cacheLimit(): number {
+    return this.opts.cacheLimit ?? cacheLimit();
   }
 
   private async pulling(
     req: PullSnapshotT,
     onProgress: Progress,
-    signal?: AbortSignal,
+    signal: AbortSignal | undefined,
+    byContent: boolean,
   ): Promise<UnpackResultT> {
-    const opts = { tag: req.tag, force: req.force };
+    const opts = { tag: req.tag, force: req.force, byContent };
     if (/^https?:\/\//.test(req.reference)) {
       const got = await downloadUrl(this.paths, req.reference, onProgress, signal);
       const origin: Origin = { kind: 'url', from: req.reference, digest: got.sha256, at: now() };
@@ -263,6 +384,7 @@ export class PackManager implements PackService {
     }
     const pack = checkPackManifest(
       JSON.parse((await client.getBlobBytes(repo, artifact.config.digest)).toString('utf8')),
+      [PACK_FORMAT_VERSION, CHUNKED_FORMAT_VERSION],
     );
     await this.checkHost(pack, opts);
     const byPath = layersByPath(artifact);
@@ -270,6 +392,8 @@ export class PackManager implements PackService {
     const blobs = join(packCache(this.paths), 'blobs');
     await mkdir(blobs, { recursive: true });
     const stats = { bytes_downloaded: 0, bytes_resumed: 0 };
+    const onBytes = (n: number) => (stats.bytes_downloaded += n);
+    const cached = { client, repo, cache: this.cache, staging, onBytes };
     const fetch = async (path: string) => {
       const layer = byPath.get(path);
       if (!layer)
@@ -278,6 +402,11 @@ export class PackManager implements PackService {
           `${req.reference} lacks a layer for ${path} (a parent layer is missing): push it again`,
           { file: path },
         );
+      if (pack.format_version === CHUNKED_FORMAT_VERSION) {
+        onProgress(`${path}: chunks`);
+        await pullChunkedFile(cached, layer, pack.files.find((f) => f.path === path) as PackFile);
+        return;
+      }
       const blob = join(blobs, layer.digest.slice(7));
       onProgress(`${path}: ${layer.size} bytes`);
       const got = await client.getBlobResumable(repo, layer.digest, blob, {
@@ -295,7 +424,10 @@ export class PackManager implements PackService {
       for (const f of manifests) await fetch(f.path);
       await verifyExtracted(staging, manifests);
       const staged = await stagedManifests(staging, pack);
-      const reuse = await reusable(this.paths, this.opts.snapshots.registry, pack, staged);
+      const snapshots = this.opts.snapshots.registry;
+      const reuse = byContent
+        ? new Set((await sameContentHere(snapshots, pack, staged)).keys())
+        : await reusable(this.paths, snapshots, pack, staged);
       const skip = (path: string) => [...reuse].some((t) => path.startsWith(snapshotPath(t, '')));
       const needed = pack.files.filter((f) => !manifests.includes(f) && !skip(f.path));
       for (const f of needed) await fetch(f.path);
@@ -317,7 +449,10 @@ export class PackManager implements PackService {
   }
 
   /** `pack_incompatible` when this host cannot restore the pack; name_taken before any download. */
-  private async checkHost(pack: PackManifest, opts: { tag?: string; force?: boolean }) {
+  private async checkHost(
+    pack: PackManifest,
+    opts: { tag?: string; force?: boolean; byContent?: boolean },
+  ) {
     const here = { qemu: await this.opts.qemuVersion(), accel: (await detectAccel()).accel };
     const why = await hostProblem(pack.host, here);
     if (why) {
@@ -331,7 +466,7 @@ export class PackManager implements PackService {
       );
     }
     const top = opts.tag ?? pack.tag;
-    if (!opts.force && this.opts.snapshots.registry.isPublished(top)) {
+    if (!opts.force && !opts.byContent && this.opts.snapshots.registry.isPublished(top)) {
       throw new ForkdError(
         'name_taken',
         `snapshot "${top}" already exists: use --tag NEW, or --force to replace it`,
@@ -378,6 +513,12 @@ export class PackManager implements PackService {
   private workDir(): Promise<string> {
     return makeWork(this.paths);
   }
+}
+
+/** A blob named twice (a chunk two files share) is one layer of the manifest. */
+function uniqueLayers(layers: Layer[]): Layer[] {
+  const seen = new Set<string>();
+  return layers.filter((l) => !seen.has(l.digest) && seen.add(l.digest));
 }
 
 function count(out: PushResultT, how: 'exists' | 'mounted' | 'uploaded'): void {

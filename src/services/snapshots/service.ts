@@ -370,11 +370,27 @@ export class SnapshotManager implements SnapshotService {
     return { ...this.pool.state(tag), memory_bytes: memory };
   }
 
+  /**
+   * How a fork names a snapshot by OCI reference (`REGISTRY/REPO:TAG`): the pack service
+   * answers its local tag, pulling it first when this node lacks it (wired by the services).
+   */
+  resolveReferencesWith(f: (reference: string) => Promise<string>): void {
+    this.reference = f;
+  }
+
+  private reference?: (reference: string) => Promise<string>;
+
   async fork(
     req: ForkRequest,
     caller: Caller,
     opts: { requestLabel?: boolean } = {},
   ): Promise<ForkOutcome> {
+    if (req.snapshot.includes('/')) {
+      if (!this.reference) {
+        throw new ForkdError('unsupported', 'this daemon does not fork by OCI reference');
+      }
+      return this.fork({ ...req, snapshot: await this.reference(req.snapshot) }, caller, opts);
+    }
     checkRange('n', req.n, { min: 1, max: FORK_MAX });
     (this.opts.podPolicy ?? PodPolicy.parse('')).check(req.snapshot, req.labels);
     await refuseWhenFull(this.opts.paths.sandboxes, `fork of ${req.snapshot}`);
