@@ -15,6 +15,9 @@
  * Usage: node dist/bench/density.js [--n 10,100] [--memory 256,1024] [--climb]
  *        [--park | --park-only] [--max 200] [--minutes 10] [--skip-pss] [--forks 15] [--fanout 20]
  *        [--ksm-wait 300] [--ksm-scans 3] [--breakdown] [--paused] [--python]
+ * `--check`: exit 1 when PSS per idle child at N = 10 grew more than 10 % over the figure
+ * recorded in bench/results/density-baseline.json for the same settings (run it before a
+ * release); `--record` writes the figures of this run there.
  * `--python`: the children of a Python parent (forkd-test-python, a Python context with
  * numpy imported and a 1M-element array made: the warm parent of a code-interpreter agent)
  * instead of busybox ones.
@@ -89,6 +92,43 @@ async function breakdown(pid: number, top = 10): Promise<string> {
     `  one child (pid ${pid}), MiB, ${mib(merged * 4)} MiB of it merged by KSM:`,
     ...lines,
   ].join('\n');
+}
+
+const BASELINE = new URL('../../bench/results/density-baseline.json', import.meta.url);
+/** How much PSS per child may grow over the recorded figure before --check fails. */
+const GROWTH_ALLOWED = 0.1;
+
+/** The settings a PSS figure holds for: the same key, the same child. */
+function baselineKey(mib: number, n: number, paused: boolean): string {
+  const t = vmTuning();
+  const parent = args.includes('--python') ? 'python' : 'busybox';
+  return `${parent} ${mib}MiB n=${n} ${paused ? 'paused' : 'running'} tb=${t.tbMiB} merge=${t.merge} hugepages=${t.hugePages}`;
+}
+
+/**
+ * --record: keep this figure; --check: false (and a line saying why) when it grew more than
+ * GROWTH_ALLOWED over the recorded one.
+ */
+async function againstBaseline(key: string, perChild: number): Promise<boolean> {
+  const text = await readFile(BASELINE, 'utf8').catch(() => '{}');
+  const recorded = JSON.parse(text) as Record<string, number>;
+  if (args.includes('--record')) {
+    recorded[key] = Number(perChild.toFixed(1));
+    await writeFile(BASELINE, `${JSON.stringify(recorded, null, 2)}\n`);
+    console.log(`  recorded as the baseline of "${key}"`);
+  }
+  const was = recorded[key];
+  if (!args.includes('--check')) return true;
+  if (was === undefined) {
+    console.log(`  check: no baseline for "${key}" (run with --record)`);
+    return false;
+  }
+  const ok = perChild <= was * (1 + GROWTH_ALLOWED);
+  const growth = ((perChild / was - 1) * 100).toFixed(1);
+  console.log(
+    `  check: ${perChild.toFixed(1)} MiB vs ${was} recorded (${growth} %): ${ok ? 'ok' : 'REGRESSION'}`,
+  );
+  return ok;
 }
 
 async function pss(pid: number): Promise<number> {
@@ -183,7 +223,7 @@ async function killAll(env: BenchServices, ids: string[]) {
  * Let N children idle; with merging, until KSM made two full scans (≤ --ksm-wait s). Returns
  * PSS per child and, with merging, ksmd's share of a core over that time.
  */
-async function idlePss(ids: number[]): Promise<string> {
+async function idlePss(ids: number[]): Promise<{ text: string; perChild: number }> {
   const merging = vmTuning().merge !== 'off';
   const ksmd = merging ? await ksmdPid() : undefined;
   const cpu0 = ksmd ? await cpuSeconds(ksmd) : 0;
@@ -211,7 +251,7 @@ async function idlePss(ids: number[]): Promise<string> {
     extra += `, then steady ${(((await cpuSeconds(ksmd)) - cpu1) * 10).toFixed(1)} % of a core`;
   }
   if (args.includes('--breakdown')) extra += `\n${await breakdown(ids[0] as number)}`;
-  return `${per.toFixed(1)} MiB per child${extra}`;
+  return { text: `${per.toFixed(1)} MiB per child${extra}`, perChild: per };
 }
 
 /** Single forks as a user makes them: fork, first exec answered, kill. */
@@ -333,7 +373,11 @@ async function main() {
         const ids = await forkIdle(env, tag, n);
         try {
           const what = PAUSED ? 'idle children, paused' : 'idle children, running';
-          console.log(`${mib} MiB guest, N=${n} ${what}: ${await idlePss(await pids(env, ids))}`);
+          const { text, perChild } = await idlePss(await pids(env, ids));
+          console.log(`${mib} MiB guest, N=${n} ${what}: ${text}`);
+          if (n === 10 && !(await againstBaseline(baselineKey(mib, n, PAUSED), perChild))) {
+            process.exitCode = 1;
+          }
           console.log(
             `  exec true on one of them: ${summary(await execP50(env, ids[0] as string))}`,
           );
