@@ -31,6 +31,7 @@ function targetOf(request: FastifyRequest): string | null {
     field(request.body, 'name') ??
     field(request.body, 'tag') ??
     field(request.body, 'snapshot') ??
+    field(request.query, 'tag') ?? // a build's tag: its body is the context's tar
     field(request.params, 'registry') ??
     field(request.body, 'registry');
   return t === undefined ? null : t.slice(0, MAX_TARGET);

@@ -30,7 +30,8 @@ function expectedTarget(r: RouteRequest, answer: () => unknown): string | null {
   if (r.route === '/v1/images') return 'tools';
   if (r.route === '/v1/images/pull') return 'app';
   if (r.route === '/v1/images/import') return 'imported';
-  if (r.route === '/v1/images/prune' || r.route === '/v1/cache/prune') return null;
+  if (['/v1/images/prune', '/v1/cache/prune', '/v1/builds/prune'].includes(r.route)) return null;
+  if (r.route === '/v1/builds') return 'built-1';
   if (r.route.startsWith('/v1/logins')) return '127.0.0.1:5000';
   if (r.route.startsWith('/v1/images/')) return SEED.image;
   if (r.route === '/v1/snapshots') return 'fresh';

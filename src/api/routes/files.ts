@@ -108,7 +108,11 @@ export async function fileRoutes(app: Api, { services }: { services: Services })
     },
     async (request, reply) => {
       const { path, parents, mode, user } = request.body;
-      await sandboxes.makeDir(request.params.id, path, { parents, mode, user });
+      await sandboxes.makeDir(request.params.id, path, {
+        parents,
+        mode,
+        ...(user ? { user } : {}),
+      });
       return reply.code(204).send();
     },
   );
@@ -134,7 +138,7 @@ export async function fileRoutes(app: Api, { services }: { services: Services })
         const size = await sandboxes.writeFile(request.params.id, path, body, {
           mode,
           parents,
-          user,
+          ...(user ? { user } : {}),
         });
         return { size };
       },
