@@ -49,6 +49,14 @@ export function cacheLimit(env: NodeJS.ProcessEnv = process.env): number {
 
 const HEX = /^[a-f0-9]{64}$/;
 
+/** A chunk to fetch: from which registry and repository, its digest and size, for what. */
+type ChunkFetch = [
+  client: RegistryClient,
+  repo: string,
+  c: { digest: string; size: number },
+  what: string,
+  onFetched?: (n: number) => void,
+];
 export class NodeCache {
   readonly stats: CacheStats = { hits: 0, misses: 0, bytes_fetched: 0 };
 
@@ -71,33 +79,20 @@ export class NodeCache {
    * that fails its digest is fetched once more, then the pull fails naming it; a download
    * cut off leaves `HEX.partial`, which the next fetch resumes.
    */
-  async chunk(
-    client: RegistryClient,
-    repo: string,
-    c: { digest: string; size: number },
-    what: string,
-    onFetched?: (n: number) => void,
-  ): Promise<Buffer> {
+  async chunk(...args: ChunkFetch): Promise<Buffer> {
     // One fetch per digest at a time: two files (or two pulls) needing the same chunk
     // share it rather than write one `.partial` twice.
-    const running = this.fetching.get(c.digest);
+    const { digest } = args[2];
+    const running = this.fetching.get(digest);
     if (running) return running;
-    const p = this.fetchChunk(client, repo, c, what, onFetched).finally(() =>
-      this.fetching.delete(c.digest),
-    );
-    this.fetching.set(c.digest, p);
+    const p = this.fetchChunk(...args).finally(() => this.fetching.delete(digest));
+    this.fetching.set(digest, p);
     return p;
   }
 
   private readonly fetching = new Map<string, Promise<Buffer>>();
 
-  private async fetchChunk(
-    client: RegistryClient,
-    repo: string,
-    c: { digest: string; size: number },
-    what: string,
-    onFetched?: (n: number) => void,
-  ): Promise<Buffer> {
+  private async fetchChunk(...[client, repo, c, what, onFetched]: ChunkFetch): Promise<Buffer> {
     const file = this.chunkPath(c.digest);
     const have = await readFile(file).catch(() => undefined);
     if (have) {
