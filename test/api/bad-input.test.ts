@@ -304,7 +304,7 @@ after(async () => {
 });
 
 test('every route of the contract is in the table', () => {
-  assert.equal(validRequests().length, 66);
+  assert.equal(validRequests().length, 68);
 });
 
 for (const r of validRequests()) {

@@ -60,7 +60,7 @@ test('create, ps, exec, cp, logs, kill round trip with --json', async () => {
   const table = await forkd(['ps']);
   assert.match(
     table.stdout.toString(),
-    new RegExp(`${id}\\s+running\\s+running\\s+never \\(daemon\\)\\s+busybox`),
+    new RegExp(`${id}\\s+running\\s+running\\s+pause 60s, hibernate 3600s \\(daemon\\)\\s+busybox`),
   );
 
   const exec = await forkd(['exec', id, '--', 'sh', '-c', 'echo $GREETING; echo oops >&2; exit 5']);
@@ -213,7 +213,9 @@ test('logs of a stopped sandbox; kill --label; ps shows the snapshot; memory pas
   assert.match(table, /^ID\s+STATE\s+TIER\s+IDLE\s+IMAGE\s+SNAPSHOT\s+MEMORY/);
   assert.match(
     table,
-    new RegExp(`${c}\\s+running\\s+running\\s+never \\(daemon\\)\\s+busybox\\s+-\\s+256M`),
+    new RegExp(
+      `${c}\\s+running\\s+running\\s+pause 60s, hibernate 3600s \\(daemon\\)\\s+busybox\\s+boot-[0-9a-f]+\\s+256M`,
+    ),
   );
   const huge = await forkd(['create', '--memory', '64G']);
   assert.equal(huge.code, 2, huge.stderr);

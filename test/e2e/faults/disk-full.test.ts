@@ -331,14 +331,17 @@ test(
     // after-full holds the source's 32 MiB of random memory: its layer cannot fit in 8 MiB.
     let filler = await fillDisk();
     try {
-      const err = await failure(packs.push('after-full', ref), 'a push');
+      const err = await failure(
+        packs.push('after-full', ref, undefined, undefined, { format: 'files' }),
+        'a push',
+      );
       assert.ok(isForkdError(err, 'disk_full'), `push: expected disk_full, got ${String(err)}`);
       await noWorkDirs();
       await assert.rejects(new RegistryClient(reg!.host).getManifest('team/env', 'after-full'));
     } finally {
       await rm(filler, { force: true });
     }
-    const pushed = await packs.push('after-full', ref);
+    const pushed = await packs.push('after-full', ref, undefined, undefined, { format: 'files' });
     assert.ok(pushed.uploaded > 0, JSON.stringify(pushed));
     await noWorkDirs();
 

@@ -128,7 +128,7 @@ async function forkThatParks(client: Client, tag: string): Promise<void> {
 /** The scenario, over one client: every step a tool call. */
 async function branchAndFanOut(client: Client, tag: string, parks = false): Promise<void> {
   const { tools } = await client.listTools();
-  assert.equal(tools.length, 14);
+  assert.equal(tools.length, 15);
   const { sandbox } = await ok<{ sandbox: SandboxOut }>(client, 'sandbox_create', {
     image: 'busybox',
   });

@@ -27,6 +27,9 @@ import {
 import { cuttingProxy } from '../images/cutting-proxy.js';
 import { startRegistry, type TestRegistry } from '../images/registry.js';
 
+/** Pack format 1 (one blob per file): the blob counts below are about it; chunks.test has format 2. */
+const WHOLE_FILES = { format: 'files' } as const;
+
 let home: TestHome;
 let s: TestServices;
 let reg: TestRegistry;
@@ -202,10 +205,22 @@ async function listFiles(root: string): Promise<string[]> {
 }
 
 test('push, push a branch (only its blobs), pull the branch alone: parents come, forks see branch time', async () => {
-  const first = await packs().push('base', `${reg.host}/team/env:base`);
+  const first = await packs().push(
+    'base',
+    `${reg.host}/team/env:base`,
+    undefined,
+    undefined,
+    WHOLE_FILES,
+  );
   assert.equal(first.skipped, 0);
   const afterFirst = await storedBlobs();
-  const second = await packs().push('b1', `${reg.host}/team/env:b1`);
+  const second = await packs().push(
+    'b1',
+    `${reg.host}/team/env:b1`,
+    undefined,
+    undefined,
+    WHOLE_FILES,
+  );
   const added = [...(await storedBlobs())].filter((b) => !afterFirst.has(b));
   // b1's own files (manifest, memory.diff, vmstate, disk) and a config: base's were skipped.
   assert.equal(second.uploaded, 5, JSON.stringify(second));
@@ -213,7 +228,13 @@ test('push, push a branch (only its blobs), pull the branch alone: parents come,
   assert.ok(second.skipped >= 6, JSON.stringify(second));
   assert.ok(second.bytes_uploaded < first.bytes_uploaded / 2);
   // Another repository of the registry: cross-mounted, nothing uploaded.
-  const other = await packs().push('b1', `${reg.host}/other/env:b1`);
+  const other = await packs().push(
+    'b1',
+    `${reg.host}/other/env:b1`,
+    undefined,
+    undefined,
+    WHOLE_FILES,
+  );
   assert.ok(other.uploaded <= 1, JSON.stringify(other)); // its config (the pack manifest) only
   assert.ok(other.mounted >= 9, JSON.stringify(other));
 
