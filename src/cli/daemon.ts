@@ -71,6 +71,9 @@ function boundedInt(flag: string, text: string | undefined, max: number): number
   return n;
 }
 
+/** The longest idle time a daemon flag takes: a year, in seconds. */
+const IDLE_MAX_S = 365 * 24 * 3600;
+
 function toOptions(flags: DaemonFlags): DaemonOptions {
   if (!LEVELS.includes(flags.logLevel)) {
     throw new ForkdError('bad_request', `--log-level must be one of ${LEVELS.join(', ')}`);
@@ -97,8 +100,9 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     ...(flags.confine === false ? { confine: false } : {}),
     acceptUnenforced:
       flags.acceptUnenforced === true || truthy(process.env.FORKD_ACCEPT_UNENFORCED),
-    pauseIdleAfterS: positiveInt('--pause-idle-after', flags.pauseIdleAfter),
-    hibernateIdleAfterS: positiveInt('--hibernate-idle-after', flags.hibernateIdleAfter),
+    // 0: never (the daemon's defaults are 60 and 3600: docs/idle.md "The default policy").
+    pauseIdleAfterS: boundedInt('--pause-idle-after', flags.pauseIdleAfter, IDLE_MAX_S),
+    hibernateIdleAfterS: boundedInt('--hibernate-idle-after', flags.hibernateIdleAfter, IDLE_MAX_S),
     defaultPool: boundedInt('--default-pool', flags.defaultPool, POOL_MAX),
     tuning: {
       ...(flags.tcgTbMib === undefined ? {} : { tbMiB: parseTbMiB(flags.tcgTbMib) }),

@@ -159,6 +159,13 @@ ERROR_CATALOG: Dict[str, CatalogEntry] = {
             "credentials and the repository name)."
         ),
     ),
+    "snapshot_not_allowed": CatalogEntry(
+        403,
+        (
+            "This node's daemon does not let pods (containerd tasks) fork that snapshot: it is "
+            "not in `forkd daemon --pod-snapshots`."
+        ),
+    ),
     "registry_unreachable": CatalogEntry(
         502,
         (
@@ -593,6 +600,17 @@ class RegistryUnauthorizedError(ForkdError):
     status = 403
 
 
+class SnapshotNotAllowedError(ForkdError):
+    """This node's daemon does not let pods (containerd tasks) fork that snapshot: it is not in
+    `forkd daemon --pod-snapshots`.
+
+    Code ``snapshot_not_allowed``, HTTP 403.
+    """
+
+    code = "snapshot_not_allowed"
+    status = 403
+
+
 class RegistryUnreachableError(ForkdError):
     """The registry could not be reached or answered with an error; retry, or check its
     address.
@@ -699,6 +717,7 @@ ERROR_CLASSES: Dict[str, Type[ForkdError]] = {
     "port_unreachable": PortUnreachableError,
     "reference_not_found": ReferenceNotFoundError,
     "registry_unauthorized": RegistryUnauthorizedError,
+    "snapshot_not_allowed": SnapshotNotAllowedError,
     "registry_unreachable": RegistryUnreachableError,
     "blob_invalid": BlobInvalidError,
     "image_format_unsupported": ImageFormatUnsupportedError,
@@ -748,6 +767,7 @@ __all__ = [
     "PortUnreachableError",
     "ReferenceNotFoundError",
     "RegistryUnauthorizedError",
+    "SnapshotNotAllowedError",
     "RegistryUnreachableError",
     "BlobInvalidError",
     "ImageFormatUnsupportedError",

@@ -96,6 +96,8 @@ class EntryInfo:
     size: int
     mode: int
     mtime_ms: float
+    owner: Optional[str] = None
+    group: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,8 @@ class ImageInfo:
     source: Dict[str, Any]
     #: An OCI image's config (env, working_dir, user, entrypoint, cmd) as the wire has it.
     config: Optional[Dict[str, Any]] = None
+    #: Its boot snapshots (docs/snapshots.md "Boot snapshots"), as the wire has them.
+    boot_snapshots: Optional[List[Dict[str, Any]]] = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,12 @@ class SnapshotInfo:
     #: Where it came from when it was unpacked or pulled: ``{"kind": "pack" | "registry" |
     #: "url", "from", "digest", "at"}`` (docs/packs.md); absent for one made here.
     origin: Optional[Dict[str, Any]] = None
+    #: On a boot snapshot: what it is valid for (image, kernel, QEMU, RAM, vCPUs, NIC).
+    boot: Optional[Dict[str, Any]] = None
+    #: The user its forks' commands and files default to.
+    user: Optional[str] = None
+    #: Where its forks' commands start by default.
+    workdir: Optional[str] = None
 
 
 @dataclass(frozen=True)

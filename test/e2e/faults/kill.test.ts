@@ -163,7 +163,9 @@ test('the helper killed during a snapshot create: a clear error, no snapshot, no
 
 test('the helper killed during a copy branch (source paused): nothing under the tag, the source runs on', async () => {
   const url = daemon!.url;
-  const src = await Sandbox.create({ url });
+  // Booted, not forked from the image's boot snapshot: its copy branch captures its memory
+  // whole (the `pages` run killed below), not as a diff.
+  const src = await Sandbox.create({ url, cold: true });
   await src.commands.run('echo kept > /root/kept');
   await killRun('pages', 2); // the second copy: the one made while the source is paused
   await assert.rejects(src.branch({ tag: 'cut', mode: 'copy' }), isHelperDeath);
