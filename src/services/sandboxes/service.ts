@@ -678,13 +678,19 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private async parkIfIdle(live: Live): Promise<void> {
     const after = idleAfterOf(this.rows.get(live.id)?.idle, this.idleDefaults);
     if (after.pauseAfterS === null && after.hibernateAfterS === null) return;
-    const cpu = live.tier === 'running' ? await this.cpuMark(live) : undefined;
-    if (cpu && (!live.quiet || live.quiet.at < live.lastUsed)) {
-      live.quiet = cpu; // used since: its quiet time is measured from now on
-      return;
+    const running = live.tier === 'running';
+    // QEMU's CPU is read once after each request (the mark) and when a move is due, not
+    // every sweep: with the default policy every running sandbox is swept each second.
+    if (running && (!live.quiet || live.quiet.at < live.lastUsed)) {
+      const mark = await this.cpuMark(live);
+      if (mark) {
+        live.quiet = mark; // used since: its quiet time is measured from now on
+        return;
+      }
     }
     const to = this.ending.has(live.id) ? null : idleMove(live, after, Date.now());
     if (!to) return;
+    const cpu = running ? await this.cpuMark(live) : undefined;
     if (cpu && live.quiet && guestWorked(live.quiet, cpu)) {
       live.lastUsed = Date.now(); // its own job keeps it awake, a full idle time more
       return;
