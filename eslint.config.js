@@ -58,6 +58,20 @@ const QMP_OUTSIDE_QEMU = {
   message: 'QMP belongs to drivers/qemu: use a Vm method or a drivers/qemu function',
 };
 
+/**
+ * The VMM seam (drivers/vmm.ts): services see `Vmm` through services/vmm.ts, never a QEMU
+ * module; only the wiring (services/vmm-driver.ts) imports the driver's entry, and doctor
+ * (host checks of QEMU's own binaries and settings) reads it directly.
+ */
+const QEMU_OUTSIDE_DRIVER = {
+  group: ['**/drivers/qemu/**', '**/vmm-driver.js'],
+  message: 'services reach the VMM through services/vmm.ts (the Vmm of drivers/vmm.ts)',
+};
+const QEMU_OUTSIDE_WIRING = {
+  group: ['**/drivers/qemu/**'],
+  message: 'only the wiring (services/vmm-driver.ts) imports the QEMU driver',
+};
+
 const restrict = (patterns) => ({
   rules: { 'no-restricted-imports': ['error', { patterns }] },
 });
@@ -75,7 +89,19 @@ export default tseslint.config(
   { files: ['src/**/*.ts', 'test/**/*.ts', 'bench/**/*.ts'], ...restrict([QMP_OUTSIDE_QEMU]) },
   { files: ['src/contract/**/*.ts'], ...restrict([...FORBIDDEN.contract, QMP_OUTSIDE_QEMU]) },
   { files: ['src/api/**/*.ts'], ...restrict([...FORBIDDEN.api, QMP_OUTSIDE_QEMU]) },
-  { files: ['src/services/**/*.ts'], ...restrict([...FORBIDDEN.services, QMP_OUTSIDE_QEMU]) },
+  {
+    files: ['src/services/**/*.ts'],
+    ...restrict([...FORBIDDEN.services, QEMU_OUTSIDE_DRIVER, QMP_OUTSIDE_QEMU]),
+  },
+  // The wiring: the one importer of the driver's entry, and the services' assembly.
+  {
+    files: ['src/services/vmm-driver.ts', 'src/services/doctor.ts', 'src/services/index.ts'],
+    ...restrict([...FORBIDDEN.services, QMP_OUTSIDE_QEMU]),
+  },
+  {
+    files: ['src/cli/**/*.ts', 'src/daemon/**/*.ts', 'src/store/**/*.ts'],
+    ...restrict([QEMU_OUTSIDE_WIRING, QMP_OUTSIDE_QEMU]),
+  },
   { files: ['src/drivers/**/*.ts'], ...restrict([...FORBIDDEN.drivers, QMP_OUTSIDE_QEMU]) },
   { files: ['src/drivers/qemu/**/*.ts'], ...restrict(FORBIDDEN.drivers) },
   { files: ['src/mcp/**/*.ts'], ...restrict([...FORBIDDEN.mcp, QMP_OUTSIDE_QEMU]) },

@@ -10,6 +10,9 @@ import { detectAccel } from '../src/drivers/qemu/accel.js';
 import { bootSandbox, destroySandbox } from '../src/services/sandboxes/sandbox.js';
 import { makeBenchHome } from './home.js';
 import { summary } from './stats.js';
+import { wireVmm } from '../src/services/vmm-driver.js';
+
+wireVmm(); // sandboxes booted here without buildServices()
 
 /** Fields (kB) of /proc/PID/smaps_rollup and status that describe a VM's host memory. */
 async function memoryOf(pid: number): Promise<Record<string, number>> {

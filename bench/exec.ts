@@ -22,6 +22,9 @@ import {
 import { startDaemon, stopDaemon } from './daemon.js';
 import { makeBenchHome, type BenchHome } from './home.js';
 import { percentile, timeSequential } from './stats.js';
+import { wireVmm } from '../src/services/vmm-driver.js';
+
+wireVmm(); // sandboxes booted here without buildServices()
 
 const N = Number(process.argv[2] ?? 500);
 /** Calls made before timing starts (connection set-up, JIT, guest page cache). */

@@ -161,14 +161,16 @@ async function bootInProcess(
   req: RunRequest,
   signal: AbortSignal,
 ): Promise<Booted> {
-  const [{ paths }, images, sandboxes, { withExecDefaults }, { Limiter, runCgroupParent }] =
+  const [{ paths }, images, sandboxes, { withExecDefaults }, { Limiter, runCgroupParent }, driver] =
     await Promise.all([
       import('../config.js'),
       import('../services/images/index.js'),
       import('../services/sandboxes/sandbox.js'),
       import('../services/sandboxes/exec.js'),
       import('../services/limits.js'),
+      import('../services/vmm-driver.js'),
     ]);
+  driver.wireVmm();
   const { DEFAULT_IMAGE, getImage, imageEnv, imageExecDefaults } = images;
   const { bootSandbox, destroySandbox, resolveResources } = sandboxes;
   const p = paths();

@@ -19,7 +19,7 @@ import { parseLimitDefaults, type LimitDefaultFlags } from '../services/limits.j
 import type { ReconcileReport } from '../services/sandboxes/reconcile.js';
 import { DEFAULT_IDLE } from '../services/sandboxes/tiers.js';
 import type { BranchModeT } from '../contract/schemas.js';
-import type { VmTuning } from '../drivers/qemu/tuning.js';
+import type { VmTuning } from '../services/vmm-driver.js';
 import { dnsUpstreamSetting } from '../drivers/net/dns.js';
 import { Store } from '../store/db.js';
 import { installMcp } from '../mcp/http.js';

@@ -5,9 +5,8 @@
  */
 import type { BenchResultT, DoctorReportT } from '../contract/schemas.js';
 import type { HostInfo, SandboxUsageT } from './contracts.js';
-import { detectAccel } from '../drivers/qemu/accel.js';
-import { QEMU_BINARY } from '../drivers/qemu/vm.js';
 import { run } from '../util/exec.js';
+import { vmm } from './vmm.js';
 
 /** "QEMU emulator version 7.2.22 (Debian …)" → "7.2.22"; the first line when unparseable. */
 export function parseQemuVersion(output: string): string {
@@ -37,7 +36,7 @@ export class Host implements HostInfo {
   }
 
   qemuVersion(): Promise<string> {
-    this.version ??= run(QEMU_BINARY, ['--version']).then(
+    this.version ??= run(vmm().binary, ['--version']).then(
       (r) => parseQemuVersion(r.stdout),
       () => 'unknown',
     );
@@ -45,7 +44,9 @@ export class Host implements HostInfo {
   }
 
   accel(): Promise<'kvm' | 'tcg'> {
-    this.accelerator ??= detectAccel().then((a) => a.accel);
+    this.accelerator ??= vmm()
+      .accel()
+      .then((a) => a.accel);
     return this.accelerator;
   }
 

@@ -8,7 +8,7 @@
 import { PodPolicy } from './pod-policy.js';
 import type { BranchModeT } from '../contract/schemas.js';
 import type { Paths } from '../config.js';
-import type { RamRegion } from '../drivers/qemu/capture.js';
+import type { RamRegion } from '../drivers/vmm.js';
 import type { Store } from '../store/db.js';
 import { BranchManager } from './branch/service.js';
 import { ContextManager } from './contexts/service.js';
@@ -26,8 +26,14 @@ import { PackManager } from './packs/service.js';
 import { BuildManager } from './build/service.js';
 import { NetworkService } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
-import { configureConfinement, protectHome } from '../drivers/qemu/confine.js';
-import { configureTuning, vmTuning, type VmTuning } from '../drivers/qemu/tuning.js';
+import {
+  configureConfinement,
+  configureTuning,
+  protectHome,
+  vmTuning,
+  wireVmm,
+  type VmTuning,
+} from './vmm-driver.js';
 import { enableKsm } from '../drivers/host/ksm.js';
 import { EventFeed } from './events.js';
 import { benchResults, doctorReport } from './reports.js';
@@ -89,6 +95,7 @@ export interface ServiceSet {
 export function buildServices(opts: ServiceOptions): ServiceSet {
   const logOf = (component: string) => opts.log?.child?.({ component }) ?? opts.log;
   const { paths, store } = opts;
+  wireVmm();
   // A daemon whose branches are all `copy` needs no process creation in QEMU.
   configureConfinement({
     ...(opts.confine === undefined ? {} : { enabled: opts.confine }),

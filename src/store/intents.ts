@@ -9,11 +9,14 @@ import type Database from 'better-sqlite3';
 export interface BranchIntent {
   tag: string;
   sandbox: string;
-  /** The layer the sandbox wrote to before the branch: the snapshot's disk once frozen. */
-  frozen_node: string;
+  /**
+   * The layer the sandbox wrote to before the branch: the snapshot's disk once frozen (its
+   * name as the VMM driver knows it; the column is `frozen_node`).
+   */
+  frozen_layer: string;
   frozen_file: string;
   /** The layer it writes to after the switch, whose header names the snapshot's disk. */
-  next_node: string;
+  next_layer: string;
   next_file: string;
   /** The disk's virtual size (bytes). */
   size: number;
@@ -29,7 +32,7 @@ export class BranchIntentRows {
       .prepare(
         `INSERT OR REPLACE INTO branch_intents
            (tag, sandbox, frozen_node, frozen_file, next_node, next_file, size, created_at)
-         VALUES (@tag, @sandbox, @frozen_node, @frozen_file, @next_node, @next_file, @size,
+         VALUES (@tag, @sandbox, @frozen_layer, @frozen_file, @next_layer, @next_file, @size,
            @created_at)`,
       )
       .run({ ...intent, created_at: new Date().toISOString() });
@@ -42,7 +45,10 @@ export class BranchIntentRows {
   /** Every intent still recorded, oldest first. */
   list(): BranchIntent[] {
     return this.db
-      .prepare('SELECT * FROM branch_intents ORDER BY created_at, tag')
+      .prepare(
+        `SELECT tag, sandbox, frozen_node AS frozen_layer, frozen_file, next_node AS next_layer,
+           next_file, size, created_at FROM branch_intents ORDER BY created_at, tag`,
+      )
       .all() as BranchIntent[];
   }
 }

@@ -44,9 +44,34 @@ const WRONG: [string, string, string][] = [
     "import { Store } from '../../store/db.js';\nvoid Store;\n",
   ],
   [
-    'a service speaking QMP',
-    'src/services/branch/x.ts',
+    'doctor (which may read the QEMU driver) speaking QMP',
+    'src/services/doctor.ts',
     "import { monitor } from '../../drivers/qemu/vm.js';\nvoid monitor;\n",
+  ],
+  [
+    'a service importing a QEMU module instead of the VMM seam',
+    'src/services/sandboxes/x.ts',
+    "import { Vm } from '../../drivers/qemu/vm.js';\nvoid Vm;\n",
+  ],
+  [
+    "a service importing the QEMU driver's entry",
+    'src/services/snapshots/x.ts',
+    "import { qemu } from '../../drivers/qemu/index.js';\nvoid qemu;\n",
+  ],
+  [
+    'a service importing the wiring of the VMM driver',
+    'src/services/branch/x.ts',
+    "import { wireVmm } from '../vmm-driver.js';\nvoid wireVmm;\n",
+  ],
+  [
+    'the CLI importing a QEMU module',
+    'src/cli/x.ts',
+    "import { parseMerge } from '../drivers/qemu/tuning.js';\nvoid parseMerge;\n",
+  ],
+  [
+    'the daemon importing a QEMU module',
+    'src/daemon/x.ts',
+    "import type { VmTuning } from '../drivers/qemu/tuning.js';\nexport type T = VmTuning;\n",
   ],
   [
     'the MCP server calling a service instead of the SDK',
@@ -75,7 +100,19 @@ for (const [what, file, code] of WRONG) {
 test('lint allows what the layers may do', async () => {
   const ok: [string, string][] = [
     ['src/api/routes/x.ts', "import type { Services } from '../../services/contracts.js';\n"],
-    ['src/services/x.ts', "import { Vm } from '../drivers/qemu/vm.js';\nvoid Vm;\n"],
+    ['src/services/x.ts', "import { vmm } from './vmm.js';\nvoid vmm;\n"],
+    [
+      'src/services/x.ts',
+      "import type { VmHandle } from '../drivers/vmm.js';\nexport type T = VmHandle;\n",
+    ],
+    [
+      'src/services/vmm-driver.ts',
+      "import { qemu } from '../drivers/qemu/index.js';\nvoid qemu;\n",
+    ],
+    [
+      'src/services/doctor.ts',
+      "import { probeLive } from '../drivers/qemu/live.js';\nvoid probeLive;\n",
+    ],
     ['src/mcp/x.ts', "import { LIMITS } from '../contract/rules.js';\nvoid LIMITS;\n"],
     ['src/drivers/qemu/x.ts', "import { monitor } from './vm.js';\nvoid monitor;\n"],
     [

@@ -7,10 +7,9 @@ import { access, readFile } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { accelSetting } from '../../config.js';
 
-export interface AccelChoice {
-  accel: 'kvm' | 'tcg';
-  reason: string;
-}
+import type { AccelChoice } from '../vmm.js';
+
+export type { AccelChoice } from '../vmm.js';
 
 /** Decide the accelerator per FORKD_ACCEL (kvm|tcg|auto) and what the host offers. */
 export async function detectAccel(env: NodeJS.ProcessEnv = process.env): Promise<AccelChoice> {

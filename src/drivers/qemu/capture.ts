@@ -18,15 +18,9 @@ import {
 } from './helper.js';
 import { cleanupLive, LiveCopier } from './live.js';
 import type { Vm } from './vm.js';
+import type { CaptureFiles, CaptureMode, CaptureResult } from '../vmm.js';
 
-export type { RamRegion } from './helper.js';
-
-export interface CaptureFiles {
-  /** New memory file to write (must not exist yet or be disposable). */
-  memory: string;
-  /** New device-state file (QEMU writes it). */
-  deviceState: string;
-}
+export type { CaptureFiles, CaptureMode, CaptureResult, RamRegion } from '../vmm.js';
 
 /**
  * Freeze the disk's top layer at the capture instant: the VM goes on writing to `next`
@@ -38,27 +32,8 @@ export interface DiskFreeze {
   next: Layer;
 }
 
-/**
- * How the written pages are taken: `copy` copies them while the VM is stopped (the pause
- * grows with what it wrote); `live` freezes them copy-on-write and copies after resume.
- */
-export type CaptureMode = 'copy' | 'live';
-
 /** The pages the VM had written, as copied into the memory file. */
-/** Its `ms`: in the pause for `copy`, after it for `live`. */
 export type CapturedPages = CopiedPages;
-
-export interface CaptureResult {
-  mode: CaptureMode;
-  /** stop → cont (resume) or stop → device state saved (no resume), in ms. */
-  pauseMs: number;
-  timings: Record<string, number>;
-  /**
-   * Settles once every written page is in the memory file: already in `copy` mode, after
-   * the copy from the frozen view in `live` mode (which rejects if that copy fails).
-   */
-  pages: Promise<CapturedPages>;
-}
 
 /**
  * What a live capture of `vm` may add to its memory while it copies: each page the guest

@@ -4,36 +4,12 @@
  * Boots get -kernel/-initrd/-append; restores get -incoming defer and no kernel.
  */
 
-export interface VmSpec {
-  /** Directory holding the VM's sockets, logs and disk overlay. */
-  dir: string;
-  memoryMiB: number;
-  cpus: number;
-  accel: 'kvm' | 'tcg';
-  /** TCG translation buffer cap in MiB (`tb-size`); absent or null: QEMU's 1 GiB. */
-  tbMiB?: number | null;
-  /** The RAM base file mapped MAP_PRIVATE: /dev/zero for a fresh boot, a memory file for a restore. */
-  memPath: string;
-  /** The VM's own writable qcow2 overlay. */
-  disk: string;
-  /** Present for a cold boot. */
-  boot?: { kernel: string; initramfs: string; tscKhz?: number; extraAppend?: string };
-  /** Wait for an incoming device-state stream instead of running (restore). */
-  incoming?: boolean;
-  /** A NIC on QEMU's user networking; absent: no NIC at all (network `none`). */
-  net?: VmNet;
-}
+import type { GuestNet, VmNet, VmSpec } from '../vmm.js';
 
-/** The guest's NIC: user networking, run inside a network namespace when `netns` is set. */
-export interface VmNet {
-  /** The namespace QEMU runs in (a path under /run/netns); absent when not root. */
-  netns?: string;
-  /** slirp `restrict=on`: the guest reaches nothing but forwarded ports (rootless, offline). */
-  restrict?: boolean;
-}
+export type { VmNet, VmSpec } from '../vmm.js';
 
 /** Every guest's address plan (slirp's defaults), the same in every fork. */
-export const GUEST_NET = {
+export const GUEST_NET: GuestNet = {
   address: '10.0.2.15/24',
   gateway: '10.0.2.2',
   dns: '10.0.2.3',

@@ -12,6 +12,7 @@ import { crashPoint } from '../../util/crash.js';
 import { run } from '../../util/exec.js';
 import { ownLikeDir } from './confine.js';
 import { monitor, type Vm } from './vm.js';
+import type { ChainOnDisk, LayerHeader } from '../vmm.js';
 
 /** The qemu-img binary (FORKD_QEMU_IMG overrides, as FORKD_QEMU does for QEMU). */
 export const QEMU_IMG = process.env.FORKD_QEMU_IMG ?? 'qemu-img';
@@ -59,17 +60,19 @@ export async function rebaseOnto(disk: string, base: string): Promise<void> {
   await run(QEMU_IMG, ['rebase', '-q', '-f', 'qcow2', '-b', base, '-F', 'raw', disk]);
 }
 
-/** One file of a disk chain as its header says: the backing file it names (null: none). */
-export interface LayerHeader {
-  file: string;
-  backing: string | null;
+/**
+ * Rewrite the backing file `disk`'s header names, copying nothing (`-u`): for layers moved
+ * as a whole chain (a pack installed) whose contents stay valid over the new path.
+ */
+export async function setBacking(
+  disk: string,
+  backing: string,
+  backingFormat: 'raw' | 'qcow2',
+): Promise<void> {
+  await run(QEMU_IMG, ['rebase', '-u', '-f', 'qcow2', '-F', backingFormat, '-b', backing, disk]);
 }
 
-/** A disk chain read from the layers' headers, top first; `missing` is the first file absent. */
-export interface ChainOnDisk {
-  layers: LayerHeader[];
-  missing: string | null;
-}
+export type { ChainOnDisk, LayerHeader } from '../vmm.js';
 
 interface ImgInfo {
   filename: string;

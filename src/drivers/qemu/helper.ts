@@ -9,18 +9,12 @@ import { join } from 'node:path';
 import { repoRoot } from '../../config.js';
 import { ForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
+import type { CapturedPages, RamRegion } from '../vmm.js';
 
 export const CAPTURE_BINARY =
   process.env.FORKD_CAPTURE_BIN ?? join(repoRoot(), 'native', 'build', 'forkd-capture');
 
-/** The guest-RAM mapping inside the QEMU process. */
-export interface RamRegion {
-  pid: number;
-  start: bigint;
-  end: bigint;
-  /** Offset of `start` in the base file (the mapping's file offset). */
-  fileOffset: bigint;
-}
+export type { RamRegion } from '../vmm.js';
 
 /** Find the mapping of the RAM base file in /proc/PID/maps (the one of the guest's size). */
 export async function ramRegion(
@@ -91,13 +85,8 @@ export async function copyPages(region: RamRegion, memory: string): Promise<Copi
   return { pages: got.pages ?? 0, bytes: got.bytes ?? 0, ms: got.ms ?? 0 };
 }
 
-/** What a page copy wrote. */
-export interface CopiedPages {
-  pages: number;
-  bytes: number;
-  /** How long the copy took. */
-  ms: number;
-}
+/** What a page copy wrote (`ms`: how long the copy took). */
+export type CopiedPages = CapturedPages;
 
 /**
  * Make `pages` (a VM's written pages in an otherwise empty file) a diff over a parent memory

@@ -9,6 +9,7 @@ import { ForkdError } from '../../errors.js';
 import { run } from '../../util/exec.js';
 import { CAPTURE_BINARY, mappingArgs, ramRegion, regionArgs, type RamRegion } from './helper.js';
 import type { Vm } from './vm.js';
+import type { LiveProbe } from '../vmm.js';
 
 /** What the copier reports when its copy is complete. */
 export interface LiveCopy {
@@ -135,13 +136,7 @@ export async function reapLiveForks(vm: Vm): Promise<{ zombies: number; reaped: 
   return cleanupLive(await ramRegion(vm.pid, vm.spec.memPath, vm.spec.memoryMiB * 1024 * 1024));
 }
 
-export interface LiveProbe {
-  available: boolean;
-  /** Why not, when not. */
-  reason: string;
-  /** How long the injected fork of the test process took. */
-  fork_ms: number;
-}
+export type { LiveProbe } from '../vmm.js';
 
 /** Whether live capture works on this host: the whole sequence run on a test process. */
 export async function probeLive(): Promise<LiveProbe> {

@@ -12,6 +12,7 @@ import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
 import { confineVm } from './confine.js';
 import { QmpClient } from './qmp.js';
 import { launcherPrefix, qemuEnv, vmTuning } from './tuning.js';
+import type { VmExit, VmHandle } from '../vmm.js';
 
 /** The fd number a restore's device state has inside QEMU (see {@link Vm.start}). */
 export const INCOMING_FD = 3;
@@ -20,11 +21,7 @@ export const QEMU_BINARY = process.env.FORKD_QEMU ?? 'qemu-system-x86_64';
 /** The kernel's flag for a task that has begun to exit (include/linux/sched.h). */
 const PF_EXITING = 0x4;
 
-/** How a QEMU process ended; both null when it was adopted (not our child: no status). */
-export interface VmExit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-}
+export type { VmExit } from '../vmm.js';
 
 /**
  * The QEMU process behind a Vm: either our child, or one adopted after a daemon restart,
@@ -120,7 +117,7 @@ export function monitor(vm: Vm): QmpClient {
 export type VmStatus = string;
 
 /** A running QEMU process and its monitor connection. */
-export class Vm {
+export class Vm implements VmHandle {
   private exitInfo?: VmExit;
   private readonly qmp: QmpClient;
 

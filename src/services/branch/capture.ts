@@ -11,18 +11,13 @@
 import { link, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
-import {
-  captureVm,
-  type CaptureMode,
-  type CaptureResult,
-  type RamRegion,
-} from '../../drivers/qemu/capture.js';
-import { createLayerOver, nextLayer, topLayer } from '../../drivers/qemu/disk.js';
 import type { BranchIntent, BranchIntentRows } from '../../store/intents.js';
 import { crashPoint } from '../../util/crash.js';
 import type { Lease } from '../sandboxes/host.js';
 import { snapshotDir, SNAPSHOT_FILES, stagingDir } from '../snapshots/files.js';
 import { undoIntent } from './recover.js';
+import type { CaptureMode, CaptureResult, DiskLayer, RamRegion } from '../../drivers/vmm.js';
+import { vmm } from '../vmm.js';
 
 export interface BranchCapture {
   staging: string;
@@ -58,13 +53,17 @@ export async function captureBranch(
   const staging = await stagingDir(p, tag);
   let intent: BranchIntent | undefined;
   try {
-    const top = await topLayer(vm);
-    const next = nextLayer(vm, top);
+    const top = await vmm().disks.top(vm);
+    const next = vmm().disks.next(vm, top);
     intent = recordIntent(opts.intents, source.id, tag, top, next);
     crashPoint('branch:intent');
-    await createLayerOver(next.file, join(snapshotDir(p, tag), SNAPSHOT_FILES.disk), top.size);
+    await vmm().disks.createLayerOver(
+      next.file,
+      join(snapshotDir(p, tag), SNAPSHOT_FILES.disk),
+      top.size,
+    );
     crashPoint('branch:layer');
-    const capture = await captureVm(
+    const capture = await vmm().capture(
       vm,
       {
         memory: join(staging, SNAPSHOT_FILES.memory),
@@ -94,15 +93,15 @@ function recordIntent(
   rows: BranchIntentRows,
   sandbox: string,
   tag: string,
-  top: { node: string; file: string; size: number },
-  next: { node: string; file: string },
+  top: DiskLayer,
+  next: Pick<DiskLayer, 'name' | 'file'>,
 ): BranchIntent {
   const intent = {
     tag,
     sandbox,
-    frozen_node: top.node,
+    frozen_layer: top.name,
     frozen_file: top.file,
-    next_node: next.node,
+    next_layer: next.name,
     next_file: next.file,
     size: top.size,
   };

@@ -4,9 +4,9 @@
  * request names one. The host's ability is probed once, as `forkd doctor` shows it.
  */
 import type { BranchModeT } from '../../contract/schemas.js';
-import { confinementOf } from '../../drivers/qemu/confine.js';
-import { probeLive, type LiveProbe } from '../../drivers/qemu/live.js';
 import { ForkdError } from '../../errors.js';
+import type { LiveProbe } from '../../drivers/vmm.js';
+import { vmm } from '../vmm.js';
 
 export class BranchModes {
   private probe: Promise<LiveProbe> | undefined;
@@ -19,7 +19,7 @@ export class BranchModes {
    * source whose QEMU's seccomp filter denies spawn (`pid`: its QEMU).
    */
   async choose(asked: BranchModeT | undefined, pid?: number): Promise<BranchModeT> {
-    const spawn = pid === undefined || ((await confinementOf(pid))?.spawn ?? true);
+    const spawn = pid === undefined || ((await vmm().confinement.of(pid))?.spawn ?? true);
     const mode = asked ?? (spawn ? await this.default() : 'copy');
     if (mode === 'live') await this.requireLive();
     if (mode === 'live' && !spawn) {
@@ -39,7 +39,7 @@ export class BranchModes {
 
   /** Live branches need ptrace into QEMU. */
   private probeLive(): Promise<LiveProbe> {
-    this.probe ??= probeLive();
+    this.probe ??= vmm().probeLive();
     return this.probe;
   }
 

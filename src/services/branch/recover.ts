@@ -10,17 +10,11 @@
  */
 import { readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import {
-  discardLayer,
-  foldBack,
-  isLayerFile,
-  openFiles,
-  topNodeName,
-} from '../../drivers/qemu/disk.js';
 import type { BranchIntent, BranchIntentRows } from '../../store/intents.js';
 import { failPoint } from '../../util/crash.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
 import type { ServiceLog } from '../sandboxes/log.js';
+import { vmm } from '../vmm.js';
 
 /** What start-up recovery did with one intent. */
 export type IntentOutcome = 'published' | 'undone' | 'gone' | 'broken';
@@ -36,14 +30,14 @@ export async function undoIntent(
   rows: BranchIntentRows,
 ): Promise<void> {
   try {
-    const layer = { node: intent.next_node, file: intent.next_file, size: intent.size };
-    if ((await topNodeName(source.vm)) === intent.next_node) {
+    const layer = { name: intent.next_layer, file: intent.next_file, size: intent.size };
+    if ((await vmm().disks.top(source.vm)).name === intent.next_layer) {
       failPoint('repair:fold');
-      await foldBack(source.vm, intent.frozen_node);
+      await vmm().disks.foldBack(source.vm, intent.frozen_layer);
       // Folded in, the frozen layer has no user left: the snapshot it was for never was.
       await rm(intent.frozen_file, { force: true });
     } else {
-      await discardLayer(source.vm, layer);
+      await vmm().disks.discard(source.vm, layer);
     }
   } catch (e) {
     source.setDiskProblem(brokenReason(source.id, intent.tag, e));
@@ -121,9 +115,9 @@ export async function sweepStrayLayers(ctx: {
     const source = await ctx.sandboxes.lease(sb.id).catch(() => undefined);
     if (!source) continue;
     // Compared by inode, not by name: a layer opened under another spelling stays.
-    const open = await inodes([...(await openFiles(source.vm))]);
+    const open = await inodes([...(await vmm().disks.openFiles(source.vm))]);
     const dir = source.vm.spec.dir;
-    for (const name of (await readdir(dir)).filter(isLayerFile)) {
+    for (const name of (await readdir(dir)).filter((n) => vmm().disks.isLayerFile(n))) {
       const file = join(dir, name);
       const [ino] = await inodes([file]);
       if (kept.has(file) || ino === undefined || open.has(ino)) continue;

@@ -9,10 +9,10 @@
  * needs none). In the pause, once the fork is made, the exact amount is topped up.
  */
 import type { BranchModeT } from '../../contract/schemas.js';
-import { liveCaptureBytes } from '../../drivers/qemu/capture.js';
 import { ForkdError } from '../../errors.js';
 import type { Lease } from '../sandboxes/host.js';
 import type { ServiceLog } from '../sandboxes/log.js';
+import { vmm } from '../vmm.js';
 
 /**
  * Beside the pages the guest wrote, what a live copy may add: the frozen fork's page tables
@@ -41,7 +41,7 @@ export class CopyRoom {
     if (mode !== 'live') return new CopyRoom(source, mode);
     const room = new CopyRoom(source, mode);
     try {
-      await room.fit((await liveCaptureBytes(source.vm)) + MARGIN, true);
+      await room.fit((await vmm().liveCaptureBytes(source.vm)) + MARGIN, true);
       return room;
     } catch (e) {
       if (asked || !(e instanceof ForkdError) || e.code !== 'capacity') throw e;

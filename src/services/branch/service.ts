@@ -10,7 +10,6 @@
 import { FORK_MAX } from '../../contract/rules.js';
 import type { BranchModeT, BranchRequestT } from '../../contract/schemas.js';
 import type { Paths } from '../../config.js';
-import type { RamRegion } from '../../drivers/qemu/capture.js';
 import { checkRange } from '../checks.js';
 import type { BranchOutcome, BranchService, Caller } from '../contracts.js';
 import { locateGuest } from '../guest.js';
@@ -32,6 +31,7 @@ import { abandonBranch, captureBranch, type BranchCapture } from './capture.js';
 import { BranchModes } from './mode.js';
 import { CopyRoom } from './room.js';
 import { recoverIntents, sweepStrayLayers } from './recover.js';
+import type { RamRegion } from '../../drivers/vmm.js';
 
 export interface BranchServiceOptions {
   paths: Paths;

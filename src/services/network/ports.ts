@@ -8,9 +8,9 @@
  * forwards, which died with its QEMU, are dropped.
  */
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
-import { addHostForward, removeHostForward } from '../../drivers/qemu/hostfwd.js';
-import type { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
+import type { VmHandle } from '../../drivers/vmm.js';
+import { vmm } from '../vmm.js';
 
 /**
  * Where a new connection to a published port goes (waking its sandbox first if parked),
@@ -35,10 +35,10 @@ const MAX_CONNECTIONS = 256;
 export class PortForwards {
   private readonly inners = new Map<number, Promise<Target>>();
   private readonly published = new Map<number, { info: PublishedPort; server: Server }>();
-  private vm: Vm | undefined;
+  private vm: VmHandle | undefined;
 
   /** The address the daemon connects to for `guestPort` (added on first use). */
-  inner(vm: Vm, bind: string, guestPort: number): Promise<Target> {
+  inner(vm: VmHandle, bind: string, guestPort: number): Promise<Target> {
     this.vm = vm;
     let t = this.inners.get(guestPort);
     if (!t) {
@@ -117,7 +117,7 @@ export class PortForwards {
     if (vm?.alive) {
       for (const t of this.inners.values()) {
         const target = await t.catch(() => undefined);
-        if (target) await removeHostForward(vm, target.host, target.port);
+        if (target) await vmm().removePortForward(vm, target.host, target.port);
       }
     }
     this.inners.clear();
@@ -148,11 +148,11 @@ async function pipeTo(c: Socket, target: TargetOf): Promise<void> {
  * In a namespace the guest port keeps its number (so a forward an earlier daemon added is
  * replaced, not refused as taken); on the host's loopback it gets a free one.
  */
-async function innerForward(vm: Vm, bind: string, guestPort: number): Promise<Target> {
+async function innerForward(vm: VmHandle, bind: string, guestPort: number): Promise<Target> {
   const inNamespace = bind !== '127.0.0.1';
   const port = inNamespace ? guestPort : await freePort();
-  if (inNamespace) await removeHostForward(vm, bind, port);
-  await addHostForward(vm, bind, port, guestPort);
+  if (inNamespace) await vmm().removePortForward(vm, bind, port);
+  await vmm().addPortForward(vm, bind, port, guestPort);
   return { host: bind, port };
 }
 

@@ -8,8 +8,6 @@
  * gets them back on its wake.
  */
 import { networkInterfaces } from 'node:os';
-import type { VmNet } from '../../drivers/qemu/cmdline.js';
-import type { Vm } from '../../drivers/qemu/vm.js';
 import {
   DnsListener,
   forwardQuery,
@@ -64,6 +62,7 @@ import {
 } from './policy.js';
 import { PortForwards, type PublishedPort } from './ports.js';
 import { ResolvedNames } from './resolved.js';
+import type { VmHandle, VmNet } from '../../drivers/vmm.js';
 
 export type NetworkMode = 'none' | 'nat';
 /** How `nat` is done on this host. */
@@ -113,7 +112,7 @@ export type Refusal = NameRefusal | 'dns_name' | 'quic' | 'filter';
  * Wakes a sandbox for a published port's connection: its QEMU, awake, and a release the
  * connection calls when it closes (it counts as use until then).
  */
-export type Waker = (id: string) => Promise<{ vm: Vm; release: () => void }>;
+export type Waker = (id: string) => Promise<{ vm: VmHandle; release: () => void }>;
 
 /** The least TTL an address learned from DNS keeps its place in a set. */
 const MIN_DNS_TTL_S = 60;
@@ -249,7 +248,7 @@ export class NetworkService {
    * published ports' listeners) comes back from the state kept next to the namespace, on
    * the same host ports. A port whose host port was taken meanwhile is dropped (logged).
    */
-  async adopt(id: string, vm: Vm): Promise<void> {
+  async adopt(id: string, vm: VmHandle): Promise<void> {
     const ports = new PortForwards();
     if (!vm.spec.net) {
       this.sandboxes.set(id, { mode: 'none', egress: NO_EGRESS, proxyDenied: 0, ports });
@@ -354,7 +353,11 @@ export class NetworkService {
   }
 
   /** Where the daemon reaches a guest port (for published ports and the HTTP route). */
-  async reach(id: string, vm: Vm, guestPort: number): Promise<{ host: string; port: number }> {
+  async reach(
+    id: string,
+    vm: VmHandle,
+    guestPort: number,
+  ): Promise<{ host: string; port: number }> {
     const a = this.attached(id);
     if (a.mode === 'none') {
       throw new ForkdError(
@@ -369,7 +372,7 @@ export class NetworkService {
   /** Publish a guest port on the host (loopback unless `bind` says otherwise). */
   async publish(
     id: string,
-    vm: Vm,
+    vm: VmHandle,
     guestPort: number,
     opts: { hostPort?: number; bind?: string } = {},
   ): Promise<PublishedPort> {
@@ -384,7 +387,7 @@ export class NetworkService {
   }
 
   /** A published port's connection target: its sandbox woken first, when there is a waker. */
-  private targetOf(id: string, guestPort: number, vm?: Vm) {
+  private targetOf(id: string, guestPort: number, vm?: VmHandle) {
     return async () => {
       if (!this.waker) {
         if (!vm) throw new Error(`sandbox ${id} has no QEMU to connect to`);

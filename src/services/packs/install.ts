@@ -11,9 +11,7 @@ import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { crashPoint } from '../../util/crash.js';
-import { QEMU_IMG } from '../../drivers/qemu/disk.js';
 import { ForkdError } from '../../errors.js';
-import { run } from '../../util/exec.js';
 import { imageFiles } from '../images/store.js';
 import {
   describeFile,
@@ -35,6 +33,7 @@ import {
   snapshotPath,
   type PackManifest,
 } from './manifest.js';
+import { vmm } from '../vmm.js';
 
 /** Where an installed snapshot came from (`origin.json` beside its manifest). */
 export type Origin = SnapshotOriginT;
@@ -260,7 +259,7 @@ async function rewrite(p: Paths, dir: string, m: SnapshotManifest, origin: Origi
   if (backing) {
     const fmt = m.parent ? 'qcow2' : 'raw';
     const disk = join(dir, SNAPSHOT_FILES.disk);
-    await run(QEMU_IMG, ['rebase', '-u', '-f', 'qcow2', '-F', fmt, '-b', backing, disk]);
+    await vmm().disks.setBacking(disk, backing, fmt);
     m.files.disk = await describeFile(dir, SNAPSHOT_FILES.disk);
   }
   await writeFile(join(dir, 'manifest.json'), JSON.stringify(m, null, 2) + '\n');

@@ -17,7 +17,6 @@ import type {
   PushResultT,
   UnpackResultT,
 } from '../../contract/schemas.js';
-import { detectAccel } from '../../drivers/qemu/accel.js';
 import {
   formatReference,
   manifestRef,
@@ -65,6 +64,7 @@ import {
   type Layer,
 } from './oci.js';
 import { downloadUrl } from './url.js';
+import { vmm } from '../vmm.js';
 
 /** How a push stores files: as chunks (format 2, the default) or one blob per file (1). */
 export interface PushOptions {
@@ -453,7 +453,7 @@ export class PackManager implements PackService {
     pack: PackManifest,
     opts: { tag?: string; force?: boolean; byContent?: boolean },
   ) {
-    const here = { qemu: await this.opts.qemuVersion(), accel: (await detectAccel()).accel };
+    const here = { qemu: await this.opts.qemuVersion(), accel: (await vmm().accel()).accel };
     const why = await hostProblem(pack.host, here);
     if (why) {
       throw new ForkdError(

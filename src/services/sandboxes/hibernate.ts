@@ -13,14 +13,11 @@ import { mkdir, open, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { AgentClient } from '../../drivers/agent/client.js';
-import { detectAccel } from '../../drivers/qemu/accel.js';
-import { captureVm } from '../../drivers/qemu/capture.js';
-import type { VmNet } from '../../drivers/qemu/cmdline.js';
-import { topLayer } from '../../drivers/qemu/disk.js';
-import { Vm } from '../../drivers/qemu/vm.js';
 import type { Egress } from '../network/policy.js';
 import type { PublishedPort } from '../network/ports.js';
 import { memPathOf, sandboxVmSpec } from './sandbox.js';
+import type { VmHandle, VmNet } from '../../drivers/vmm.js';
+import { vmm } from '../vmm.js';
 
 /** What a wake needs besides the memory and device state, as written beside them. */
 export interface HibernationImage {
@@ -97,14 +94,14 @@ export async function discardStaged(dir: string): Promise<void> {
  * then), or discards and resumes it. A daemon that dies after the record finds the staged
  * capture and commits it on its next start (reconcile.ts).
  */
-export async function captureToDisk(vm: Vm, net: NetImage): Promise<StagedCapture> {
+export async function captureToDisk(vm: VmHandle, net: NetImage): Promise<StagedCapture> {
   const f = hibernationFiles(vm.spec.dir);
   await mkdir(f.dir, { recursive: true, mode: 0o700 });
   const staged = { memory: `${f.memory}.new`, deviceState: `${f.vmstate}.new` };
   const discard = () => discardStaged(vm.spec.dir);
   try {
-    const disk = (await topLayer(vm)).file;
-    const capture = await captureVm(vm, staged, { resume: false });
+    const disk = (await vmm().disks.top(vm)).file;
+    const capture = await vmm().capture(vm, staged, { resume: false });
     const pages = await capture.pages;
     const image: HibernationImage = {
       disk,
@@ -147,8 +144,8 @@ export interface RestoreTarget {
 export async function restoreFromDisk(
   image: HibernationImage,
   t: RestoreTarget,
-): Promise<{ vm: Vm; agent: AgentClient }> {
-  const { accel } = await detectAccel();
+): Promise<{ vm: VmHandle; agent: AgentClient }> {
+  const { accel } = await vmm().accel();
   const f = hibernationFiles(t.dir);
   const spec = {
     ...sandboxVmSpec(t.dir, { memoryMiB: t.memoryMiB, cpus: t.cpus, accel }, f.memory),
@@ -157,9 +154,9 @@ export async function restoreFromDisk(
     incoming: true,
   };
   const state = await open(f.vmstate, 'r');
-  let vm: Vm;
+  let vm: VmHandle;
   try {
-    vm = await Vm.start(spec, { incomingFd: state.fd, onSpawn: t.onSpawn });
+    vm = await vmm().start(spec, { incomingFd: state.fd, onSpawn: t.onSpawn });
   } finally {
     await state.close(); // QEMU holds its own copy of the fd
   }

@@ -6,17 +6,17 @@
  * a fork hands each child's start to `createForked`.
  */
 import type { CreateSandboxT, SandboxT } from '../../contract/schemas.js';
-import type { Vm } from '../../drivers/qemu/vm.js';
 import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
 import type { IdleRequest } from './tiers.js';
 import type { Caller } from '../contracts.js';
 import type { Sandbox } from './sandbox.js';
 import type { Egress } from '../network/policy.js';
+import type { VmHandle } from '../../drivers/vmm.js';
 
 /** A running sandbox lent to another service for one operation. */
 export interface Lease {
   readonly id: string;
-  readonly vm: Vm;
+  readonly vm: VmHandle;
   /** The sandbox as the API shows it, at the time of the lease. */
   readonly info: SandboxT;
   /** The snapshot its disk layers on now (null: straight on its image). */
@@ -62,7 +62,7 @@ export type SandboxStarter = (req: {
   id: string;
   env: Record<string, string>;
   signal: AbortSignal;
-  onStarted(vm: Vm): void;
+  onStarted(vm: VmHandle): void;
 }) => Promise<Sandbox>;
 
 /**

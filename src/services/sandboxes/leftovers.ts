@@ -6,14 +6,13 @@
  */
 import { mkdir, readdir, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { killVerifiedQemu, readQemuPid } from '../../drivers/qemu/vm.js';
-import { vmFiles } from '../../drivers/qemu/cmdline.js';
 import { readTail } from './files.js';
+import { vmm } from '../vmm.js';
 
 /** End the sandbox's QEMU if one still runs (by recorded pid or its pidfile); remove its dir. */
 export async function removeLeftovers(dir: string, pid?: number | null): Promise<void> {
-  for (const candidate of new Set([pid ?? undefined, await readQemuPid(dir)])) {
-    if (candidate !== undefined) await killVerifiedQemu(candidate, dir);
+  for (const candidate of new Set([pid ?? undefined, await vmm().readPid(dir)])) {
+    if (candidate !== undefined) await vmm().killVerified(candidate, dir);
   }
   await rm(dir, { recursive: true, force: true });
 }
@@ -37,9 +36,11 @@ export function keptLogPath(home: string, id: string): string {
 /** Moves the console log out of a sandbox's dir before the dir is removed (none: nothing). */
 export async function keepConsoleLog(home: string, id: string, dir: string): Promise<void> {
   await mkdir(join(home, 'logs'), { recursive: true, mode: 0o700 });
-  await rename(vmFiles(dir).console, keptLogPath(home, id)).catch((e: NodeJS.ErrnoException) => {
-    if (e.code !== 'ENOENT') throw e;
-  });
+  await rename(vmm().filesOf(dir).console, keptLogPath(home, id)).catch(
+    (e: NodeJS.ErrnoException) => {
+      if (e.code !== 'ENOENT') throw e;
+    },
+  );
 }
 
 /** Removes the kept logs of sandboxes that `known` no longer knows. */

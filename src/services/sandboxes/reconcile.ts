@@ -14,9 +14,6 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { AgentClient } from '../../drivers/agent/client.js';
-import { detectAccel } from '../../drivers/qemu/accel.js';
-import { reapLiveForks } from '../../drivers/qemu/live.js';
-import { isQemuOf, killVerifiedQemu, readQemuPid, Vm } from '../../drivers/qemu/vm.js';
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
 import type { Limiter } from '../limits.js';
 import { connectGuest, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
@@ -24,6 +21,8 @@ import { commitStaged, discardStaged, hibernationFiles, ramBaseOf } from './hibe
 import { keepConsoleLog, removeLeftovers } from './leftovers.js';
 import type { ServiceLog } from './log.js';
 import { pidAlive } from '../../util/pid.js';
+import type { VmHandle } from '../../drivers/vmm.js';
+import { vmm } from '../vmm.js';
 
 export interface ReconcileContext {
   paths: Paths;
@@ -33,11 +32,11 @@ export interface ReconcileContext {
   bootTimeoutMs: number;
   limiter: Limiter;
   /** Hand a re-adopted sandbox (now `running`) to the service. */
-  adopt(row: SandboxRow, vm: Vm, agent: AgentClient): void;
+  adopt(row: SandboxRow, vm: VmHandle, agent: AgentClient): void;
   /** Hand a hibernated sandbox (no QEMU, its capture on disk) to the service. */
   adoptHibernated(row: SandboxRow): void | Promise<void>;
   /** Take its network over again (DNS proxy, published ports); a failure is only logged. */
-  adoptNetwork?(row: SandboxRow, vm: Vm): Promise<void>;
+  adoptNetwork?(row: SandboxRow, vm: VmHandle): Promise<void>;
 }
 
 /** What a reconcile did, by sandbox id / dir name. */
@@ -70,8 +69,8 @@ export async function reconcile(ctx: ReconcileContext): Promise<ReconcileReport>
 /** Re-adopt one starting/running row, or bury it. True when it runs again. */
 async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean> {
   if (row.state === 'running' && row.tier === 'hibernated') return holdHibernated(ctx, row);
-  const pid = row.pid ?? (await readQemuPid(row.dir));
-  if (pid === undefined || !(await isQemuOf(pid, row.dir))) {
+  const pid = row.pid ?? (await vmm().readPid(row.dir));
+  if (pid === undefined || !(await vmm().isVmOf(pid, row.dir))) {
     const when = row.state === 'starting' ? 'during its boot, ' : '';
     await bury(ctx, row, `QEMU exited ${when}while the daemon was down`);
     return false;
@@ -106,8 +105,8 @@ async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean>
  * files (put in place now).
  */
 async function holdHibernated(ctx: ReconcileContext, row: SandboxRow): Promise<boolean> {
-  const pid = row.pid ?? (await readQemuPid(row.dir));
-  if (pid !== undefined) await killVerifiedQemu(pid, row.dir);
+  const pid = row.pid ?? (await vmm().readPid(row.dir));
+  if (pid !== undefined) await vmm().killVerified(pid, row.dir);
   await commitStaged(row.dir);
   await ctx.limiter.remove(row.id); // a hibernated sandbox has no cgroup until its wake
   if (!existsSync(hibernationFiles(row.dir).image)) {
@@ -125,14 +124,14 @@ async function adopt(
   ctx: ReconcileContext,
   row: SandboxRow,
   pid: number,
-): Promise<{ vm: Vm; agent: AgentClient }> {
-  const { accel } = await detectAccel();
+): Promise<{ vm: VmHandle; agent: AgentClient }> {
+  const { accel } = await vmm().accel();
   const spec = sandboxVmSpec(
     row.dir,
     { memoryMiB: row.memory_mib, cpus: row.cpus, accel },
     ramBaseOf(ctx.paths, row),
   );
-  const vm = await Vm.adopt(spec, pid, { pollMs: ctx.pollMs });
+  const vm = await vmm().adopt(spec, pid, { pollMs: ctx.pollMs });
   try {
     await refuseUnrestored(vm);
     await resumeIfPaused(ctx, row, vm);
@@ -158,7 +157,7 @@ async function adopt(
  * `-incoming` for ever (the state came on a descriptor of the dead daemon): it is buried
  * with that reason, under its request's label, at once rather than after a boot timeout.
  */
-async function refuseUnrestored(vm: Vm): Promise<void> {
+async function refuseUnrestored(vm: VmHandle): Promise<void> {
   if ((await vm.status()) === 'inmigrate') {
     throw new Error('the daemon stopped before its restore from the snapshot finished');
   }
@@ -169,7 +168,7 @@ async function refuseUnrestored(vm: Vm): Promise<void> {
  * `cont`): resume it, the half-made snapshot is discarded by the snapshot service. A
  * sandbox parked in tier `paused` is resumed too, only until its agent session is back.
  */
-async function resumeIfPaused(ctx: ReconcileContext, row: SandboxRow, vm: Vm): Promise<void> {
+async function resumeIfPaused(ctx: ReconcileContext, row: SandboxRow, vm: VmHandle): Promise<void> {
   if ((await vm.status()) !== 'paused') return;
   if (row.tier !== 'paused') {
     ctx.log.warn({ sandbox: row.id }, 'resuming a sandbox left paused by an interrupted branch');
@@ -181,8 +180,12 @@ async function resumeIfPaused(ctx: ReconcileContext, row: SandboxRow, vm: Vm): P
  * A daemon killed during a live branch's copy takes its copier with it, and the copier's
  * frozen fork of QEMU dies too, but stays a zombie until QEMU reaps it: make it.
  */
-async function reapFrozenForks(ctx: ReconcileContext, row: SandboxRow, vm: Vm): Promise<void> {
-  const { zombies, reaped } = await reapLiveForks(vm);
+async function reapFrozenForks(
+  ctx: ReconcileContext,
+  row: SandboxRow,
+  vm: VmHandle,
+): Promise<void> {
+  const { zombies, reaped } = await vmm().reapLiveForks(vm);
   if (zombies)
     ctx.log.warn({ sandbox: row.id, zombies, reaped }, 'reaped frozen forks of a live branch');
 }

@@ -12,15 +12,13 @@ import type { Paths } from '../../config.js';
 import { DEFAULTS, LIMITS } from '../../contract/rules.js';
 import { ForkdError } from '../../errors.js';
 import { AgentClient } from '../../drivers/agent/client.js';
-import { detectAccel, hostTscKhz } from '../../drivers/qemu/accel.js';
-import { createOverlay } from '../../drivers/qemu/disk.js';
-import { Vm } from '../../drivers/qemu/vm.js';
-import { GUEST_NET, type VmNet, type VmSpec } from '../../drivers/qemu/cmdline.js';
 import { locateGuest } from '../guest.js';
 import { checkRange } from '../checks.js';
 import { getImage, imageEnv } from '../images/index.js';
 import type { Limiter, Placement } from '../limits.js';
 import { makeDir } from '../../util/make-dir.js';
+import type { VmHandle, VmNet, VmSpec } from '../../drivers/vmm.js';
+import { vmm } from '../vmm.js';
 
 /** What a caller asks for when booting a sandbox from an image. */
 export interface BootRequest {
@@ -35,7 +33,7 @@ export interface BootRequest {
   /** The id to use (the daemon records it before booting); default a new one. */
   id?: string;
   /** Called as soon as QEMU runs, before the guest answers (the daemon records the pid). */
-  onStarted?(vm: Vm): void;
+  onStarted?(vm: VmHandle): void;
   /** The NIC (network `nat`); absent: no NIC. */
   net?: VmNet;
   /** Called right after QEMU is spawned, before it is waited for (its cgroup). */
@@ -51,7 +49,7 @@ export interface BootRequest {
 export interface Sandbox {
   id: string;
   dir: string;
-  vm: Vm;
+  vm: VmHandle;
   agent: AgentClient;
   /** Holds its cgroup when it was booted with a placement. */
   limiter?: Limiter;
@@ -131,20 +129,24 @@ export async function bootSandbox(p: Paths, req: BootRequest): Promise<Sandbox> 
   const res = resolveResources(req);
   const image = await getImage(p, req.image);
   const guest = await locateGuest(p);
-  const { accel } = await detectAccel();
+  const { accel } = await vmm().accel();
   const id = req.id ?? newSandboxId();
   const dir = sandboxDir(p, id);
   await makeDir(dir);
-  let vm: Vm | undefined;
+  let vm: VmHandle | undefined;
   try {
     await writeFile(join(dir, OWNER_FILE), `${process.pid}\n`);
     const spec = { ...sandboxVmSpec(dir, { ...res, accel }), net: req.net };
-    await createOverlay(spec.disk, image.path, 'raw');
+    await vmm().disks.createOverlay(spec.disk, image.path, 'raw');
     const { placement } = req;
-    vm = await Vm.start(
+    vm = await vmm().start(
       {
         ...spec,
-        boot: { kernel: guest.kernel, initramfs: guest.initramfs, tscKhz: await hostTscKhz() },
+        boot: {
+          kernel: guest.kernel,
+          initramfs: guest.initramfs,
+          tscKhz: await vmm().hostTscKhz(),
+        },
       },
       {
         onSpawn: placement
@@ -170,12 +172,12 @@ export async function bootSandbox(p: Paths, req: BootRequest): Promise<Sandbox> 
  * finishes the boot of a sandbox whose booting daemon crashed (configure is idempotent).
  */
 export async function connectGuest(
-  vm: Vm,
+  vm: VmHandle,
   id: string,
   req: Pick<BootRequest, 'env' | 'bootTimeoutMs' | 'signal'>,
 ): Promise<AgentClient> {
   // The guest's address is static and the same everywhere: a fork inherits it configured.
-  const { address, gateway, dns } = GUEST_NET;
+  const { address, gateway, dns } = vmm().guestNet;
   const net = vm.spec.net && vm.spec.boot ? { address, gateway, dns } : undefined;
   const agent = await vm.guard(
     AgentClient.connect(vm.files.agent, {

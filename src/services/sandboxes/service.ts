@@ -25,10 +25,7 @@ import type {
 import { LIMITS } from '../../contract/rules.js';
 import type { Paths } from '../../config.js';
 import type { AgentClient, ExecHandle } from '../../drivers/agent/client.js';
-import { vmFiles } from '../../drivers/qemu/cmdline.js';
-import { canSwitchUser, confinementOf, confinementSetting } from '../../drivers/qemu/confine.js';
 import type { CgroupUsage } from '../../drivers/host/cgroup.js';
-import type { Vm, VmExit } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import type { SandboxRow, SandboxState, StoredIdle } from '../../store/sandboxes.js';
 import type { Store } from '../../store/db.js';
@@ -94,6 +91,8 @@ import { KeyedLock } from '../../util/keyed-lock.js';
 import type { NetworkService } from '../network/service.js';
 import { egressRules, mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import { checkEnforcement, unenforcedOf, type HostEnforcement } from '../enforcement.js';
+import type { VmExit, VmHandle } from '../../drivers/vmm.js';
+import { vmm } from '../vmm.js';
 
 export interface SandboxServiceOptions {
   paths: Paths;
@@ -150,7 +149,7 @@ const PRUNE_EVERY_MS = 60 * 60 * 1000;
 const IDLE_SWEEP_MS = 1000;
 
 /** A sandbox that is not hibernated: its QEMU and agent session are there. */
-type AwakeLive = Live & { vm: Vm; agent: AgentClient };
+type AwakeLive = Live & { vm: VmHandle; agent: AgentClient };
 
 /** What a sandbox's `starting` row is made from, for a boot or a fork. */
 type StartingInit = Omit<ForkInit, 'snapshot'> & { snapshot: string | null };
@@ -379,7 +378,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   ): Promise<SandboxRow> {
     const { id } = starting;
     const abort = new AbortController();
-    const onStarted = (vm: Vm) => this.rows.update(id, { pid: vm.pid });
+    const onStarted = (vm: VmHandle) => this.rows.update(id, { pid: vm.pid });
     const boot = start
       ? start({ id, env: starting.env, signal: abort.signal, onStarted })
       : this.bootImage(starting, net, abort.signal, onStarted);
@@ -398,7 +397,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     starting: SandboxRow,
     net: NetRequest,
     signal: AbortSignal,
-    onStarted: (vm: Vm) => void,
+    onStarted: (vm: VmHandle) => void,
   ): Promise<Sandbox> {
     const network = this.opts.network;
     const id = starting.id;
@@ -469,7 +468,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   /** Hold a running sandbox: arm its timeout, watch its QEMU. */
-  private register(row: SandboxRow, vm: Vm, agent: AgentClient): void {
+  private register(row: SandboxRow, vm: VmHandle, agent: AgentClient): void {
     const live = this.hold(row);
     live.vm = vm;
     live.agent = agent;
@@ -493,7 +492,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   /** Notice when this QEMU of the sandbox exits on its own. */
-  private watch(live: Live, vm: Vm): void {
+  private watch(live: Live, vm: VmHandle): void {
     void vm.waitExit().then((exit) => this.onVmExit(live, vm, exit));
   }
 
@@ -516,7 +515,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const usage = vm ? await this.limiter.usage(id) : undefined;
     if (usage) wire.usage = toWireUsage(usage);
     const pid = vm?.pid;
-    const confined = pid === undefined ? undefined : await confinementOf(pid);
+    const confined = pid === undefined ? undefined : await vmm().confinement.of(pid);
     if (confined) {
       const { uid, seccomp, sandbox, spawn, capabilities } = confined;
       wire.confinement = { uid, seccomp, sandbox, spawn, capabilities };
@@ -818,7 +817,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   /** Its published ports again, on the host ports they had (one taken meanwhile is logged). */
-  private async republish(id: string, vm: Vm, image: NetImage): Promise<void> {
+  private async republish(id: string, vm: VmHandle, image: NetImage): Promise<void> {
     const network = this.opts.network;
     if (!network) return;
     if (image.egress) await network.enforce(id, image.egress);
@@ -987,7 +986,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   async consoleLog(id: string): Promise<string> {
     const row = this.row(id);
     const ended = row.state === 'stopped' || row.state === 'dead';
-    const path = ended ? keptLogPath(this.opts.paths.home, id) : vmFiles(row.dir).console;
+    const path = ended ? keptLogPath(this.opts.paths.home, id) : vmm().filesOf(row.dir).console;
     return readTail(path, CONSOLE_TAIL_BYTES);
   }
 
@@ -1056,7 +1055,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   /** QEMU exited and nobody asked: the sandbox is dead; say why, clean up. */
-  private async onVmExit(live: Live, vm: Vm, exit: VmExit): Promise<void> {
+  private async onVmExit(live: Live, vm: VmHandle, exit: VmExit): Promise<void> {
     if (this.detached || this.ending.has(live.id) || this.live.get(live.id) !== live) return;
     if (live.vm !== vm) return; // ended on purpose (hibernated), or an earlier QEMU of it
     this.live.delete(live.id);
@@ -1116,12 +1115,11 @@ export class SandboxManager implements SandboxService, SandboxHost {
    */
   private async enforcement(): Promise<HostEnforcement> {
     const limits = await this.limiter.enforcement();
-    const confine = confinementSetting();
     this.hostEnforcement = {
       network: this.opts.network?.mode ?? 'off',
       limits: limits.version === null ? limits.reason : null,
-      confineUser: confine.enabled && canSwitchUser(),
-      confineOff: !confine.enabled,
+      confineUser: vmm().confinement.enabled() && vmm().confinement.ownUser(),
+      confineOff: !vmm().confinement.enabled(),
     };
     return this.hostEnforcement;
   }
@@ -1179,7 +1177,7 @@ async function deathReason(dir: string, exit: VmExit): Promise<string> {
       : exit.code !== null
         ? `exit code ${exit.code}`
         : 'no status';
-  const last = await lastConsoleLine(vmFiles(dir).console);
+  const last = await lastConsoleLine(vmm().filesOf(dir).console);
   return `QEMU exited on its own (${how})${last ? `; last console line: ${last}` : ''}`;
 }
 

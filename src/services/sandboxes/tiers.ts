@@ -6,9 +6,9 @@
  * after another, so a wake racing a pause always ends awake.
  */
 import type { AgentClient } from '../../drivers/agent/client.js';
-import type { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import type { SandboxTier, StoredIdle } from '../../store/sandboxes.js';
+import type { VmHandle } from '../../drivers/vmm.js';
 
 export type { SandboxTier } from '../../store/sandboxes.js';
 
@@ -16,7 +16,7 @@ export type { SandboxTier } from '../../store/sandboxes.js';
 export interface Parkable {
   readonly id: string;
   /** Its QEMU and agent session; none while it is hibernated. */
-  vm: Vm | undefined;
+  vm: VmHandle | undefined;
   agent: AgentClient | undefined;
   tier: SandboxTier;
   /** When a request last reached it (ms since the epoch), for the idle policy. */
@@ -241,7 +241,7 @@ async function step(sb: Parkable, to: SandboxTier, disk: DiskMoves): Promise<voi
 }
 
 /** Its QEMU; a sandbox that is not hibernated always has one. */
-export function liveVm(sb: Parkable): Vm {
+export function liveVm(sb: Parkable): VmHandle {
   if (sb.vm) return sb.vm;
   throw new ForkdError('internal', `sandbox ${sb.id} has no QEMU (tier ${sb.tier})`, {
     id: sb.id,
@@ -254,7 +254,7 @@ export function needsWake(sb: Parkable): boolean {
 }
 
 /** Run a stopped guest again and set its wall clock to the host's (it stood still). */
-async function wakeGuest(vm: Vm, agent: AgentClient): Promise<void> {
+async function wakeGuest(vm: VmHandle, agent: AgentClient): Promise<void> {
   await vm.resume();
   await agent.configure({ timeMs: Date.now() });
 }

@@ -8,13 +8,13 @@ import type { Paths } from '../../config.js';
 import { Store } from '../../store/db.js';
 import { run } from '../../util/exec.js';
 import { parseQemuVersion } from '../host.js';
-import { QEMU_BINARY } from '../../drivers/qemu/vm.js';
 import type { Placement } from '../limits.js';
 import { silentLog } from '../sandboxes/log.js';
 import { newSandboxId, type Sandbox } from '../sandboxes/sandbox.js';
 import { bootKey, ensureBootSnapshot, type BootSnapshot } from './boot.js';
 import { prepareChild, restoreChild } from './fork.js';
 import { SnapshotRegistry } from './registry.js';
+import { vmm } from '../vmm.js';
 
 /** What a restored run reports (`forkd run --verbose`). */
 export interface Restored {
@@ -40,7 +40,7 @@ export async function restoreBootSnapshot(
     placement: Placement;
   },
 ): Promise<Restored> {
-  const qemu = await run(QEMU_BINARY, ['--version']).then(
+  const qemu = await run(vmm().binary, ['--version']).then(
     (r) => parseQemuVersion(r.stdout),
     () => 'unknown',
   );

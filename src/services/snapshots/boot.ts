@@ -12,7 +12,6 @@ import { createHash } from 'node:crypto';
 import { open, readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
-import { detectAccel } from '../../drivers/qemu/accel.js';
 import { ForkdError } from '../../errors.js';
 import { makeDir } from '../../util/make-dir.js';
 import { pidAlive } from '../../util/pid.js';
@@ -23,6 +22,7 @@ import type { NetworkService } from '../network/service.js';
 import { createSnapshot } from './create.js';
 import type { SnapshotManifest } from './files.js';
 import type { SnapshotRegistry } from './registry.js';
+import { vmm } from '../vmm.js';
 
 /** What makes a boot snapshot valid: every field must equal the start's for it to be used. */
 export interface BootKey {
@@ -48,8 +48,6 @@ export interface BootStart {
   network: 'none' | 'nat';
 }
 
-/** The machine type every forkd VM runs (drivers/qemu/cmdline.ts). */
-const MACHINE = 'microvm';
 /** Boot snapshot tags: `boot-` and 16 hex digits of the key's hash. */
 export const BOOT_TAG_PREFIX = 'boot-';
 /** How long a start waits for another process's capture of the same key. */
@@ -79,8 +77,8 @@ export async function bootKey(p: Paths, start: BootStart, qemu: string): Promise
     kernel: guest.kernelVersion,
     guest_id: sha256(guestIds.join('\n')).slice(0, 32),
     qemu,
-    machine: MACHINE,
-    accel: (await detectAccel()).accel,
+    machine: vmm().machine,
+    accel: (await vmm().accel()).accel,
     memory_mib: start.memoryMiB,
     cpus: start.cpus,
     network: start.network,

@@ -8,7 +8,6 @@
 import { realpath } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
-import { readChain } from '../../drivers/qemu/disk.js';
 import { imageFiles } from '../images/store.js';
 import { memoryChainProblem } from './memory.js';
 import {
@@ -19,6 +18,7 @@ import {
   verifyFiles,
   type SnapshotManifest,
 } from './files.js';
+import { vmm } from '../vmm.js';
 
 /** What is wrong with a chain: the layer at fault and a sentence naming it. */
 export interface ChainProblem {
@@ -44,7 +44,7 @@ export async function chainProblem(p: Paths, m: SnapshotManifest): Promise<Chain
 }
 
 async function diskChainProblem(p: Paths, m: SnapshotManifest): Promise<ChainProblem | null> {
-  const chain = await readChain(diskOf(p, m.tag));
+  const chain = await vmm().disks.readChain(diskOf(p, m.tag));
   if (chain.missing !== null) {
     const by = chain.layers.at(-1)?.file;
     return {

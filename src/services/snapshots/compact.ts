@@ -8,11 +8,11 @@
 import { copyFile, link } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
-import { rebaseOnto } from '../../drivers/qemu/disk.js';
 import { ForkdError } from '../../errors.js';
 import { imageFiles } from '../images/index.js';
 import { snapshotDir, SNAPSHOT_FILES, type SnapshotManifest } from './files.js';
 import { materialize } from './memory.js';
+import { vmm } from '../vmm.js';
 
 /** Write a standalone copy of snapshot `m` into `staging`. */
 export async function flattenInto(p: Paths, m: SnapshotManifest, staging: string): Promise<void> {
@@ -26,5 +26,5 @@ export async function flattenInto(p: Paths, m: SnapshotManifest, staging: string
   // (parent layers included) differs from the image: the result needs no parent snapshot.
   const disk = join(staging, SNAPSHOT_FILES.disk);
   await copyFile(join(src, SNAPSHOT_FILES.disk), disk);
-  await rebaseOnto(disk, base);
+  await vmm().disks.rebaseOnto(disk, base);
 }

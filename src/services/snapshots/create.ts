@@ -9,7 +9,6 @@ import { join } from 'node:path';
 import type { CreateSnapshotT } from '../../contract/schemas.js';
 import type { Paths } from '../../config.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
-import { captureVm } from '../../drivers/qemu/capture.js';
 import { ForkdError } from '../../errors.js';
 import { locateGuest } from '../guest.js';
 import { DEFAULT_IMAGE, getImage, imageExecDefaults, type ExecDefaults } from '../images/index.js';
@@ -27,6 +26,7 @@ import { warmContexts } from './hooks.js';
 import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
 import { asDiskFull } from '../disk-full.js';
 import type { BootKey } from './boot.js';
+import { vmm } from '../vmm.js';
 
 export interface CreateContext {
   paths: Paths;
@@ -74,7 +74,7 @@ export async function createSnapshot(
     ctx.onProgress('capturing memory, devices and disk');
     ctx.signal?.throwIfAborted();
     sb.agent.close(); // children open their own agent session (0xFF + sync)
-    const cap = await captureVm(
+    const cap = await vmm().capture(
       sb.vm,
       {
         memory: join(staging, SNAPSHOT_FILES.memory),

@@ -14,11 +14,6 @@ import { open, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
-import { detectAccel } from '../../drivers/qemu/accel.js';
-import { createOverlay } from '../../drivers/qemu/disk.js';
-import { addHostForward } from '../../drivers/qemu/hostfwd.js';
-import type { VmNet } from '../../drivers/qemu/cmdline.js';
-import { Vm } from '../../drivers/qemu/vm.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint, holdPoint } from '../../util/crash.js';
 import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
@@ -42,12 +37,14 @@ import { runForkHooks } from './hooks.js';
 import { snapshotDir, SNAPSHOT_FILES, type SnapshotManifest } from './files.js';
 import type { Pool } from './pool.js';
 import { makeDir } from '../../util/make-dir.js';
+import type { VmHandle, VmNet } from '../../drivers/vmm.js';
+import { vmm } from '../vmm.js';
 
 /** A QEMU ready to become a child of a snapshot. */
 export interface PreparedChild {
   id: string;
   dir: string;
-  vm: Vm;
+  vm: VmHandle;
   /** Set when pre-warmed: restored, its agent connected, run once, then paused. */
   agent?: AgentClient;
   /** Holds its cgroup (removed when the child is discarded). */
@@ -65,7 +62,7 @@ export async function prepareChild(
   net?: VmNet,
   placement?: Placement,
 ): Promise<PreparedChild> {
-  const { accel } = await detectAccel();
+  const { accel } = await vmm().accel();
   if (accel !== m.accel) {
     throw new ForkdError(
       'snapshot_not_bootable',
@@ -82,12 +79,16 @@ export async function prepareChild(
       { memoryMiB: m.memory_mib, cpus: m.cpus, accel },
       memPathOf(p, m.tag),
     );
-    await createOverlay(spec.disk, join(snapshotDir(p, m.tag), SNAPSHOT_FILES.disk), 'qcow2');
+    await vmm().disks.createOverlay(
+      spec.disk,
+      join(snapshotDir(p, m.tag), SNAPSHOT_FILES.disk),
+      'qcow2',
+    );
     const state = await open(join(snapshotDir(p, m.tag), SNAPSHOT_FILES.vmstate), 'r');
     try {
       const onSpawn =
         placement && ((pid: number) => placement.limiter.place(id, placement.limits, pid));
-      const vm = await Vm.start(
+      const vm = await vmm().start(
         { ...spec, net, incoming: true },
         { incomingFd: state.fd, onSpawn },
       );
@@ -224,7 +225,7 @@ export function checkForkNetns(m: SnapshotManifest, req: ForkRequest): void {
 /** Forward `ports` from every address of the namespace QEMU runs in (a pod's). */
 async function forwardPorts(up: Parameters<typeof destroySandbox>[0], ports: number[]) {
   try {
-    for (const port of ports) await addHostForward(up.vm, '0.0.0.0', port, port);
+    for (const port of ports) await vmm().addPortForward(up.vm, '0.0.0.0', port, port);
   } catch (e) {
     await destroySandbox(up);
     throw e;

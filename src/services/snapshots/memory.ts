@@ -16,7 +16,6 @@ import { existsSync } from 'node:fs';
 import { readdir, rename, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
-import { diffOver, overlayInto, sparseCopy } from '../../drivers/qemu/helper.js';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
 import {
@@ -27,6 +26,7 @@ import {
   SNAPSHOT_FILES,
   type SnapshotManifest,
 } from './files.js';
+import { vmm } from '../vmm.js';
 
 /** The file of a diff memory; its materialized cache is the full name, `memory`. */
 export const MEMORY_DIFF_FILE = 'memory.diff';
@@ -171,8 +171,8 @@ async function build(p: Paths, m: SnapshotManifest, path: string): Promise<strin
     `${TMP_PREFIX}${process.pid}-${randomBytes(4).toString('hex')}`,
   );
   try {
-    await sparseCopy(layers.at(-1) as string, tmp, m.memory_mib * 1048576);
-    for (const diff of layers.slice(0, -1).reverse()) await overlayInto(diff, tmp);
+    await vmm().memory.sparseCopy(layers.at(-1) as string, tmp, m.memory_mib * 1048576);
+    for (const diff of layers.slice(0, -1).reverse()) await vmm().memory.overlayInto(diff, tmp);
     crashPoint('memory:materialized');
     await rename(tmp, path);
   } catch (e) {
@@ -198,7 +198,7 @@ export async function diffAgainst(
   parent: SnapshotManifest,
 ): Promise<{ kept_bytes: number; ms: number }> {
   const pages = join(staging, SNAPSHOT_FILES.memory);
-  const got = await diffOver(pages, await memoryLayers(p, parent));
+  const got = await vmm().memory.diffOver(pages, await memoryLayers(p, parent));
   await rename(pages, join(staging, MEMORY_DIFF_FILE));
   return { kept_bytes: got.bytes ?? 0, ms: got.ms ?? 0 };
 }

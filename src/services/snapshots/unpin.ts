@@ -8,11 +8,11 @@
 import { rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Paths } from '../../config.js';
-import { foldUnderTop } from '../../drivers/qemu/disk.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import type { ServiceLog } from '../sandboxes/log.js';
 import { diskOf, layerBelow } from './chain.js';
 import type { SnapshotManifest } from './files.js';
+import { vmm } from '../vmm.js';
 
 /** Fold `m`'s layer into every running source that layers on it; they then layer on its parent. */
 export async function unpinSources(
@@ -24,7 +24,7 @@ export async function unpinSources(
   const below = layerBelow(ctx.paths, m);
   for (const id of ids) {
     const source = await ctx.sandboxes.lease(id);
-    const folded = await foldUnderTop(source.vm, header, below);
+    const folded = await vmm().disks.foldUnderTop(source.vm, header, below);
     source.setDiskBase(m.parent);
     // Its other name, in the source's dir: nothing opens it any more.
     if (folded && dirname(folded) === source.vm.spec.dir) await rm(folded, { force: true });

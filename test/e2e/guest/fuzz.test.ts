@@ -20,6 +20,9 @@ import {
 } from '../../../src/services/sandboxes/sandbox.js';
 import { RawAgentSocket } from '../../helpers/agent-process.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
+import { wireVmm } from '../../../src/services/vmm-driver.js';
+
+wireVmm(); // sandboxes booted here without buildServices()
 
 const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 8);
 const SEED_VALUE = process.env.FORKD_FUZZ_SEED ? Number(process.env.FORKD_FUZZ_SEED) : undefined;

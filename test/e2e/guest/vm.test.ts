@@ -14,6 +14,9 @@ import {
 } from '../../../src/services/sandboxes/sandbox.js';
 import { RawAgentSocket } from '../../helpers/agent-process.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
+import { wireVmm } from '../../../src/services/vmm-driver.js';
+
+wireVmm(); // sandboxes booted here without buildServices()
 
 let home: TestHome;
 let sb: Sandbox;

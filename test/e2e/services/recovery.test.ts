@@ -14,6 +14,9 @@ import { bootSandbox } from '../../../src/services/sandboxes/sandbox.js';
 import { SandboxManager } from '../../../src/services/sandboxes/service.js';
 import { Store } from '../../../src/store/db.js';
 import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
+import { wireVmm } from '../../../src/services/vmm-driver.js';
+
+wireVmm(); // sandboxes booted here without buildServices()
 
 let home: TestHome;
 let store: Store;

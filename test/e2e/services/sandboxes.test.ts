@@ -16,6 +16,9 @@ import {
 } from '../../../src/services/sandboxes/service.js';
 import { Store } from '../../../src/store/db.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
+import { wireVmm } from '../../../src/services/vmm-driver.js';
+
+wireVmm(); // sandboxes booted here without buildServices()
 
 let home: TestHome;
 let store: Store;

@@ -19,6 +19,9 @@ import { silentLog } from '../../../src/services/sandboxes/log.js';
 import { reconcile } from '../../../src/services/sandboxes/reconcile.js';
 import { Store } from '../../../src/store/db.js';
 import type { SandboxRow } from '../../../src/store/sandboxes.js';
+import { wireVmm } from '../../../src/services/vmm-driver.js';
+
+wireVmm(); // reconcile and the registry read disk chains and pids through the VMM
 
 let p: Paths;
 let store: Store;

@@ -18,6 +18,9 @@ import { silentLog } from '../../../src/services/sandboxes/log.js';
 import { SNAPSHOT_FILES, stagingDir } from '../../../src/services/snapshots/files.js';
 import { SnapshotRegistry, type SnapshotMeta } from '../../../src/services/snapshots/registry.js';
 import { Store } from '../../../src/store/db.js';
+import { wireVmm } from '../../../src/services/vmm-driver.js';
+
+wireVmm(); // reconcile and the registry read disk chains and pids through the VMM
 
 let home: string;
 let p: Paths;
