@@ -88,6 +88,11 @@ const WRONG: [string, string, string][] = [
     'src/contract/x.ts',
     "import { ForkdError } from '../errors.js';\nvoid ForkdError;\n",
   ],
+  [
+    "a concept's schemas importing a layer above the contract",
+    'src/contract/schemas/x.ts',
+    "import { ForkdError } from '../../errors.js';\nvoid ForkdError;\n",
+  ],
 ];
 
 for (const [what, file, code] of WRONG) {
@@ -114,6 +119,7 @@ test('lint allows what the layers may do', async () => {
       "import { probeLive } from '../drivers/qemu/live.js';\nvoid probeLive;\n",
     ],
     ['src/mcp/x.ts', "import { LIMITS } from '../contract/rules.js';\nvoid LIMITS;\n"],
+    ['src/contract/schemas/x.ts', "import { LIMITS } from '../rules.js';\nvoid LIMITS;\n"],
     ['src/drivers/qemu/x.ts', "import { monitor } from './vm.js';\nvoid monitor;\n"],
     [
       'src/drivers/agent/x.ts',

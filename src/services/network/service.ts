@@ -7,7 +7,6 @@
  * service's waker); a hibernated one keeps its host listeners while its namespace goes, and
  * gets them back on its wake.
  */
-import { networkInterfaces } from 'node:os';
 import {
   DnsListener,
   forwardQuery,
@@ -27,7 +26,6 @@ import {
 import {
   createNetns,
   deleteNetns,
-  listNetns,
   netnsOfPid,
   netnsPids,
   readNetnsState,
@@ -36,7 +34,7 @@ import {
   writeNetnsState,
   type Netns,
 } from '../../drivers/net/netns.js';
-import { addUser, otherUsers, removeUser, withHostLock } from '../../drivers/net/host-lock.js';
+import { addUser, removeUser, withHostLock } from '../../drivers/net/host-lock.js';
 import {
   addDnsElements,
   applyPolicy,
@@ -44,7 +42,6 @@ import {
   DNS_PORT,
   DNS_SETS,
   installHostTable,
-  nftAvailable,
   removeHostTable,
 } from '../../drivers/net/nft.js';
 import { ForkdError } from '../../errors.js';
@@ -62,23 +59,22 @@ import {
 } from './policy.js';
 import { PortForwards, type PublishedPort } from './ports.js';
 import { ResolvedNames } from './resolved.js';
+import { detectIsolation, hostAddresses, hostTableUnused } from './host.js';
+import {
+  closeProxies,
+  countRefusal,
+  sameEgress,
+  savedOf,
+  type Attached,
+  type NetworkIsolation,
+  type NetworkMode,
+  type NetworkState,
+  type Refusal,
+  type SavedNetwork,
+} from './attached.js';
+
+export type { NetworkIsolation, NetworkMode, NetworkState, Refusal } from './attached.js';
 import type { VmHandle, VmNet } from '../../drivers/vmm.js';
-
-export type NetworkMode = 'none' | 'nat';
-/** How `nat` is done on this host. */
-export type NetworkIsolation = 'netns' | 'user';
-
-/** A sandbox's network as the API shows it. */
-export interface NetworkState {
-  mode: NetworkMode;
-  isolation?: NetworkIsolation;
-  egress: Egress;
-  /** The guest's address (the same in every fork). */
-  address?: string;
-  /** Connections and DNS queries refused so far. */
-  denied: number;
-  ports: PublishedPort[];
-}
 
 export interface NetworkServiceOptions {
   log?: ServiceLog;
@@ -89,24 +85,6 @@ export interface NetworkServiceOptions {
   /** Called once per DNS or name refusal and per sandbox end with denials (the audit log). */
   onDenied?: (sandbox: string, what: string) => void;
 }
-
-interface Attached {
-  mode: NetworkMode;
-  egress: Egress;
-  ns?: Netns;
-  dns?: DnsListener;
-  names?: NameProxy;
-  /** A process in the namespace (its QEMU), whose conntrack table the name proxy reads. */
-  nsPid?: number;
-  /** DNS queries and named connections the proxies refused (the filter counts the rest). */
-  proxyDenied: number;
-  /** The proxies' refusals by reason (what `/metrics` shows beside the filter's). */
-  refusals?: Partial<Record<Refusal, number>>;
-  ports: PortForwards;
-}
-
-/** Why a sandbox's connection or query was refused, as `/metrics` labels it. */
-export type Refusal = NameRefusal | 'dns_name' | 'quic' | 'filter';
 
 /**
  * Wakes a sandbox for a published port's connection: its QEMU, awake, and a release the
@@ -133,21 +111,8 @@ export class NetworkService {
   }
 
   /** netns as root with nftables, else user networking (what doctor reports). */
-  static async detect(): Promise<{ isolation: NetworkIsolation; reason: string }> {
-    if (process.getuid?.() !== 0) {
-      return {
-        isolation: 'user',
-        reason:
-          "not root: QEMU user networking in the daemon's namespace (the guest reaches what the host reaches; its gateway 10.0.2.2 is the host's loopback)",
-      };
-    }
-    if (!(await nftAvailable())) {
-      return { isolation: 'user', reason: 'nft is not installed (apt-get install nftables)' };
-    }
-    return {
-      isolation: 'netns',
-      reason: 'a network namespace per sandbox, nftables egress policy',
-    };
+  static detect(): Promise<{ isolation: NetworkIsolation; reason: string }> {
+    return detectIsolation();
   }
 
   /**
@@ -622,51 +587,4 @@ export class NetworkService {
       }
     })().finally(() => (this.filling = undefined));
   }
-}
-
-function countRefusal(a: Attached, reason: Refusal): void {
-  a.proxyDenied++;
-  a.refusals = { ...a.refusals, [reason]: (a.refusals?.[reason] ?? 0) + 1 };
-}
-
-function closeProxies(a: Attached): void {
-  a.dns?.close();
-  a.names?.close();
-}
-
-/** Every IPv4 address of the host (always denied to sandboxes). */
-function hostAddresses(): string[] {
-  return Object.values(networkInterfaces())
-    .flat()
-    .filter((i) => i && i.family === 'IPv4')
-    .map((i) => (i as { address: string }).address)
-    .filter((a) => !a.startsWith('127.') && !a.startsWith('10.231.'));
-}
-
-/** What {@link NetworkService.save} keeps per namespace. */
-interface SavedNetwork {
-  sandbox: string;
-  egress: Egress;
-  ports: PublishedPort[];
-}
-
-/** The saved state, if it is there, well formed and about this sandbox. */
-function savedOf(raw: unknown, id: string): SavedNetwork | undefined {
-  const s = raw as Partial<SavedNetwork> | undefined;
-  if (!s || s.sandbox !== id || typeof s.egress !== 'object' || !Array.isArray(s.ports)) {
-    return undefined;
-  }
-  return s as SavedNetwork;
-}
-
-function sameEgress(a: Egress, b: Egress): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
-}
-
-/**
- * No forkd namespace is left on the host and no other live daemon uses the table (one that
- * has started but not made its first namespace yet counts). Call under the host lock.
- */
-async function hostTableUnused(): Promise<boolean> {
-  return (await listNetns()).length === 0 && (await otherUsers()).length === 0;
 }
