@@ -310,6 +310,12 @@ async function checkConfinement(): Promise<Outcome> {
     );
   }
   const head = `QEMU runs under ${filter}, as a uid of its own per sandbox (from ${VM_UID_BASE}), no capabilities, owning only its sandbox directory`;
+  if (!confinementSetting().jail) {
+    return warn(
+      `${head}; not jailed: turned off (FORKD_QEMU_JAIL=off)`,
+      'unset FORKD_QEMU_JAIL once done debugging',
+    );
+  }
   const jail = await jailSupport();
   if (!jail.ok) {
     return warn(
