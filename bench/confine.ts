@@ -70,6 +70,7 @@ async function measure(v: Variant): Promise<{ fork: number; pause: number }> {
     confine: v.confine,
     branchMode: v.branchMode,
     jail: v.jail ?? true, // set by each variant: the setting outlives the services
+    network: false, // what is measured needs none; other daemons on the host share its addresses
   });
   try {
     const src = await s.sandboxes.create({ image: 'busybox' }, caller);
