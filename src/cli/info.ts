@@ -28,12 +28,16 @@ async function info(id: string, flags: InfoFlags): Promise<void> {
   process.stdout.write(lines(sandbox.info).join('\n') + '\n');
 }
 
-/** `uid 1879…, seccomp (spawn allowed), no capabilities`, or `-` when not running. */
+/**
+ * `uid 1879…, seccomp (spawn allowed), no capabilities, mount and ipc namespace`, or `-`
+ * when not running.
+ */
 function formatConfinement(c: SandboxInfo['confinement']): string {
   if (!c) return '-';
   const filter = c.seccomp ? `seccomp (spawn ${c.spawn ? 'allowed' : 'denied'})` : 'no seccomp';
   const caps = /^0+$/.test(c.capabilities) ? 'no capabilities' : `capabilities ${c.capabilities}`;
-  return `uid ${c.uid}, ${filter}, ${caps}`;
+  const ns = c.namespaces?.length ? `${c.namespaces.join(' and ')} namespace` : 'no jail';
+  return `uid ${c.uid}, ${filter}, ${caps}, ${ns}`;
 }
 
 /** `key: value` lines, aligned. */

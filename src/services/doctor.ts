@@ -15,6 +15,7 @@ import { probeLive } from '../drivers/qemu/live.js';
 import {
   canSwitchUser,
   confinementSetting,
+  jailSupport,
   seccompOption,
   VM_UID_BASE,
 } from '../drivers/qemu/confine.js';
@@ -304,13 +305,25 @@ async function checkConfinement(): Promise<Outcome> {
   }
   if (!canSwitchUser()) {
     return warn(
-      `QEMU runs under ${filter} but as the daemon's user: no uid of its own per sandbox`,
-      "run the daemon as root to give each sandbox's QEMU its own uid and no capabilities",
+      `QEMU runs under ${filter} but as the daemon's user: no uid of its own per sandbox, no jail`,
+      "run the daemon as root to give each sandbox's QEMU its own uid, no capabilities and a jail",
     );
   }
-  return pass(
-    `QEMU runs under ${filter}, as a uid of its own per sandbox (from ${VM_UID_BASE}), no capabilities, owning only its sandbox directory`,
-  );
+  const head = `QEMU runs under ${filter}, as a uid of its own per sandbox (from ${VM_UID_BASE}), no capabilities, owning only its sandbox directory`;
+  if (!confinementSetting().jail) {
+    return warn(
+      `${head}; not jailed: turned off (FORKD_QEMU_JAIL=off)`,
+      'unset FORKD_QEMU_JAIL once done debugging',
+    );
+  }
+  const jail = await jailSupport();
+  if (!jail.ok) {
+    return warn(
+      `${head}; not jailed: ${jail.reason}`,
+      'allow mount namespaces for forkd (CAP_SYS_ADMIN; in a container, drop its seccomp filter or AppArmor profile)',
+    );
+  }
+  return pass(`${head}, jailed in ${jail.reason} (its root holds only its own files)`);
 }
 
 /** PR_SET_MEMORY_MERGE came with Linux 6.4 (inherited across exec from 6.7). */

@@ -61,6 +61,8 @@ export interface ServiceOptions {
   limitDefaults?: LimitDefaults;
   /** Confine QEMU (docs/security.md); default on unless FORKD_CONFINE=off. */
   confine?: boolean;
+  /** Confined QEMU without its jail (benches compare the two; default: jailed where possible). */
+  jail?: boolean;
   /** Start what this host cannot enforce, reported as unenforced (`--accept-unenforced`). */
   acceptUnenforced?: boolean;
   /** Pause sandboxes idle this many seconds (`forkd daemon --pause-idle-after`; docs/idle.md). */
@@ -99,6 +101,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
   // A daemon whose branches are all `copy` needs no process creation in QEMU.
   configureConfinement({
     ...(opts.confine === undefined ? {} : { enabled: opts.confine }),
+    ...(opts.jail === undefined ? {} : { jail: opts.jail }),
     spawn: opts.branchMode !== 'copy',
   });
   if (opts.tuning) configureTuning(opts.tuning);

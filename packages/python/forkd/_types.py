@@ -58,8 +58,8 @@ class SandboxInfo:
     limits: Optional[Dict[str, Any]] = None
     #: What a running sandbox uses (``get`` of one sandbox only).
     usage: Optional[Dict[str, Any]] = None
-    #: How its QEMU is confined: ``{"uid", "seccomp", "sandbox", "spawn", "capabilities"}``
-    #: (``get`` of one running sandbox; docs/security.md).
+    #: How its QEMU is confined: ``{"uid", "seccomp", "sandbox", "spawn", "capabilities",
+    #: "namespaces"}`` (``get`` of one running sandbox; docs/security.md).
     confinement: Optional[Dict[str, Any]] = None
     #: While it runs, what it asks that the host does not enforce (``network``, ``names``,
     #: ``limits``, ``confinement``; a daemon started with ``--accept-unenforced``).

@@ -117,6 +117,11 @@ export interface SandboxConfinement {
   spawn: boolean;
   /** Effective capabilities in hex; all zeros: none. */
   capabilities: string;
+  /**
+   * The namespaces its QEMU has of its own beside the network one: `mount` (its jail, a
+   * root holding only its files) and `ipc`; empty when it is not jailed.
+   */
+  namespaces: ('mount' | 'ipc')[];
 }
 
 /**

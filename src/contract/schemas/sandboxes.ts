@@ -238,6 +238,10 @@ export const Sandbox = Type.Object(
           capabilities: Type.String({
             description: 'effective capabilities in hex (all zeros: none)',
           }),
+          namespaces: Type.Array(Type.Union([Type.Literal('mount'), Type.Literal('ipc')]), {
+            description:
+              'the namespaces its QEMU has of its own beside the network one: `mount` (its jail: a root holding only its files) and `ipc`',
+          }),
         },
         {
           description:

@@ -9,9 +9,17 @@
  * pools, several daemons and a daemon restart need no table. QEMU 7.2 takes it as
  * `-runas uid:gid` and drops to it after opening its memory file, disks and sockets as
  * root (the snapshot's memory file stays root's and is mapped private, never written).
+ *
+ * When the daemon is root QEMU is also jailed: the launcher (native/jail.c) starts it in a
+ * mount and an IPC namespace of its own whose root holds only its directory, its memory
+ * file, its kernel, its disk chain, QEMU's own files under /usr and a few devices.
  */
-import { chmod, chown, readdir, readFile, stat } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { chmod, chown, readdir, readFile, readlink, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
+import type { VmSpec } from './cmdline.js';
+import { QEMU_EXEC_BINARY } from './tuning.js';
 
 /** How sandboxes' QEMU is confined; the daemon sets it once (`--confine`, FORKD_CONFINE). */
 export interface ConfineSetting {
@@ -22,13 +30,25 @@ export interface ConfineSetting {
    * QEMU, so only a daemon whose branches are all `copy` denies it.
    */
   spawn: boolean;
+  /** Whether QEMU is jailed (a mount and IPC namespace) where the host allows it. */
+  jail: boolean;
 }
 
-let setting: ConfineSetting = { enabled: confineFromEnv(), spawn: true };
+let setting: ConfineSetting = {
+  enabled: confineFromEnv(),
+  spawn: true,
+  jail: confineFromEnv(process.env, 'FORKD_QEMU_JAIL'),
+};
 
-/** FORKD_CONFINE=off (or 0, false) turns confinement off. */
-export function confineFromEnv(env: NodeJS.ProcessEnv = process.env): boolean {
-  return !['off', '0', 'false', 'no'].includes((env.FORKD_CONFINE ?? '').toLowerCase());
+/**
+ * FORKD_CONFINE=off (or 0, false) turns confinement off; FORKD_QEMU_JAIL=off only the
+ * jail (debugging; benches compare the two).
+ */
+export function confineFromEnv(
+  env: NodeJS.ProcessEnv = process.env,
+  name: 'FORKD_CONFINE' | 'FORKD_QEMU_JAIL' = 'FORKD_CONFINE',
+): boolean {
+  return !['off', '0', 'false', 'no'].includes((env[name] ?? '').toLowerCase());
 }
 
 /** Set how QEMU started from now on is confined (already running ones keep theirs). */
@@ -65,15 +85,62 @@ export function canSwitchUser(): boolean {
   return process.getuid?.() === 0;
 }
 
+/** Whether this host can jail QEMU, and if not why (asked once: a launcher's trial run). */
+export interface JailSupport {
+  ok: boolean;
+  reason: string;
+}
+
+let jailProbe: Promise<JailSupport> | undefined;
+
+/**
+ * Try the jail once (the launcher jails `true`): it needs root (CAP_SYS_ADMIN for
+ * unshare and mount) and a kernel and container that allow mount namespaces.
+ */
+export function jailSupport(): Promise<JailSupport> {
+  if (!canSwitchUser()) {
+    return Promise.resolve({ ok: false, reason: 'the daemon is not root (no mount namespaces)' });
+  }
+  jailProbe ??= promisify(execFile)(QEMU_EXEC_BINARY, ['--jail', '--', 'true'], {
+    timeout: 10_000,
+  }).then(
+    () => ({ ok: true, reason: 'a mount and an IPC namespace per QEMU' }),
+    (e: { stderr?: string; message: string }) => ({
+      ok: false,
+      reason: (e.stderr ?? '').trim() || e.message,
+    }),
+  );
+  return jailProbe;
+}
+
+/** What QEMU's command line and its launcher's get, to confine one VM. */
+export interface VmConfinement {
+  qemu: string[];
+  launcher: string[];
+}
+
+/** The files a VM's jail holds, each at its host path (native/jail.c adds QEMU's own). */
+export function jailArgs(spec: Pick<VmSpec, 'dir' | 'memPath' | 'disk' | 'boot'>): string[] {
+  const args = ['--jail', '--rw', spec.dir];
+  // QEMU 7.2 opens its memory file read-write (mapped private, never written through).
+  if (!spec.memPath.startsWith('/dev/')) args.push('--rw', spec.memPath);
+  if (spec.boot) args.push('--ro', spec.boot.kernel, '--ro', spec.boot.initramfs);
+  return [...args, '--chain', spec.disk];
+}
+
 /**
  * Prepare a VM's directory for its confined QEMU and return the arguments that confine
  * it: the directory and its disk layers become the VM's uid's, mode 0700, and
- * its ancestors traversable (search only) so QEMU can reach its own files by path later.
+ * its ancestors traversable (search only) so QEMU can reach its own files by path later;
+ * the launcher jails it when the host allows.
  */
-export async function confineVm(dir: string): Promise<string[]> {
-  if (!setting.enabled) return [];
+export async function confineVm(
+  spec: Pick<VmSpec, 'dir' | 'memPath' | 'disk' | 'boot'>,
+): Promise<VmConfinement> {
+  if (!setting.enabled) return { qemu: [], launcher: [] };
   const args = ['-sandbox', seccompOption(setting.spawn)];
-  if (!canSwitchUser()) return args;
+  if (!canSwitchUser()) return { qemu: args, launcher: [] };
+  const { dir } = spec;
   const id = vmUid((await stat(dir)).ino);
   // Its disk layers only: the files the daemon reads back (the owner file) stay ours.
   await Promise.all(
@@ -84,7 +151,8 @@ export async function confineVm(dir: string): Promise<string[]> {
   await chown(dir, id, id);
   await chmod(dir, 0o700);
   await searchable(dirname(dir));
-  return [...args, '-runas', `${id}:${id}`];
+  const jailed = setting.jail && (await jailSupport()).ok;
+  return { qemu: [...args, '-runas', `${id}:${id}`], launcher: jailed ? jailArgs(spec) : [] };
 }
 
 const searchableDirs = new Set<string>();
@@ -137,20 +205,43 @@ export interface Confinement {
   /** Effective capabilities, as the kernel prints them (16 hex digits; all 0: none). */
   capabilities: string;
   noNewPrivs: boolean;
+  /** The namespaces it has of its own beside the network's (its jail): `mount`, `ipc`. */
+  namespaces: JailNamespace[];
 }
+
+export type JailNamespace = 'mount' | 'ipc';
+const JAIL_NAMESPACES: [JailNamespace, string][] = [
+  ['mount', 'mnt'],
+  ['ipc', 'ipc'],
+];
 
 /** The confinement of QEMU `pid`, or undefined once it is gone. */
 export async function confinementOf(pid: number): Promise<Confinement | undefined> {
-  const [status, cmdline] = await Promise.all([
+  const [status, cmdline, namespaces] = await Promise.all([
     readFile(`/proc/${pid}/status`, 'utf8').catch(() => ''),
     readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => ''),
+    ownNamespaces(pid),
   ]);
   if (!status) return undefined;
-  return parseConfinement(status, cmdline);
+  return { ...parseConfinement(status, cmdline), namespaces };
+}
+
+/** The namespaces of `pid` that differ from the daemon's own (read as ns links). */
+async function ownNamespaces(pid: number): Promise<JailNamespace[]> {
+  const own = await Promise.all(
+    JAIL_NAMESPACES.map(async ([name, file]) => {
+      const [theirs, ours] = await Promise.all([
+        readlink(`/proc/${pid}/ns/${file}`).catch(() => ''),
+        readlink(`/proc/self/ns/${file}`).catch(() => ''),
+      ]);
+      return theirs && ours && theirs !== ours ? name : undefined;
+    }),
+  );
+  return own.filter((n): n is JailNamespace => n !== undefined);
 }
 
 /** {@link confinementOf} from the text of /proc/PID/status and /proc/PID/cmdline. */
-export function parseConfinement(status: string, cmdline: string): Confinement {
+export function parseConfinement(status: string, cmdline: string): Omit<Confinement, 'namespaces'> {
   const field = (name: string): string =>
     new RegExp(`^${name}:\\s*(.*)$`, 'm').exec(status)?.[1]?.trim() ?? '';
   const argv = cmdline.split('\0');

@@ -82,12 +82,16 @@ export function vmTuning(): VmTuning {
   return tuning;
 }
 
-/** What goes before QEMU's own argv: the launcher with what it sets, or nothing. */
-export function launcherPrefix(t: VmTuning = tuning): string[] {
+/**
+ * What goes before QEMU's own argv: the launcher with what it sets, or nothing. `jail`:
+ * the launcher's jail flags (confine.ts), when QEMU is jailed.
+ */
+export function launcherPrefix(t: VmTuning = tuning, jail: string[] = []): string[] {
   const flags = [
     ...(t.merge === 'on' ? ['--merge'] : []),
     ...(t.merge === 'same-layout' ? ['--same-layout'] : []),
     ...(t.hugePages ? [] : ['--no-thp']),
+    ...jail,
   ];
   return flags.length ? [QEMU_EXEC_BINARY, ...flags, '--'] : [];
 }

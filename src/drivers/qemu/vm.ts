@@ -9,7 +9,7 @@ import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError, isForkdError } from '../../errors.js';
 import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
-import { confineVm } from './confine.js';
+import { confineVm, type VmConfinement } from './confine.js';
 import { QmpClient } from './qmp.js';
 import { launcherPrefix, qemuEnv, vmTuning } from './tuning.js';
 import type { VmExit, VmHandle } from '../vmm.js';
@@ -230,7 +230,7 @@ export class Vm implements VmHandle {
     } = {},
   ): Promise<Vm> {
     const files = vmFiles(spec.dir);
-    const confinement = await confineVm(spec.dir);
+    const confinement = await confineVm(spec);
     const log = await open(files.log, 'a');
     let child: ChildProcess;
     let spawned: Promise<void>;
@@ -394,16 +394,15 @@ export class Vm implements VmHandle {
 }
 
 /**
- * QEMU's argv, tuned as the daemon says (tuning.ts): through the merging launcher when
- * asked, inside the sandbox's network namespace when it has one (nsenter execs it).
+ * QEMU's argv, tuned as the daemon says (tuning.ts): through the launcher when it merges,
+ * tunes or jails, inside the sandbox's network namespace when it has one (nsenter execs
+ * it; the launcher then makes the jail inside that network namespace).
  */
-function qemuArgv(spec: VmSpec, confinement: string[]): [string, string[]] {
+function qemuArgv(spec: VmSpec, confinement: VmConfinement): [string, string[]] {
   const tuning = vmTuning();
-  const args = [...buildQemuArgs({ tbMiB: tuning.tbMiB, ...spec }), ...confinement];
-  const [file, ...rest] = [...launcherPrefix(tuning), QEMU_BINARY, ...args] as [
-    string,
-    ...string[],
-  ];
+  const args = [...buildQemuArgs({ tbMiB: tuning.tbMiB, ...spec }), ...confinement.qemu];
+  const prefix = launcherPrefix(tuning, confinement.launcher);
+  const [file, ...rest] = [...prefix, QEMU_BINARY, ...args] as [string, ...string[]];
   const ns = spec.net?.netns;
   return ns ? ['nsenter', [`--net=${ns}`, '--', file, ...rest]] : [file, rest];
 }

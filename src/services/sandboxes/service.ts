@@ -517,8 +517,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
     const pid = vm?.pid;
     const confined = pid === undefined ? undefined : await vmm().confinement.of(pid);
     if (confined) {
-      const { uid, seccomp, sandbox, spawn, capabilities } = confined;
-      wire.confinement = { uid, seccomp, sandbox, spawn, capabilities };
+      const { uid, seccomp, sandbox, spawn, capabilities, namespaces } = confined;
+      wire.confinement = { uid, seccomp, sandbox, spawn, capabilities, namespaces };
     }
     return wire;
   }

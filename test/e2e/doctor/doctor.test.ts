@@ -81,11 +81,16 @@ test('cgroups: which version enforces the limits, and where each controller is',
   );
 });
 
-test('confinement: PASS naming the seccomp filter and a uid per sandbox; WARN when turned off', async () => {
+test('confinement: PASS naming the seccomp filter, a uid per sandbox and the jail; WARN when turned off', async () => {
   const here = (await doctor(process.env)).report.checks.find((c) => c.id === 'confinement');
   assert.equal(here?.status, 'pass', here?.summary);
   assert.match(here?.summary ?? '', /-sandbox on,obsolete=deny,.*uid of its own per sandbox/);
   assert.match(here?.summary ?? '', /no capabilities/);
+  assert.match(here?.summary ?? '', /jailed in a mount and an IPC namespace per QEMU/);
+  const unjailed = { ...process.env, FORKD_QEMU_JAIL: 'off' };
+  const open = (await doctor(unjailed)).report.checks.find((c) => c.id === 'confinement');
+  assert.equal(open?.status, 'warn');
+  assert.match(open?.summary ?? '', /not jailed: turned off \(FORKD_QEMU_JAIL=off\)/);
   const off = { ...process.env, FORKD_CONFINE: 'off' };
   const there = (await doctor(off)).report.checks.find((c) => c.id === 'confinement');
   assert.equal(there?.status, 'warn');

@@ -1,11 +1,13 @@
 /**
  * QEMU confinement's pure parts: the -sandbox option, the uid of a sandbox's directory,
- * FORKD_CONFINE, and what /proc says of a QEMU (docs/security.md).
+ * FORKD_CONFINE and FORKD_QEMU_JAIL, what a VM's jail is given, and what /proc says of a
+ * QEMU (docs/security.md).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   confineFromEnv,
+  jailArgs,
   parseConfinement,
   seccompOption,
   VM_UID_BASE,
@@ -52,4 +54,23 @@ test('what /proc says: uid, filter, its option, spawn, capabilities', () => {
   assert.equal(parseConfinement(STATUS(2, '0'), argv()).spawn, false);
   const none = parseConfinement(STATUS(0, '000001fffeffffff'), argv());
   assert.deepEqual([none.seccomp, none.sandbox, none.spawn], [false, null, true]);
+});
+
+test('FORKD_QEMU_JAIL=off leaves out only the jail', () => {
+  assert.equal(confineFromEnv({ FORKD_QEMU_JAIL: 'off' }, 'FORKD_QEMU_JAIL'), false);
+  assert.equal(confineFromEnv({ FORKD_QEMU_JAIL: 'off' }), true);
+});
+
+test('a jail gets its directory and memory file read-write, kernel files read-only, its disk chain', () => {
+  const dir = '/h/sandboxes/sbx-1';
+  const disk = `${dir}/overlay.qcow2`;
+  const boot = { kernel: '/h/kernel/vmlinux', initramfs: '/h/kernel/initramfs' };
+  assert.deepEqual(jailArgs({ dir, memPath: '/dev/zero', disk, boot }), [
+    ...['--jail', '--rw', dir, '--ro', boot.kernel, '--ro', boot.initramfs],
+    ...['--chain', disk],
+  ]);
+  const memPath = '/h/snapshots/base/memory';
+  assert.deepEqual(jailArgs({ dir, memPath, disk }), [
+    ...['--jail', '--rw', dir, '--rw', memPath, '--chain', disk],
+  ]);
 });
