@@ -1,7 +1,7 @@
 /**
  * envd's file surface over forkd's file service: filesystem.Filesystem (Stat, ListDir,
  * MakeDir, Remove, Move) as Connect-RPC, `GET /files` (download) and `POST /files`
- * (multipart or raw, optionally gzip), and `GET /health` (204 while the sandbox runs, 502
+ * (multipart or raw, optionally gzip; a download is gzip when Accept-Encoding asks), and `GET /health` (204 while the sandbox runs, 502
  * once it is gone: the SDK's isRunning()). A call acts as the user it names, else the
  * sandbox's default user (E2B's template user): relative paths are taken from where that
  * user's commands start (the snapshot's working directory, else the user's home), so files
@@ -9,7 +9,7 @@
  */
 import { posix } from 'node:path';
 import { pipeline, Readable } from 'node:stream';
-import { createGunzip } from 'node:zlib';
+import { createGunzip, createGzip } from 'node:zlib';
 import type { FastifyRequest } from 'fastify';
 import { ForkdError, isForkdError } from '../../errors.js';
 import type { FileStatT } from '../../contract/schemas.js';
@@ -163,7 +163,13 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     if (!path) throw new ForkdError('bad_request', 'query.path: required');
     const cwd = (await ctx.who(request)).cwd;
     const stream = await sandboxes.readFile(ctx.sandboxOf(request), guestPath(path, cwd));
-    return reply.type('application/octet-stream').send(stream);
+    reply.type('application/octet-stream');
+    // `files.read(p, {gzip: true})` asks with Accept-Encoding: the bytes travel compressed.
+    if (!/\bgzip\b/i.test(String(request.headers['accept-encoding'] ?? '')))
+      return reply.send(stream);
+    return reply
+      .header('content-encoding', 'gzip')
+      .send(pipeline(stream, createGzip(), () => undefined));
   });
 
   /** The files of one upload: each target path with its bytes. */
