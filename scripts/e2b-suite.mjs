@@ -8,7 +8,7 @@
  * sources in E2B's tree) resolved to that package. Nothing is written into the repo.
  *
  *   node scripts/e2b-suite.mjs ~/E2B/packages/js-sdk/tests [--template base] [--work DIR]
- *                              [--area core] [--e2b 2.51.0]
+ *                              [--area core,pause] [--e2b 2.51.0]
  *
  * It needs a running daemon with an E2B listener and a template as E2B's `base` is (a
  * `user` account with sudo, bash, python3, git), and E2B_API_KEY, E2B_API_URL,
@@ -136,14 +136,14 @@ function prepare(o) {
   );
 }
 
+/** The test files of the areas asked for (`--area a,b`; all by default). */
 function files(o) {
-  const chosen = o.area ? { [o.area]: AREAS[o.area] } : AREAS;
-  if (o.area && !AREAS[o.area]) {
-    throw new Error(`unknown area ${o.area}: one of ${Object.keys(AREAS).join(', ')}`);
+  const names = o.area ? o.area.split(',') : Object.keys(AREAS);
+  const unknown = names.find((a) => !AREAS[a]);
+  if (unknown !== undefined) {
+    throw new Error(`unknown area ${unknown}: one of ${Object.keys(AREAS).join(', ')}`);
   }
-  return Object.values(chosen)
-    .flat()
-    .map((f) => `tests/${f}`);
+  return names.flatMap((a) => AREAS[a]).map((f) => `tests/${f}`);
 }
 
 function areaOf(file) {

@@ -18,8 +18,12 @@ import type { E2bContext } from './app.js';
 import { NO_AUTO_RESUME } from './pause.js';
 import { e2bError, fromE2bId, toE2bId } from './wire.js';
 
-/** The envd version reported: ≥0.4.0 (no default user), 0.5.2 (close stdin), 0.5.7 (raw uploads). */
-export const ENVD_VERSION = '0.5.7';
+/**
+ * The envd version reported: ≥0.4.0 (no default user), 0.5.2 (close stdin), 0.5.7 (raw
+ * uploads), 0.6.3 (watch events with entries), 0.6.4 (watching network mounts: the flag is
+ * accepted, polling needs no inotify). 0.6.2's file metadata is refused by name (filesystem.ts).
+ */
+export const ENVD_VERSION = '0.6.4';
 /** The SDK's own default when a create names no timeout. */
 const DEFAULT_TIMEOUT_S = 300;
 /** Parked (paused or hibernated) is E2B's `paused`; a request wakes it either way. */
