@@ -100,7 +100,7 @@ function prepare(o) {
     name: 'e2b-suite-scratch',
     private: true,
     type: 'module',
-    dependencies: { e2b: o.e2b, vitest: '^3.2.4', msw: '^2.7.0', dotenv: '^16.4.5' },
+    dependencies: { e2b: o.e2b, vitest: '^4.1.10', msw: '^2.7.0', dotenv: '^16.4.5' },
   };
   const pkgFile = join(o.work, 'package.json');
   const want = JSON.stringify(pkg, null, 2);

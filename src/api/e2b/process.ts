@@ -28,6 +28,9 @@ const SERVICE = '/process.Process';
 const KEEPALIVE = { event: { keepalive: {} } };
 
 type Msg = Record<string, unknown>;
+/** How long a cut stream looks for its sandbox's end: 20 × 150 ms. */
+const GONE_CHECKS = 20;
+const GONE_CHECK_MS = 150;
 
 interface ProcessConfig {
   cmd: string;
@@ -201,11 +204,19 @@ async function watch(entry: Entry, out: StreamOut): Promise<void> {
 export async function processRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   const table = new ProcessTable();
   const sandboxes = ctx.services.sandboxes;
-  /** E2B's message when a command's sandbox is gone (killed, timed out), else undefined. */
+  /**
+   * E2B's message when a command's sandbox is gone (killed, timed out), else undefined. The
+   * guest channel drops a moment before a kill marks the sandbox: look for a few seconds.
+   */
   const goneWhy = async (sandbox: string): Promise<string | undefined> => {
-    const s = await sandboxes.get(sandbox).catch(() => undefined);
-    if (s?.state === 'running' || s?.state === 'starting') return undefined;
-    return 'the sandbox was killed or reached its end of life while the command was running';
+    for (let i = 0; i < GONE_CHECKS; i++) {
+      const s = await sandboxes.get(sandbox).catch(() => undefined);
+      if (s?.state !== 'running' && s?.state !== 'starting') {
+        return 'the sandbox was killed or reached its end of life while the command was running';
+      }
+      await new Promise((r) => setTimeout(r, GONE_CHECK_MS));
+    }
+    return undefined;
   };
 
   /** Runs a new command's stream: its start event, then its watchers until it ends. */
