@@ -452,6 +452,12 @@ test('signed URLs: a /files request with only a valid signature reaches its sand
 
 test('pause and resume map onto parking: 409 when already so; connect wakes a paused one', async () => {
   const pause = () => control({ method: 'POST', url: `/sandboxes/${ID}/pause` });
+  const fsOnly = await control({
+    method: 'POST',
+    url: `/sandboxes/${ID}/pause`,
+    payload: { memory: false },
+  });
+  assert.deepEqual([fsOnly.statusCode, /memory/.test(fsOnly.json().message)], [400, true]);
   assert.equal((await pause()).statusCode, 204);
   assert.deepEqual(callsOf('sandboxes', 'pause')[0], [SEED.sandbox]);
   const again = await pause();

@@ -450,6 +450,10 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
 
   app.post('/sandboxes/:sandboxID/pause', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
+    // pause({ keepMemory: false }): E2B reboots it from its disk; forkd's pause keeps memory.
+    if (bodyOf(request).memory === false) {
+      throw bad('memory', 'false is not supported by forkd: a paused sandbox keeps its memory');
+    }
     if (isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already paused`);
     }
