@@ -86,7 +86,7 @@ test('create from a snapshot tag forks it with metadata, envs and the timeout', 
   const body = r.json();
   assert.match(body.sandboxID, /^[a-z0-9]+$/);
   assert.equal(body.templateID, SEED.snapshot);
-  assert.equal(body.envdVersion, '0.5.7');
+  assert.equal(body.envdVersion, '0.6.4');
   assert.ok(body.envdAccessToken.startsWith(`${body.sandboxID}.`));
   assert.deepEqual(callsOf('snapshots', 'fork')[0]?.[0], {
     snapshot: SEED.snapshot,
@@ -309,10 +309,6 @@ test('process.Process/Start streams start, output and the end in envelopes', asy
   assert.equal(failed.length, 1);
   assert.equal(failed[0]?.[0], 2);
   assert.equal((failed[0]?.[1].error as { code: string }).code, 'failed_precondition');
-  const pty = envelopes(
-    (await stream('Start', { process: { cmd: 'echo' }, pty: { size: {} } })).rawPayload,
-  );
-  assert.equal((pty[0]?.[1].error as { code: string }).code, 'unimplemented');
   const connect = envelopes((await stream('Connect', { process: { pid: 4 } })).rawPayload);
   assert.equal((connect[0]?.[1].error as { code: string }).code, 'not_found');
 });
@@ -380,16 +376,97 @@ test('filesystem.Filesystem: Stat, ListDir, MakeDir, Remove as Connect JSON', as
   assert.deepEqual([missing.statusCode, missing.json().code], [404, 'not_found']);
   const noPath = await rpc('filesystem.Filesystem/Stat', {});
   assert.deepEqual([noPath.statusCode, noPath.json().code], [400, 'invalid_argument']);
-  const watch = await rpc('filesystem.Filesystem/WatchDir', { path: '/' });
-  assert.deepEqual([watch.statusCode, watch.json().code], [501, 'unimplemented']);
+  const watch = envelopes(
+    (
+      await envd({
+        method: 'POST',
+        url: '/filesystem.Filesystem/WatchDir',
+        headers: { 'content-type': 'application/connect+json' },
+        payload: envelope({ path: SEED.file }),
+      })
+    ).rawPayload,
+  );
+  // Removed above: watching what is not there fails before the stream starts.
+  assert.equal((watch[0]?.[1].error as { code: string }).code, 'not_found');
+});
+
+test('a PTY session: Start with pty opens a terminal with the envs; input, resize, exit by pid', async () => {
+  const running = stream('Start', {
+    process: { cmd: '/bin/bash', args: ['-i', '-l'], envs: { ABC: "it's" } },
+    pty: { size: { cols: 100, rows: 30 } },
+  });
+  for (let i = 0; i < 100 && !fake.calls.some((c) => c.method === 'pty'); i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await new Promise((r) => setTimeout(r, 30));
+  const [, req] = callsOf('sandboxes', 'pty')[0] ?? [];
+  assert.deepEqual(req, {
+    cols: 100,
+    rows: 30,
+    cmd: `exec env 'ABC=it'\\''s' '/bin/bash' '-i' '-l'`,
+  });
+  const send = (input: Record<string, unknown>) =>
+    rpc('process.Process/SendInput', { process: { pid: 100 }, input });
+  assert.equal((await send({ pty: Buffer.from('hi\n').toString('base64') })).statusCode, 200);
+  const resize = { process: { pid: 100 }, pty: { size: { cols: 120, rows: 40 } } };
+  assert.equal((await rpc('process.Process/Update', resize)).statusCode, 200);
+  await send({ pty: Buffer.from('exit 0\n').toString('base64') });
+  const msgs = envelopes((await running).rawPayload);
+  assert.deepEqual(msgs[0], [0, { event: { start: { pid: 100 } } }]);
+  const out = msgs
+    .map(([, m]) => (m.event as { data?: { pty?: string } } | undefined)?.data?.pty)
+    .filter((d): d is string => d !== undefined)
+    .map((d) => Buffer.from(d, 'base64').toString())
+    .join('');
+  assert.match(out, /hi/);
+  assert.match(out, /\[size 120x40\]/);
+  assert.deepEqual(msgs.at(-2)?.[1], {
+    event: { end: { exitCode: 0, exited: true, status: 'exit status 0' } },
+  });
+});
+
+test('signed URLs: a /files request with only a valid signature reaches its sandbox; expired or wrong is 401', async () => {
+  const { fileSignature } = await import('../../src/api/e2b/signing.js');
+  const url = (path: string, sig: string, exp?: number) =>
+    `/files?path=${encodeURIComponent(path)}&signature=${encodeURIComponent(sig)}` +
+    (exp === undefined ? '' : `&signature_expiration=${exp}`);
+  const later = Math.floor(Date.now() / 1000) + 60;
+  const ok = await app.inject({
+    method: 'GET',
+    url: url(SEED.file, fileSignature(SEED.file, 'read', '', token, later), later),
+  });
+  assert.equal(ok.statusCode, 200, ok.body);
+  assert.equal(ok.body, SEED.fileBytes.toString());
+  const past = later - 120;
+  const expired = await app.inject({
+    method: 'GET',
+    url: url(SEED.file, fileSignature(SEED.file, 'read', '', token, past), past),
+  });
+  assert.deepEqual(
+    [expired.statusCode, expired.json()],
+    [401, { code: 401, message: 'signature is already expired' }],
+  );
+  const asWrite = fileSignature(SEED.file, 'write', '', token);
+  assert.equal((await app.inject({ method: 'GET', url: url(SEED.file, asWrite) })).statusCode, 401);
 });
 
 test('pause and resume map onto parking: 409 when already so; connect wakes a paused one', async () => {
   const pause = () => control({ method: 'POST', url: `/sandboxes/${ID}/pause` });
+  const fsOnly = await control({
+    method: 'POST',
+    url: `/sandboxes/${ID}/pause`,
+    payload: { memory: false },
+  });
+  assert.deepEqual([fsOnly.statusCode, /memory/.test(fsOnly.json().message)], [400, true]);
   assert.equal((await pause()).statusCode, 204);
   assert.deepEqual(callsOf('sandboxes', 'pause')[0], [SEED.sandbox]);
   const again = await pause();
   assert.deepEqual([again.statusCode, again.json().code], [409, 409]);
+  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'paused');
+  // Held until connect: envd answers as for a sandbox that does not run, and wakes nothing.
+  assert.equal((await envd({ method: 'GET', url: '/health' })).statusCode, 502);
+  const held = await rpc('process.Process/List', {});
+  assert.deepEqual([held.statusCode, held.json().code], [503, 'unavailable']);
   assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'paused');
   const listed = await control({ method: 'GET', url: '/v2/sandboxes?state=paused' });
   assert.deepEqual(
@@ -400,6 +477,7 @@ test('pause and resume map onto parking: 409 when already so; connect wakes a pa
   const woken = await control({ method: 'POST', url: `/v2/sandboxes/${ID}/connect`, payload: {} });
   assert.equal(woken.statusCode, 201);
   assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'running');
+  assert.equal((await envd({ method: 'GET', url: '/health' })).statusCode, 204);
   const resume = () =>
     control({ method: 'POST', url: `/sandboxes/${ID}/resume`, payload: { timeout: 30 } });
   assert.equal((await resume()).statusCode, 409);
@@ -442,10 +520,16 @@ test("auto-pause (lifecycle onTimeout 'pause') is the idle policy: paused its ti
   assert.deepEqual(callsOf('sandboxes', 'extend'), []);
   const plain = (await control({ method: 'GET', url: `/sandboxes/${ID}` })).json();
   assert.deepEqual(plain.lifecycle, { onTimeout: 'kill', autoResume: false });
+  // Without auto-resume: a marker label (not metadata); parked, only connect wakes it.
+  const manual = await create({ timeout: 30, autoPause: true, autoResume: { enabled: false } });
+  assert.equal(manual.statusCode, 201, manual.body);
+  const mid = manual.json().sandboxID as string;
+  const minfo = (await control({ method: 'GET', url: `/sandboxes/${mid}` })).json();
+  assert.deepEqual(minfo.lifecycle, { onTimeout: 'pause', autoResume: false });
+  assert.deepEqual(minfo.metadata, {});
   // What forkd cannot do is refused, naming the field.
   for (const [payload, field] of [
     [{ autoPause: true, autoPauseMemory: false }, /autoPauseMemory/],
-    [{ autoPause: true, autoResume: { enabled: false } }, /autoResume/],
     [{ autoResume: { enabled: true } }, /autoResume/],
     [{ autoPause: 'yes' }, /autoPause/],
   ] as const) {

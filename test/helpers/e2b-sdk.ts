@@ -49,8 +49,12 @@ export interface E2bSandbox {
     list(): Promise<{ pid: number; cmd: string }[]>;
   };
   files: {
-    write(path: string, data: string, opts?: { user?: string }): Promise<{ path: string }>;
-    read(path: string): Promise<string>;
+    write(
+      path: string,
+      data: string,
+      opts?: { user?: string; gzip?: boolean },
+    ): Promise<{ path: string }>;
+    read(path: string, opts?: { gzip?: boolean }): Promise<string>;
     list(path: string): Promise<E2bEntry[]>;
     getInfo(path: string, opts?: { user?: string }): Promise<E2bEntry>;
     rename(from: string, to: string): Promise<E2bEntry>;
@@ -59,7 +63,28 @@ export interface E2bSandbox {
     remove(path: string): Promise<void>;
   };
   isRunning(): Promise<boolean>;
+  connect(opts?: { timeoutMs?: number }): Promise<E2bSandbox>;
   setTimeout(ms: number): Promise<void>;
+  pty: {
+    create(opts: {
+      cols: number;
+      rows: number;
+      onData: (data: Uint8Array) => void;
+      envs?: Record<string, string>;
+    }): Promise<E2bPtyHandle>;
+    connect(pid: number, opts: { onData: (data: Uint8Array) => void }): Promise<E2bPtyHandle>;
+    sendInput(pid: number, data: Uint8Array): Promise<void>;
+    resize(pid: number, size: { cols: number; rows: number }): Promise<void>;
+    kill(pid: number): Promise<boolean>;
+  };
+  downloadUrl(
+    path: string,
+    opts?: { user?: string; useSignatureExpiration?: number },
+  ): Promise<string>;
+  uploadUrl(
+    path: string,
+    opts?: { user?: string; useSignatureExpiration?: number },
+  ): Promise<string>;
   getInfo(): Promise<{
     sandboxId: string;
     metadata: Record<string, string>;
@@ -72,6 +97,13 @@ export interface E2bSandbox {
   pause?(): Promise<boolean>;
   fork?(opts?: { count?: number; timeoutMs?: number }): Promise<(E2bSandbox | Error)[]>;
   betaPause?(): Promise<boolean>;
+}
+/** A PTY session's handle (the SDK's CommandHandle). */
+export interface E2bPtyHandle {
+  pid: number;
+  exitCode?: number;
+  wait(): Promise<unknown>;
+  disconnect(): Promise<void>;
 }
 export interface E2bModule {
   Sandbox: {
@@ -89,6 +121,7 @@ export interface E2bModule {
   };
   CommandExitError: new (...a: never[]) => Error & E2bCommandResult;
   NotFoundError: new (...a: never[]) => Error;
+  TimeoutError: new (...a: never[]) => Error;
 }
 
 const run = promisify(execFile);

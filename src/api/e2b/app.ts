@@ -21,7 +21,9 @@ import { installAudit } from '../audit.js';
 import type { Api } from '../types.js';
 import { controlRoutes } from './control.js';
 import { filesystemRoutes } from './filesystem.js';
+import { installPauseGate, PauseGate } from './pause.js';
 import { processRoutes } from './process.js';
+import { installSignedUrls } from './signing.js';
 import { CONNECT_STATUS, connectError, e2bError, fromE2bId, toE2bId } from './wire.js';
 
 /** JSON bodies of the control plane and of unary RPCs. */
@@ -57,6 +59,8 @@ export interface E2bContext {
    * /files), else the sandbox's default user; with that user's home.
    */
   who(request: FastifyRequest): Promise<GuestUserT>;
+  /** The sandboxes E2B's pause holds until connect() (pause.ts). */
+  pauses: PauseGate;
 }
 
 /** The user an envd request names: `Authorization: Basic base64(user:)` or `?username=`. */
@@ -236,6 +240,7 @@ export async function buildE2bApp(
   const auth = makeAuth(opts.tokens);
   app.decorateRequest('errorCode', null);
   installErrors(app);
+  installSignedUrls(app, services, auth.accessToken);
   installAuthHook(app, auth);
   installAudit(app, services.audit);
   installParsers(app);
@@ -244,7 +249,9 @@ export async function buildE2bApp(
     sandboxOf,
     accessToken: auth.accessToken,
     who: makeWho(services),
+    pauses: new PauseGate(services),
   };
+  installPauseGate(app, ctx.pauses, sandboxOf);
   for (const routes of [controlRoutes, processRoutes, filesystemRoutes]) {
     await app.register(routes, { ctx });
   }

@@ -15,10 +15,15 @@ import type { EgressPolicyT, IdlePolicyRequestT, SandboxT } from '../../contract
 import type { Caller } from '../../services/contracts.js';
 import type { Api } from '../types.js';
 import type { E2bContext } from './app.js';
+import { NO_AUTO_RESUME } from './pause.js';
 import { e2bError, fromE2bId, toE2bId } from './wire.js';
 
-/** The envd version reported: ≥0.4.0 (no default user), 0.5.2 (close stdin), 0.5.7 (raw uploads). */
-export const ENVD_VERSION = '0.5.7';
+/**
+ * The envd version reported: ≥0.4.0 (no default user), 0.5.2 (close stdin), 0.5.7 (raw
+ * uploads), 0.6.3 (watch events with entries), 0.6.4 (watching network mounts: the flag is
+ * accepted, polling needs no inotify). 0.6.2's file metadata is refused by name (filesystem.ts).
+ */
+export const ENVD_VERSION = '0.6.4';
 /** The SDK's own default when a create names no timeout. */
 const DEFAULT_TIMEOUT_S = 300;
 /** Parked (paused or hibernated) is E2B's `paused`; a request wakes it either way. */
@@ -112,10 +117,10 @@ export function egressOf(body: Body): EgressPolicyT | undefined {
 
 /**
  * Whether a create asks for auto-pause (`autoPause`, with `autoPauseMemory` and
- * `autoResume` as the SDK sends `lifecycle`). forkd keeps a paused sandbox's memory and
- * wakes it on any request, so only what says otherwise is refused.
+ * `autoResume` as the SDK sends `lifecycle`), and whether requests wake it (`resume`).
+ * forkd keeps a paused sandbox's memory, so a pause without it is refused.
  */
-function autoPauseOf(body: Body): boolean {
+function autoPauseOf(body: Body): { pause: boolean; resume: boolean } {
   const on = body.autoPause;
   if (on !== undefined && on !== null && typeof on !== 'boolean') {
     throw bad('autoPause', 'must be a boolean');
@@ -127,14 +132,11 @@ function autoPauseOf(body: Body): boolean {
     );
   }
   const resume = body.autoResume as { enabled?: unknown } | null | undefined;
-  if (resume !== undefined && resume !== null && resume.enabled !== true) {
-    throw bad(
-      'autoResume',
-      'only enabled: forkd wakes a paused sandbox on any request (docs/e2b.md)',
-    );
+  if (resume !== undefined && resume !== null && typeof resume.enabled !== 'boolean') {
+    throw bad('autoResume', 'must be {enabled: true|false}');
   }
   if (resume?.enabled && on !== true) throw bad('autoResume', "only with onTimeout 'pause'");
-  return on === true;
+  return { pause: on === true, resume: resume?.enabled !== false };
 }
 
 /**
@@ -161,6 +163,8 @@ interface CreateCommand {
   labels?: Record<string, string>;
   env?: Record<string, string>;
   egress?: EgressPolicyT;
+  /** Auto-pause without auto-resume: only connect() wakes it (pause.ts). */
+  connectOnly?: boolean;
 }
 
 export function parseCreate(raw: Body): CreateCommand {
@@ -168,10 +172,15 @@ export function parseCreate(raw: Body): CreateCommand {
   if (!template) throw bad('templateID', 'required: a snapshot tag or an image name');
   refuseUnsupported(raw);
   const timeout = optTimeout(raw) ?? DEFAULT_TIMEOUT_S;
-  const cmd: CreateCommand = autoPauseOf(raw)
+  const auto = autoPauseOf(raw);
+  const cmd: CreateCommand = auto.pause
     ? { template, idle: { pause_after_s: timeout } }
     : { template, timeout_s: timeout };
-  const labels = optStringMap(raw, 'metadata');
+  let labels = optStringMap(raw, 'metadata');
+  if (auto.pause && !auto.resume) {
+    cmd.connectOnly = true;
+    labels = { ...labels, [NO_AUTO_RESUME]: 'false' };
+  }
   const env = optStringMap(raw, 'envVars');
   const egress = egressOf(raw);
   if (labels && Object.keys(labels).length) cmd.labels = labels;
@@ -184,7 +193,14 @@ const codeOf = (e: unknown): string | undefined => (isForkdError(e) ? e.code : u
 
 /** Fork from the snapshot tagged `template`, or else boot the image of that name. */
 async function createSandbox(ctx: E2bContext, cmd: CreateCommand, caller: Caller) {
-  const { template, ...rest } = cmd;
+  const s = await createFrom(ctx, cmd, caller);
+  if (cmd.connectOnly) ctx.pauses.connectOnly(s.id);
+  return s;
+}
+
+async function createFrom(ctx: E2bContext, cmd: CreateCommand, caller: Caller) {
+  const { template, connectOnly, ...rest } = cmd;
+  void connectOnly; // the listener's own (pause.ts), not forkd's
   try {
     const result = await ctx.services.snapshots.fork({ snapshot: template, n: 1, ...rest }, caller);
     const [child] = result.sandboxes;
@@ -238,7 +254,7 @@ export function detailBody(s: SandboxT) {
     state: isPaused(s) ? 'paused' : 'running',
     envdVersion: ENVD_VERSION,
     lifecycle: autoPausing(s)
-      ? { onTimeout: 'pause', autoResume: true }
+      ? { onTimeout: 'pause', autoResume: s.labels[NO_AUTO_RESUME] !== 'false' }
       : { onTimeout: 'kill', autoResume: false },
   };
 }
@@ -349,6 +365,7 @@ async function connect(ctx: E2bContext, request: FastifyRequest, reply: FastifyR
   const timeout = optTimeout(bodyOf(request));
   const resumed = isPaused(s);
   if (resumed) s = await ctx.services.sandboxes.resume(s.id);
+  ctx.pauses.release(s.id);
   // As E2B: connecting may lengthen a running sandbox's life, never shorten it.
   const later =
     s.expires_at !== null && Date.parse(s.expires_at) > Date.now() + (timeout ?? 0) * 1000;
@@ -414,6 +431,7 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   app.delete('/sandboxes/:sandboxID', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
     await sandboxes.kill(s.id);
+    ctx.pauses.forget(s.id);
     return reply.code(204).send();
   });
 
@@ -432,10 +450,15 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
 
   app.post('/sandboxes/:sandboxID/pause', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
+    // pause({ keepMemory: false }): E2B reboots it from its disk; forkd's pause keeps memory.
+    if (bodyOf(request).memory === false) {
+      throw bad('memory', 'false is not supported by forkd: a paused sandbox keeps its memory');
+    }
     if (isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already paused`);
     }
     await sandboxes.pause(s.id);
+    ctx.pauses.hold(s.id);
     return reply.code(204).send();
   });
 
@@ -445,6 +468,7 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already running`);
     }
     s = await sandboxes.resume(s.id);
+    ctx.pauses.release(s.id);
     const timeout = optTimeout(bodyOf(request));
     if (timeout !== undefined) s = await setTimeoutOf(ctx, s, timeout);
     return reply.code(201).send(sandboxBody(ctx, s));

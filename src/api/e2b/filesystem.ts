@@ -1,15 +1,16 @@
 /**
  * envd's file surface over forkd's file service: filesystem.Filesystem (Stat, ListDir,
- * MakeDir, Remove, Move) as Connect-RPC, `GET /files` (download) and `POST /files`
- * (multipart or raw, optionally gzip), and `GET /health` (204 while the sandbox runs, 502
- * once it is gone: the SDK's isRunning()). A call acts as the user it names, else the
+ * MakeDir, Remove, Move; WatchDir by polling, watch.ts) as Connect-RPC, `GET /files`
+ * (download; gzip when Accept-Encoding asks) and `POST /files` (multipart or raw,
+ * optionally gzip), and `GET /health` (204 while the sandbox runs, 502 once it is gone:
+ * the SDK's isRunning()). A call acts as the user it names, else the
  * sandbox's default user (E2B's template user): relative paths are taken from where that
  * user's commands start (the snapshot's working directory, else the user's home), so files
  * and commands agree on what `a.txt` is, and what a call creates belongs to that user.
  */
 import { posix } from 'node:path';
 import { pipeline, Readable } from 'node:stream';
-import { createGunzip } from 'node:zlib';
+import { createGunzip, createGzip } from 'node:zlib';
 import type { FastifyRequest } from 'fastify';
 import { ForkdError, isForkdError } from '../../errors.js';
 import type { FileStatT } from '../../contract/schemas.js';
@@ -18,10 +19,12 @@ import { MAX_UPLOAD_BYTES } from '../routes/files.js';
 import type { Api } from '../types.js';
 import type { E2bContext } from './app.js';
 import { parseMultipart } from './multipart.js';
-import { unary } from './rpc.js';
+import { serverStream, unary } from './rpc.js';
+import { watchDir } from './watch.js';
 import { ConnectFailure, requiredString, uintField } from './wire.js';
 
 const SERVICE = '/filesystem.Filesystem';
+const KEEPALIVE = { keepalive: {} };
 /** ListDir with depth > 1 walks the tree: bound what one answer may hold. */
 const MAX_LIST_ENTRIES = 10_000;
 
@@ -69,6 +72,20 @@ export function entryInfo(stat: FileStatT, path: string) {
 type Entry = ReturnType<typeof entryInfo>;
 
 const missing = (e: unknown) => isForkdError(e) && e.code === 'guest_file_not_found';
+
+/**
+ * envd 0.6.2 keeps `X-Metadata-*` upload headers as `user.e2b.*` xattrs; forkd's guest
+ * agent has no xattr call, so they are refused rather than dropped.
+ */
+function refuseMetadata(request: FastifyRequest): void {
+  const named = Object.keys(request.headers).find((h) => h.startsWith('x-metadata-'));
+  if (named === undefined) return;
+  throw new ForkdError(
+    'bad_request',
+    `file metadata (${named}) is not supported by forkd: its guest agent keeps no xattrs; write it to a file beside (docs/e2b.md)`,
+    { field: named },
+  );
+}
 
 export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   const sandboxes = ctx.services.sandboxes;
@@ -147,9 +164,21 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     return { entry: await stat(sandbox, to) };
   });
 
-  for (const method of ['WatchDir', 'CreateWatcher', 'GetWatcherEvents', 'RemoveWatcher']) {
+  serverStream(app, `${SERVICE}/WatchDir`, KEEPALIVE, async (msg, out, request) => {
+    const spec = {
+      dir: await pathOf(request, msg),
+      recursive: msg.recursive === true,
+      includeEntry: msg.includeEntry === true,
+    };
+    await watchDir(ctx.services, ctx.sandboxOf(request), spec, out);
+  });
+
+  for (const method of ['CreateWatcher', 'GetWatcherEvents', 'RemoveWatcher']) {
     app.post(`${SERVICE}/${method}`, { config: { plane: 'rpc' } }, async () => {
-      throw new ConnectFailure('unimplemented', `watching directories is not served by forkd`);
+      throw new ConnectFailure(
+        'unimplemented',
+        `filesystem.Filesystem/${method} is not served by forkd: use watchDir's stream`,
+      );
     });
   }
 
@@ -163,7 +192,13 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     if (!path) throw new ForkdError('bad_request', 'query.path: required');
     const cwd = (await ctx.who(request)).cwd;
     const stream = await sandboxes.readFile(ctx.sandboxOf(request), guestPath(path, cwd));
-    return reply.type('application/octet-stream').send(stream);
+    reply.type('application/octet-stream');
+    // `files.read(p, {gzip: true})` asks with Accept-Encoding: the bytes travel compressed.
+    if (!/\bgzip\b/i.test(String(request.headers['accept-encoding'] ?? '')))
+      return reply.send(stream);
+    return reply
+      .header('content-encoding', 'gzip')
+      .send(pipeline(stream, createGzip(), () => undefined));
   });
 
   /** The files of one upload: each target path with its bytes. */
@@ -188,6 +223,7 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   }
 
   app.post('/files', { config: { plane: 'envd' } }, async (request) => {
+    refuseMetadata(request);
     const sandbox = ctx.sandboxOf(request);
     const who = await ctx.who(request);
     const written = [];

@@ -4,12 +4,15 @@
  * CloseStdin and SendSignal reach it by pid. E2B names processes by guest pid, forkd by exec
  * id, so the listener keeps a table of the commands it started (pid → exec, and the clients
  * watching each); an entry goes when its command exits. As with E2B, a client that goes
- * away leaves its command running: Connect can pick it up again.
+ * away leaves its command running: Connect can pick it up again. A Start with `pty` opens a
+ * terminal session instead (pty.ts); it is in the same table, reached by the same pid.
  */
+import type { FastifyRequest } from 'fastify';
 import type { ExecRequestT } from '../../contract/schemas.js';
-import type { ExecStream } from '../../services/contracts.js';
+import type { ExecStream, PtyAttachment } from '../../services/contracts.js';
 import type { Api } from '../types.js';
 import { userOf, type E2bContext } from './app.js';
+import { openPty, ptyDataEvent, ptyEndEvent, ptySize, type PtySize } from './pty.js';
 import { serverStream, unary, type StreamOut } from './rpc.js';
 import {
   bytesField,
@@ -24,6 +27,11 @@ import {
 const SERVICE = '/process.Process';
 const KEEPALIVE = { event: { keepalive: {} } };
 
+type Msg = Record<string, unknown>;
+/** How long a cut stream looks for its sandbox's end: 20 × 150 ms. */
+const GONE_CHECKS = 20;
+const GONE_CHECK_MS = 150;
+
 interface ProcessConfig {
   cmd: string;
   args: string[];
@@ -31,11 +39,19 @@ interface ProcessConfig {
   cwd?: string;
 }
 
+/** How input, signals and resizes reach a command: its exec, or its terminal session. */
+interface Control {
+  input(data: Buffer, pty: boolean): Promise<void>;
+  closeStdin(): Promise<void>;
+  signal(signal: 'SIGTERM' | 'SIGKILL'): Promise<void>;
+  resize(size: PtySize): Promise<void>;
+}
+
 /** A command the listener started, and who is watching it. */
 interface Entry {
   sandbox: string;
   pid: number;
-  execId: string;
+  control: Control;
   tag?: string;
   config: ProcessConfig;
   watchers: Set<StreamOut>;
@@ -127,15 +143,51 @@ class ProcessTable {
   }
 }
 
-/** Copies the exec's events to every watcher until it exits; then the entry goes. */
-async function pump(table: ProcessTable, entry: Entry, exec: ExecStream): Promise<void> {
+/** The control of an exec: stdin and signals by its exec id; no terminal. */
+function execControl(services: E2bContext['services'], sandbox: string, execId: string): Control {
+  const s = services.sandboxes;
+  return {
+    input: async (data, pty) => {
+      if (pty) throw new ConnectFailure('invalid_argument', 'not a PTY: send stdin');
+      await s.writeStdin(sandbox, execId, data, false);
+    },
+    closeStdin: () => s.writeStdin(sandbox, execId, Buffer.alloc(0), true),
+    signal: (signal) => s.killExec(sandbox, execId, signal),
+    resize: async () => {
+      throw new ConnectFailure('invalid_argument', 'not a PTY: only a terminal has a size');
+    },
+  };
+}
+
+/** The control of a terminal session: input, resize; a signal hangs it up. */
+function ptyControl(pty: PtyAttachment): Control {
+  return {
+    input: (data) => pty.input(data),
+    closeStdin: async () => {
+      throw new ConnectFailure('invalid_argument', 'a PTY has no stdin to close: send exit');
+    },
+    signal: () => pty.kill(),
+    resize: (size) => pty.resize(size.cols, size.rows),
+  };
+}
+
+/**
+ * Copies the exec's events to every watcher until it exits. A stream cut because the
+ * sandbox went away ends with E2B's words for that (`why` says whether it did).
+ */
+async function pump(
+  entry: Entry,
+  exec: ExecStream,
+  why: () => Promise<string | undefined>,
+): Promise<void> {
   try {
     for await (const ev of exec.events) {
       const message = toProcessEvent(ev);
       for (const w of entry.watchers) w.send(message);
     }
-  } finally {
-    table.remove(entry);
+  } catch (e) {
+    const gone = await why();
+    throw gone === undefined ? e : new ConnectFailure('unavailable', gone);
   }
 }
 
@@ -152,33 +204,26 @@ async function watch(entry: Entry, out: StreamOut): Promise<void> {
 export async function processRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   const table = new ProcessTable();
   const sandboxes = ctx.services.sandboxes;
-
-  serverStream(app, `${SERVICE}/Start`, KEEPALIVE, async (msg, out, request) => {
-    const sandbox = ctx.sandboxOf(request);
-    if (msg.pty !== undefined && msg.pty !== null) {
-      throw new ConnectFailure(
-        'unimplemented',
-        "PTY sessions are not served to the E2B SDK: use forkd's terminal API (docs/e2b.md)",
-      );
+  /**
+   * E2B's message when a command's sandbox is gone (killed, timed out), else undefined. The
+   * guest channel drops a moment before a kill marks the sandbox: look for a few seconds.
+   */
+  const goneWhy = async (sandbox: string): Promise<string | undefined> => {
+    for (let i = 0; i < GONE_CHECKS; i++) {
+      const s = await sandboxes.get(sandbox).catch(() => undefined);
+      if (s?.state !== 'running' && s?.state !== 'starting') {
+        return 'the sandbox was killed or reached its end of life while the command was running';
+      }
+      await new Promise((r) => setTimeout(r, GONE_CHECK_MS));
     }
-    const config = parseConfig(msg);
-    // Absent means true (old SDKs); new SDKs say false unless they want stdin.
-    const stdin = msg.stdin !== false;
-    const exec = await sandboxes.execStream(sandbox, execRequest(config, stdin, userOf(request)));
-    const pid = await exec.pid;
-    const entry: Entry = {
-      sandbox,
-      pid,
-      execId: exec.execId,
-      config,
-      watchers: new Set([out]),
-      done: Promise.resolve(),
-    };
-    const tag = stringField(msg, 'tag');
-    if (tag) entry.tag = tag;
+    return undefined;
+  };
+
+  /** Runs a new command's stream: its start event, then its watchers until it ends. */
+  async function follow(entry: Entry, out: StreamOut, run: () => Promise<unknown>) {
     table.add(entry);
-    out.send({ event: { start: { pid } } });
-    entry.done = pump(table, entry, exec);
+    out.send({ event: { start: { pid: entry.pid } } });
+    entry.done = run().finally(() => table.remove(entry));
     // Watchers see a failure; with none left it must not become an unhandled rejection.
     entry.done.catch(() => undefined);
     try {
@@ -186,6 +231,66 @@ export async function processRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     } finally {
       entry.watchers.delete(out);
     }
+  }
+
+  async function startExec(sandbox: string, msg: Msg, out: StreamOut, request: FastifyRequest) {
+    const config = parseConfig(msg);
+    // Absent means true (old SDKs); new SDKs say false unless they want stdin.
+    const stdin = msg.stdin !== false;
+    const exec = await sandboxes.execStream(sandbox, execRequest(config, stdin, userOf(request)));
+    const entry: Entry = {
+      sandbox,
+      pid: await exec.pid,
+      control: execControl(ctx.services, sandbox, exec.execId),
+      config,
+      watchers: new Set([out]),
+      done: Promise.resolve(),
+    };
+    const tag = stringField(msg, 'tag');
+    if (tag) entry.tag = tag;
+    await follow(entry, out, () => pump(entry, exec, () => goneWhy(sandbox)));
+  }
+
+  async function startPty(sandbox: string, msg: Msg, out: StreamOut, request: FastifyRequest) {
+    const config = parseConfig(msg);
+    const size = ptySize(msg.pty) as PtySize;
+    // Output that comes before the start event is held back: the SDK wants the pid first.
+    let early: Buffer[] | undefined = [];
+    const watchers = new Set([out]);
+    const user = userOf(request);
+    const pty = await openPty(
+      ctx.services,
+      sandbox,
+      { ...config, ...(user !== undefined && { user }) },
+      size,
+      (chunk) => {
+        if (early) early.push(chunk);
+        else for (const w of watchers) w.send(ptyDataEvent(chunk));
+      },
+    );
+    const entry: Entry = {
+      sandbox,
+      pid: pty.pid,
+      control: ptyControl(pty),
+      config,
+      watchers,
+      done: Promise.resolve(),
+    };
+    const ended = async () => {
+      const end = await pty.ended;
+      for (const w of entry.watchers) w.send(ptyEndEvent(end));
+    };
+    await follow(entry, out, () => {
+      for (const chunk of early ?? []) out.send(ptyDataEvent(chunk));
+      early = undefined;
+      return ended();
+    });
+  }
+
+  serverStream(app, `${SERVICE}/Start`, KEEPALIVE, async (msg, out, request) => {
+    const sandbox = ctx.sandboxOf(request);
+    if (msg.pty !== undefined && msg.pty !== null) await startPty(sandbox, msg, out, request);
+    else await startExec(sandbox, msg, out, request);
   });
 
   serverStream(app, `${SERVICE}/Connect`, KEEPALIVE, async (msg, out, request) => {
@@ -203,33 +308,33 @@ export async function processRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   }));
 
   unary(app, `${SERVICE}/SendInput`, async (msg, request) => {
-    const sandbox = ctx.sandboxOf(request);
-    const entry = table.find(sandbox, msg.process);
+    const entry = table.find(ctx.sandboxOf(request), msg.process);
     const input = objectField(msg.input, 'input');
-    if (input.pty !== undefined) throw new ConnectFailure('unimplemented', 'no PTY input');
-    const data = bytesField(input, 'stdin') ?? Buffer.alloc(0);
-    await sandboxes.writeStdin(sandbox, entry.execId, data, false);
+    const pty = bytesField(input, 'pty');
+    await entry.control.input(pty ?? bytesField(input, 'stdin') ?? Buffer.alloc(0), !!pty);
     return {};
   });
 
   unary(app, `${SERVICE}/CloseStdin`, async (msg, request) => {
-    const sandbox = ctx.sandboxOf(request);
-    const entry = table.find(sandbox, msg.process);
-    await sandboxes.writeStdin(sandbox, entry.execId, Buffer.alloc(0), true);
+    await table.find(ctx.sandboxOf(request), msg.process).control.closeStdin();
     return {};
   });
 
   unary(app, `${SERVICE}/SendSignal`, async (msg, request) => {
-    const sandbox = ctx.sandboxOf(request);
-    const entry = table.find(sandbox, msg.process);
+    const entry = table.find(ctx.sandboxOf(request), msg.process);
     const signal = msg.signal === 'SIGNAL_SIGTERM' || msg.signal === 15 ? 'SIGTERM' : 'SIGKILL';
-    await sandboxes.killExec(sandbox, entry.execId, signal);
+    await entry.control.signal(signal);
     return {};
   });
 
-  for (const method of ['Update', 'StreamInput']) {
-    app.post(`${SERVICE}/${method}`, { config: { plane: 'rpc' } }, async () => {
-      throw new ConnectFailure('unimplemented', `process.Process/${method} is not served by forkd`);
-    });
-  }
+  unary(app, `${SERVICE}/Update`, async (msg, request) => {
+    const entry = table.find(ctx.sandboxOf(request), msg.process);
+    const size = ptySize(msg.pty);
+    if (size) await entry.control.resize(size);
+    return {};
+  });
+
+  app.post(`${SERVICE}/StreamInput`, { config: { plane: 'rpc' } }, async () => {
+    throw new ConnectFailure('unimplemented', 'process.Process/StreamInput is not served by forkd');
+  });
 }

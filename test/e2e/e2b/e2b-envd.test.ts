@@ -1,0 +1,210 @@
+/**
+ * The unmodified `e2b` SDK (current 2.x) against a real `forkd daemon --e2b-listen`: the
+ * envd parts beyond commands and files — E2B's pause (paused until connect(), auto-pause
+ * without auto-resume), PTY sessions on forkd's terminals, E2B's words for a sandbox killed
+ * under a running command, gzip both ways, and signed upload/download URLs fetched with
+ * nothing but the URL. The template is busybox with a `user` account and a bash shim.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { Sandbox as ForkdSandbox, Snapshot } from '@forkd/sdk';
+import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+import { loadE2b, type E2bModule, type E2bSandbox } from '../../helpers/e2b-sdk.js';
+import { makeTestHome, type TestHome } from '../../helpers/home.js';
+
+const TOKEN = 'e2b-envd-test-token-0123456789ab';
+const TAG = 'e2b-envd';
+const SETUP = [
+  `printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash`,
+  "echo 'user:x:1000:1000::/home/user:/bin/sh' >> /etc/passwd",
+  "echo 'user:x:1000:' >> /etc/group",
+  'mkdir -p /home/user && chown 1000:1000 /home/user',
+];
+
+let home: TestHome;
+let daemon: DaemonProcess | undefined;
+let forkd: { url: string; token: string };
+let e2b: E2bModule;
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+before(async () => {
+  e2b = await loadE2b('e2b');
+  home = await makeTestHome();
+  const tokenFile = join(home.dir, 'tokens');
+  await writeFile(tokenFile, `e2b:${TOKEN}\n`, { mode: 0o600 });
+  const port = await freePort();
+  daemon = await startDaemon(home, [
+    '--token-file',
+    tokenFile,
+    '--e2b-listen',
+    `127.0.0.1:${port}`,
+  ]);
+  forkd = { url: daemon.url, token: TOKEN };
+  await Snapshot.create({ ...forkd, tag: TAG, warm: SETUP, user: 'user' });
+  process.env.E2B_API_KEY = TOKEN;
+  process.env.E2B_API_URL = `http://127.0.0.1:${port}`;
+  process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${port}`;
+});
+
+after(async () => {
+  try {
+    const left = await ForkdSandbox.list(forkd).catch(() => []);
+    await Promise.allSettled(left.map((s) => ForkdSandbox.kill(s.id, forkd)));
+  } finally {
+    await daemon?.stop();
+    await home?.cleanup();
+  }
+});
+
+/** A sandbox of the template for one test, killed after it. */
+async function withSandbox(
+  fn: (sbx: E2bSandbox) => Promise<void>,
+  opts: Record<string, unknown> = {},
+): Promise<void> {
+  const sbx = await e2b.Sandbox.create(TAG, { timeoutMs: 120_000, ...opts });
+  try {
+    await fn(sbx);
+  } finally {
+    await sbx.kill().catch(() => false);
+  }
+}
+
+test('pause(): the sandbox is paused (isRunning false, no request wakes it) until connect() resumes it as it was', async () => {
+  await withSandbox(async (sbx) => {
+    await sbx.files.write('kept.txt', 'from before the pause');
+    const sleeper = await sbx.commands.run('sleep 600', { background: true });
+    assert.equal(await sbx.pause?.(), true);
+    assert.equal(await sbx.isRunning(), false);
+    assert.equal(await sbx.isRunning(), false, 'asking did not wake it');
+    assert.equal((await sbx.getInfo()).state, 'paused');
+    await assert.rejects(sbx.files.read('kept.txt'), 'a file read does not wake it either');
+
+    const resumed = await sbx.connect();
+    assert.equal(resumed.sandboxId, sbx.sandboxId);
+    assert.equal(await sbx.isRunning(), true);
+    assert.equal(await sbx.files.read('kept.txt'), 'from before the pause');
+    const pids = (await sbx.commands.list()).map((p) => p.pid);
+    assert.ok(pids.includes(sleeper.pid), 'its background command still runs');
+  });
+});
+
+test('auto-pause without auto-resume: paused at its timeout, requests do not wake it, connect() does', async () => {
+  await withSandbox(
+    async (sbx) => {
+      let info = await sbx.getInfo();
+      assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: false });
+      assert.deepEqual(info.metadata, {}, 'the marker label is not metadata');
+      const deadline = Date.now() + 30_000; // the idle sweep runs once a second
+      while (info.state !== 'paused' && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 500));
+        info = await sbx.getInfo();
+      }
+      assert.equal(info.state, 'paused');
+      assert.equal(await sbx.isRunning(), false);
+      assert.equal((await sbx.getInfo()).state, 'paused', 'the health check did not wake it');
+      await sbx.connect();
+      assert.equal((await sbx.commands.run('echo awake')).stdout, 'awake\n');
+    },
+    { timeoutMs: 2000, lifecycle: { onTimeout: 'pause', autoResume: false } },
+  );
+});
+
+const decode = (chunks: Uint8Array[]): string => Buffer.concat(chunks).toString('utf8');
+
+test('PTY sessions: create with envs, input, resize, disconnect and connect again, kill', async () => {
+  await withSandbox(async (sbx) => {
+    const out: Uint8Array[] = [];
+    const term = await sbx.pty.create({
+      cols: 80,
+      rows: 24,
+      envs: { ABC: 'from-envs' },
+      onData: (d) => void out.push(d),
+    });
+    assert.ok(term.pid > 0);
+    await sbx.pty.resize(term.pid, { cols: 123, rows: 45 });
+    await sbx.pty.sendInput(term.pid, Buffer.from('echo "$ABC"; stty size\n'));
+    const deadline = Date.now() + 30_000;
+    while (!decode(out).includes('45 123') && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    assert.match(decode(out), /from-envs/);
+    assert.match(decode(out), /45 123/, 'the resize reached the terminal');
+
+    await term.disconnect();
+    const again: Uint8Array[] = [];
+    const joined = await sbx.pty.connect(term.pid, { onData: (d) => void again.push(d) });
+    assert.equal(joined.pid, term.pid);
+    await sbx.pty.sendInput(term.pid, Buffer.from('echo second-"$ABC"; exit 0\n'));
+    await joined.wait();
+    assert.equal(joined.exitCode, 0);
+    assert.match(decode(again), /second-from-envs/);
+
+    const other = await sbx.pty.create({ cols: 80, rows: 24, onData: () => undefined });
+    assert.equal(await sbx.pty.kill(other.pid), true);
+    await assert.rejects(other.wait());
+    assert.equal(await sbx.pty.kill(999_999), false);
+  });
+});
+
+test('a sandbox killed under a running command: the wait fails with E2B’s TimeoutError and says so', async () => {
+  const sbx = await e2b.Sandbox.create(TAG, { timeoutMs: 120_000 });
+  const cmd = await sbx.commands.run('sleep 600', { background: true });
+  await e2b.Sandbox.kill(sbx.sandboxId);
+  const err = await cmd.wait().then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof e2b.TimeoutError, `a TimeoutError, not ${String(err)}`);
+  assert.match(err.message, /sandbox was killed or reached its end of life/);
+});
+
+test('gzip both ways, and signed URLs: fetched with the URL alone, refused when expired or forged', async () => {
+  await withSandbox(
+    async (sbx) => {
+      const text = 'squeezed '.repeat(1000);
+      const info = await sbx.files.write('z.txt', text, { gzip: true });
+      assert.equal(info.path, '/home/user/z.txt');
+      assert.equal(await sbx.files.read('z.txt', { gzip: true }), text);
+      assert.equal(await sbx.files.read('z.txt'), text);
+
+      const down = await sbx.downloadUrl('z.txt', { useSignatureExpiration: 60_000 });
+      const got = await fetch(down);
+      assert.equal(got.status, 200);
+      assert.equal(await got.text(), text);
+
+      const up = await sbx.uploadUrl('up.txt', { user: 'root', useSignatureExpiration: 60_000 });
+      const form = new FormData();
+      form.append('file', 'uploaded by URL');
+      const put = await fetch(up, { method: 'POST', body: form });
+      assert.equal(put.status, 200);
+      assert.deepEqual(await put.json(), [{ name: 'up.txt', type: 'file', path: '/root/up.txt' }]);
+      assert.equal(
+        (await sbx.commands.run('cat /root/up.txt', { user: 'root' })).stdout,
+        'uploaded by URL',
+      );
+
+      const expired = await fetch(
+        await sbx.downloadUrl('z.txt', { useSignatureExpiration: -10_000 }),
+      );
+      assert.equal(expired.status, 401);
+      assert.deepEqual(await expired.json(), {
+        code: 401,
+        message: 'signature is already expired',
+      });
+      const forged = new URL(down);
+      forged.searchParams.set('path', '/etc/shadow');
+      assert.equal((await fetch(forged)).status, 401, 'the signature covers the path');
+    },
+    { secure: true },
+  );
+});
