@@ -123,8 +123,12 @@ interface Task {
 
 export class TaskService {
   private readonly tasks = new Map<string, Task>();
-  /** Tasks whose `start` chose this shim, until containerd creates them. */
-  private readonly reserved = new Map<string, NodeJS.Timeout>();
+  /**
+   * Tasks whose `start` chose this shim, until containerd has created them: a timer while
+   * containerd has not asked yet, none while their Create runs (a cold boot may take longer
+   * than the timer).
+   */
+  private readonly reserved = new Map<string, NodeJS.Timeout | undefined>();
   /** Set once the shim ends: a `start` then makes a new one. */
   private ending = false;
   private readonly watch: Watch<Task>;
@@ -208,16 +212,21 @@ export class TaskService {
     if (this.tasks.has(r.id)) {
       throw new TtrpcError(CODE.alreadyExists, `task ${r.id} already exists in this shim`);
     }
-    const bundle = await readBundle(r.bundle);
-    this.o.log.open(r.id, r.bundle);
-    const role = roleOf(bundle.annotations, r.id);
-    const task =
-      role.kind === 'container'
-        ? this.joinPod(r, bundle, role.pod)
-        : await this.makeSandbox(r, bundle, role.kind === 'pod');
-    this.tasks.set(r.id, task);
     clearTimeout(this.reserved.get(r.id));
-    this.reserved.delete(r.id);
+    this.reserved.set(r.id, undefined);
+    let task: Task;
+    try {
+      const bundle = await readBundle(r.bundle);
+      this.o.log.open(r.id, r.bundle);
+      const role = roleOf(bundle.annotations, r.id);
+      task =
+        role.kind === 'container'
+          ? this.joinPod(r, bundle, role.pod)
+          : await this.makeSandbox(r, bundle, role.kind === 'pod');
+      this.tasks.set(r.id, task);
+    } finally {
+      this.reserved.delete(r.id);
+    }
     if (task.owner) this.watch.add(task);
     await this.o.publisher.publish('/tasks/create', {
       container_id: r.id,
