@@ -43,6 +43,10 @@ function run(id: string, argv: string[], flags: string[] = [], input?: string) {
   );
 }
 
+/** `ctr run -d` of task `id`, a fork of the warm snapshot sleeping until killed. */
+const runDetached = (id: string) =>
+  run(id, ['sleep', '100000'], ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`]);
+
 /** The running sandboxes of containerd task `id`. */
 async function sandboxesOf(id: string) {
   return Sandbox.list({ url: daemon.url, label: `containerd.io/id=${id}`, state: 'running' });
@@ -128,11 +132,7 @@ test('ctr run -t runs the process on a terminal, with its exit code', async () =
 test('a detached task: exec runs a second process, kill stops it, delete removes the sandbox; events in order', async (t) => {
   const events = ctrd.ctrBackground(['events']);
   try {
-    const r = await run(
-      'det',
-      ['sleep', '100000'],
-      ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
-    );
+    const r = await runDetached('det');
     assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
     assert.equal(await taskStatus('det'), 'RUNNING');
     const shimPid = (await readFile(`${ctrd.bundle('det')}/shim.pid`, 'utf8')).trim();
@@ -217,10 +217,9 @@ async function removeTask(id: string): Promise<void> {
 }
 
 test('one shim process serves every task of the namespace, and ends after the last one', async (t) => {
-  const warm = ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`];
-  assert.equal((await run('one', ['sleep', '100000'], warm)).code, 0, ctrd.output());
+  assert.equal((await runDetached('one')).code, 0, ctrd.output());
   const first = await shimOf('one');
-  assert.equal((await run('two', ['sleep', '100000'], warm)).code, 0, ctrd.output());
+  assert.equal((await runDetached('two')).code, 0, ctrd.output());
   const second = await shimOf('two');
   t.diagnostic(
     `the shim's RSS: ${first.rssMiB.toFixed(1)} MiB with one task, ${second.rssMiB.toFixed(1)} MiB with two`,
@@ -251,11 +250,7 @@ test('one shim process serves every task of the namespace, and ends after the la
 });
 
 test("ctr task metrics reports the memory and CPU of the task's QEMU, from its cgroup", async () => {
-  const r = await run(
-    'met',
-    ['sleep', '100000'],
-    ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
-  );
+  const r = await runDetached('met');
   assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
   const m = await ctrd.ctr(['task', 'metrics', '--format', 'json', 'met']);
   assert.equal(m.code, 0, m.stderr);
@@ -278,11 +273,7 @@ test("ctr task metrics reports the memory and CPU of the task's QEMU, from its c
 });
 
 test('a containerd restarted mid-task finds the task again through its shim', async () => {
-  const r = await run(
-    'again',
-    ['sleep', '100000'],
-    ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
-  );
+  const r = await runDetached('again');
   assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
   await ctrd.restart();
   assert.equal(await taskStatus('again'), 'RUNNING', ctrd.output());
@@ -306,11 +297,7 @@ test('a containerd restarted mid-task finds the task again through its shim', as
 });
 
 test('a shim SIGKILLed mid-task leaves no sandbox once containerd has run delete', async () => {
-  const r = await run(
-    'lost',
-    ['sleep', '100000'],
-    ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
-  );
+  const r = await runDetached('lost');
   assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
   assert.equal((await sandboxesOf('lost')).length, 1);
   const pid = Number(await readFile(`${ctrd.bundle('lost')}/shim.pid`, 'utf8'));
