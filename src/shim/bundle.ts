@@ -1,9 +1,10 @@
 /**
  * What the shim reads of an OCI bundle: the container's process (args, env, cwd, user,
  * terminal), annotations and the network namespace it names (a pod's, made by CNI) from
- * `config.json`, and the same process shape from an Exec's spec. Only these fields mean
- * something in a forkd sandbox; the rest of the runtime spec (mounts, other namespaces,
- * cgroups, seccomp) describes a runc container and is ignored.
+ * `config.json`, the limits of `linux.resources`, and the same process shape from an Exec's
+ * spec. Only these fields mean something in a forkd sandbox; the rest of the runtime spec
+ * (mounts, other namespaces, cgroupsPath, seccomp) describes a runc container and is
+ * ignored.
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -29,6 +30,30 @@ export interface BundleSpec {
   annotations: Record<string, string>;
   /** The path of the network namespace to join (`linux.namespaces`), if it names one. */
   netns?: string;
+  /** forkd limits of its QEMU from `linux.resources` (memory limit, CPU quota), if set. */
+  limits?: { memory?: number; cpu?: number };
+}
+
+interface OciResources {
+  memory?: { limit?: unknown };
+  cpu?: { quota?: unknown; period?: unknown };
+}
+
+/**
+ * The limits `linux.resources` asks (`ctr run --memory-limit`/`--cpus`, a pod's sandbox
+ * resources): the memory limit in bytes and the CPU quota in cores, as forkd's limits of
+ * the task's QEMU; undefined when it asks none.
+ */
+function limitsOf(r: OciResources | undefined): BundleSpec['limits'] {
+  const memory = r?.memory?.limit;
+  const quota = r?.cpu?.quota;
+  const period = r?.cpu?.period;
+  const limits: NonNullable<BundleSpec['limits']> = {};
+  if (typeof memory === 'number' && memory > 0) limits.memory = memory;
+  if (typeof quota === 'number' && typeof period === 'number' && quota > 0 && period > 0) {
+    limits.cpu = quota / period;
+  }
+  return Object.keys(limits).length ? limits : undefined;
 }
 
 interface OciProcess {
@@ -67,7 +92,7 @@ export async function readBundle(dir: string): Promise<BundleSpec> {
   let spec: {
     process?: OciProcess;
     annotations?: unknown;
-    linux?: { namespaces?: { type?: unknown; path?: unknown }[] };
+    linux?: { namespaces?: { type?: unknown; path?: unknown }[]; resources?: OciResources };
   };
   try {
     spec = JSON.parse(await readFile(path, 'utf8')) as typeof spec;
@@ -85,7 +110,8 @@ export async function readBundle(dir: string): Promise<BundleSpec> {
   }
   const net = spec.linux?.namespaces?.find((n) => n.type === 'network');
   const netns = typeof net?.path === 'string' && net.path.startsWith('/') ? net.path : undefined;
-  return { process: processSpec(spec.process, path), annotations, netns };
+  const limits = limitsOf(spec.linux?.resources);
+  return { process: processSpec(spec.process, path), annotations, netns, limits };
 }
 
 /** The ports of the `forkd.dev/ports` annotation; a bad one is refused with the reason. */

@@ -19,6 +19,7 @@ const TOPICS = {
   '/tasks/exec-started': 'TaskExecStarted',
   '/tasks/paused': 'TaskPaused',
   '/tasks/resumed': 'TaskResumed',
+  '/tasks/oom': 'TaskOOM',
 } as const;
 
 export type Topic = keyof typeof TOPICS;

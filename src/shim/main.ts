@@ -3,30 +3,31 @@
  * `containerd-shim-forkd-v2`, the shim containerd runs for runtime `io.containerd.forkd.v2`
  * (docs/kubernetes.md). containerd calls it with `-namespace NS -address ADDR
  * -publish-binary BIN -id ID` and an action:
- *  - `start`: start the serving shim (this program again, with no action) in its own
- *    session, wait until it listens, write `address` and `shim.pid` into the bundle (the
- *    working directory) and print the address — the only thing containerd reads from it.
- *    A pod's tasks share one shim: an app container's `start` prints the address of the
- *    shim serving its pod (grouped by `io.kubernetes.cri.sandbox-id`, pod.ts);
+ *  - `start`: print the address of the shim serving the task's containerd namespace — one
+ *    process for all its tasks and pods (a Node process costs tens of MiB; one per node
+ *    spreads that over its pods). A running shim is asked to keep the task's place
+ *    (Reserve); without one, start it (this program again, with no action) in its own
+ *    session and wait until it listens. Either way write `address` and `shim.pid` into the
+ *    bundle (the working directory); the address is all containerd reads from it;
  *  - `delete`: clean up after a shim that was lost: kill the sandbox labelled with this
- *    task, remove the socket, print a `DeleteResponse`;
+ *    task, remove the socket if no shim answers on it, print a `DeleteResponse`;
  *  - none: serve the task service over ttrpc on the socket `start` chose.
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { closeSync, constants, openSync, rmSync, writeSync } from 'node:fs';
-import { copyFile, mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { closeSync, rmSync, writeSync } from 'node:fs';
+import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { constants as os } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Sandbox } from '@forkd/sdk';
-import { readBundle } from './bundle.js';
 import { Publisher } from './events.js';
-import { groupOf } from './pod.js';
-import { encode, timestamp } from './proto.js';
-import { TaskService, LABEL } from './task.js';
-import { serve } from './ttrpc.js';
+import { ShimLog } from './log.js';
+import { decode, encode, timestamp } from './proto.js';
+import { TaskService, LABEL, SHIM_SERVICE } from './task.js';
+import { serve, TtrpcClient } from './ttrpc.js';
 
 const NAME = 'containerd-shim-forkd-v2';
 /** Where `start` tells the serving shim which socket to listen on. */
@@ -34,6 +35,12 @@ const SOCKET_ENV = 'FORKD_SHIM_SOCKET';
 /** The serving shim's fd on which it says it listens. */
 const READY_FD = 3;
 const READY_MS = 10_000;
+/**
+ * V8 flags of the serving shim, for its RSS: young generation semi-spaces of 1 MiB instead
+ * of 16 (its heap stays small under load), and no optimising compilers (`--lite-mode`: 6
+ * MiB less; it waits on sockets, not on its own code).
+ */
+const NODE_FLAGS = ['--max-semi-space-size=1', '--lite-mode'];
 /** A unix socket path's limit, as containerd checks it. */
 const SOCKET_PATH_MAX = 106;
 
@@ -69,14 +76,12 @@ function parseFlags(argv: string[]): Flags {
 }
 
 /**
- * The socket of the shim serving group `group` (a task's own id, or its pod's):
- * beside containerd's own socket, under `s/`, named by a hash of (address, namespace,
- * group), as containerd's runc shim names its sockets.
+ * The socket of the shim serving containerd `f.address`'s namespace `f.namespace`: beside
+ * containerd's own socket, under `s/`, named by a hash of (address, namespace), as
+ * containerd's runc shim names its sockets. One shim serves all the namespace's tasks.
  */
-function socketPath(f: Flags, group: string): string {
-  const hash = createHash('sha256')
-    .update(join(f.address, f.namespace, group))
-    .digest('hex');
+function socketPath(f: Flags): string {
+  const hash = createHash('sha256').update(join(f.address, f.namespace)).digest('hex');
   const path = join(dirname(f.address), 's', hash);
   if (path.length > SOCKET_PATH_MAX) {
     throw new Error(
@@ -102,32 +107,51 @@ async function writeAtomic(dir: string, name: string, data: string): Promise<voi
   await rename(tmp, join(dir, name));
 }
 
-/** The group of the task whose bundle is `f.bundle` (its own id without a readable one). */
-async function groupOfBundle(f: Flags): Promise<string> {
-  const bundle = await readBundle(f.bundle).catch(() => undefined);
-  return bundle ? groupOf(bundle.annotations, f.id) : f.id;
+/**
+ * Ask the shim serving on `path` to keep running for task `id` until containerd creates it
+ * (its Shutdown for another task would end it otherwise); its pid, or undefined when no
+ * shim serves there or the one there is ending.
+ */
+async function reserve(path: string, id: string): Promise<number | undefined> {
+  const client = await TtrpcClient.connect(path).catch(() => undefined);
+  if (!client) return undefined;
+  try {
+    const res = await client.call(SHIM_SERVICE, 'Reserve', encode('task.IdRequest', { id }));
+    return decode<{ shim_pid: number }>('task.ConnectResponse', res).shim_pid;
+  } catch {
+    return undefined;
+  } finally {
+    client.close();
+  }
 }
 
-async function start(f: Flags): Promise<void> {
-  const group = await groupOfBundle(f);
-  const path = socketPath(f, group);
-  const address = `unix://${path}`;
-  if (await answers(path)) {
-    // A shim for this task or its pod serves already: its pid is in the group's bundle.
-    await writeAtomic(f.bundle, 'address', address);
-    if (group !== f.id) {
-      await copyFile(join(dirname(f.bundle), group, 'shim.pid'), join(f.bundle, 'shim.pid')).catch(
-        () => undefined,
-      );
-    }
-    process.stdout.write(address);
-    return;
+/**
+ * Run `fn` holding the lock file `path.lock` (made exclusively), so two `start`s never
+ * both start a shim on one socket; undefined when another holds it. A lock older than
+ * any start could take is a dead start's, and is taken over.
+ */
+async function withLock<T>(path: string, fn: () => Promise<T>): Promise<T | undefined> {
+  const lock = `${path}.lock`;
+  try {
+    await writeFile(lock, String(process.pid), { flag: 'wx', mode: 0o600 });
+  } catch {
+    const age = Date.now() - ((await stat(lock).catch(() => undefined))?.mtimeMs ?? Date.now());
+    if (age > 2 * READY_MS) await rm(lock, { force: true });
+    return undefined;
   }
-  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
-  await rm(path, { force: true });
+  try {
+    return await fn();
+  } finally {
+    await rm(lock, { force: true });
+  }
+}
+
+/** Start the serving shim on `path`, reserved for task `f.id`; its pid once it listens. */
+async function spawnShim(f: Flags, path: string): Promise<number> {
+  await rm(path, { force: true }); // a killed shim's socket
   const args = process.argv.slice(2).filter((a) => a !== 'start');
-  const child = spawn(process.execPath, [fileURLToPath(import.meta.url), ...args], {
-    cwd: f.bundle,
+  const child = spawn(process.execPath, [...NODE_FLAGS, fileURLToPath(import.meta.url), ...args], {
+    cwd: '/', // not the first task's bundle: it goes with that task
     env: { ...process.env, [SOCKET_ENV]: path },
     detached: true,
     stdio: ['ignore', 'ignore', 'ignore', 'pipe'],
@@ -145,54 +169,60 @@ async function start(f: Flags): Promise<void> {
   });
   child.stdio[READY_FD]?.destroy();
   child.unref();
-  await writeAtomic(f.bundle, 'address', address);
-  await writeAtomic(f.bundle, 'shim.pid', String(child.pid));
-  process.stdout.write(address);
+  return child.pid ?? 0;
 }
 
-/** A logger writing to the bundle's `log` FIFO, which containerd copies to its own log. */
-function bundleLog(bundle: string): (msg: string) => void {
-  let fd: number | undefined;
-  try {
-    fd = openSync(join(bundle, 'log'), constants.O_WRONLY | constants.O_NONBLOCK);
-  } catch {
-    fd = undefined; // nobody reads it: a shim run by hand
-  }
-  return (msg) => {
-    if (fd === undefined) return;
-    const line = `time="${new Date().toISOString()}" level=info msg=${JSON.stringify(msg)} runtime=${NAME}\n`;
-    try {
-      writeSync(fd, line);
-    } catch {
-      // a full or closed log pipe never stops the shim
+/** The pid of the shim serving `path`, reserved for task `f.id`: the running one, or a new one. */
+async function sharedShim(f: Flags, path: string): Promise<number> {
+  await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+  const deadline = Date.now() + 2 * READY_MS;
+  for (;;) {
+    const pid =
+      (await reserve(path, f.id)) ??
+      (await withLock(path, async () => (await reserve(path, f.id)) ?? spawnShim(f, path)));
+    if (pid) return pid;
+    if (Date.now() > deadline) {
+      throw new Error(`no shim answered on ${path} and another start held its lock`);
     }
-  };
+    await sleep(100);
+  }
+}
+
+async function start(f: Flags): Promise<void> {
+  const path = socketPath(f);
+  const pid = await sharedShim(f, path);
+  await writeAtomic(f.bundle, 'address', `unix://${path}`);
+  await writeAtomic(f.bundle, 'shim.pid', String(pid));
+  process.stdout.write(`unix://${path}`);
 }
 
 async function runServer(f: Flags): Promise<void> {
   const path = process.env[SOCKET_ENV];
   if (!path) throw new Error(`run by containerd as \`${NAME} … start\`, not by hand`);
-  const log = bundleLog(f.bundle);
-  const publisher = new Publisher(process.env.TTRPC_ADDRESS ?? '', f.namespace, log);
+  const log = new ShimLog();
+  log.open(f.id, f.bundle);
+  const publisher = new Publisher(process.env.TTRPC_ADDRESS ?? '', f.namespace, log.write);
   let stopping = false;
   const stop = () => {
     if (stopping) return;
     stopping = true;
+    // Gone at once, so the next start makes a new shim instead of asking this one.
+    rmSync(path, { force: true });
     // Let the Shutdown answer go out before the process ends.
     setTimeout(() => {
       server.close();
       publisher.close();
-      rmSync(path, { force: true }); // sync: a FIFO open stuck in libuv's pool must not hold the exit
       process.exit(0);
     }, 50);
   };
   const service = new TaskService({ namespace: f.namespace, publisher, log, shutdown: stop });
-  const server = await serve(path, service.handlers(), (e) => log(`ttrpc: ${String(e)}`));
+  service.reserve(f.id);
+  const server = await serve(path, service.handlers(), (e) => log.write(`ttrpc: ${String(e)}`));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
   writeSync(READY_FD, 'ready\n');
   closeSync(READY_FD);
-  log(`serving task ${f.id} on ${path}`);
+  log.write(`serving namespace ${f.namespace} on ${path}`);
 }
 
 /** `delete`: the shim is gone; kill what it left and answer a DeleteResponse. */
@@ -206,9 +236,11 @@ async function deleteTask(f: Flags): Promise<void> {
       `${NAME}: could not kill the sandbox of ${f.id}: ${(e as Error).message}\n`,
     );
   }
-  // An app container's socket is its pod's: the pod's own delete removes it.
-  const group = await groupOfBundle(f);
-  if (group === f.id) await rm(socketPath(f, group), { force: true });
+  // The namespace's shim serves other tasks still: its socket goes only if it is dead.
+  const path = socketPath(f);
+  await withLock(path, async () => {
+    if (!(await answers(path))) await rm(path, { force: true });
+  });
   const killed = 128 + os.signals.SIGKILL;
   process.stdout.write(
     encode('task.DeleteResponse', {

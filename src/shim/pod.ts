@@ -3,8 +3,7 @@
  * bundle with `io.kubernetes.cri.container-type` (`sandbox` for the pod's own sandbox
  * container, `container` for an app container) and `io.kubernetes.cri.sandbox-id`. One pod
  * is one forkd sandbox: the sandbox container makes it (its "process" is the microVM
- * itself), app containers run as processes inside it, and all of a pod's tasks are served
- * by one shim, found by the pod's id (the group).
+ * itself), app containers run as processes inside it.
  */
 import type { Sandbox } from '@forkd/sdk';
 import type { Running } from './process.js';
@@ -25,12 +24,6 @@ export function roleOf(annotations: Record<string, string>, id: string): Role {
   if (type === 'sandbox') return { kind: 'pod', pod: pod || id };
   if (type === 'container' && pod) return { kind: 'container', pod };
   return { kind: 'task' };
-}
-
-/** The id whose shim serves task `id`: its pod's, else its own. */
-export function groupOf(annotations: Record<string, string>, id: string): string {
-  const role = roleOf(annotations, id);
-  return role.kind === 'task' ? id : role.pod;
 }
 
 /**

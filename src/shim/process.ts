@@ -142,6 +142,8 @@ export class TaskProcess {
     private readonly log: (msg: string) => void,
     /** How it starts, when not as an exec or terminal of `spec` (a pod's VM). */
     private readonly launch?: (sandbox: Sandbox) => Promise<Running>,
+    /** Called when its stream is lost, before its exit: the VM may be what ended. */
+    private readonly onLost?: () => Promise<void>,
   ) {}
 
   /** Start it in `sandbox`; resolves with its pid once it runs. */
@@ -167,8 +169,9 @@ export class TaskProcess {
     this.status = STATUS.running;
     void this.running
       .wait()
-      .then(exitStatus, (e: unknown) => {
+      .then(exitStatus, async (e: unknown) => {
         this.log(`process ${this.name} lost: ${(e as Error).message}`);
+        await this.onLost?.().catch(() => undefined);
         return 128 + os.signals.SIGKILL;
       })
       .then(async (status) => {
@@ -250,6 +253,11 @@ export class TaskProcess {
       }
       throw e;
     }
+  }
+
+  /** Its VM ended under it: it has exited, killed (the exec stream may say so later). */
+  vmEnded(): void {
+    this.exit(128 + os.signals.SIGKILL);
   }
 
   private exit(status: number): void {

@@ -127,6 +127,21 @@ const root = protobuf.Root.fromJSON({
         ShutdownRequest: msg(['id', 'string'], ['now', 'bool']),
       },
     },
+    /** `io.containerd.cgroups.v1`'s Metrics, the fields forkd measures. */
+    cgroups: {
+      nested: {
+        CPUUsage: msg(['total', 'uint64']),
+        CPUStat: msg(['usage', 'cgroups.CPUUsage']),
+        MemoryEntry: msg(['limit', 'uint64'], ['usage', 'uint64']),
+        MemoryStat: msg(['usage', 'cgroups.MemoryEntry', 33]),
+        MemoryOomControl: msg(['oom_kill', 'uint64', 3]),
+        Metrics: msg(
+          ['cpu', 'cgroups.CPUStat', 3],
+          ['memory', 'cgroups.MemoryStat', 4],
+          ['memory_oom_control', 'cgroups.MemoryOomControl', 9],
+        ),
+      },
+    },
     events: {
       nested: {
         TaskIO: msg(
@@ -168,6 +183,7 @@ const root = protobuf.Root.fromJSON({
           ['topic', 'string'],
           ['event', 'google.protobuf.Any'],
         ),
+        TaskOOM: msg(['container_id', 'string']),
         ForwardRequest: msg(['envelope', 'events.Envelope']),
       },
     },

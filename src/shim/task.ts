@@ -9,7 +9,13 @@
  * processes live in the daemon: the shim keeps only what containerd asks back (pids, exit
  * statuses) while it runs.
  */
-import { Sandbox, isForkdError, DaemonUnreachableError, VERSION } from '@forkd/sdk';
+import {
+  Sandbox,
+  isForkdError,
+  DaemonUnreachableError,
+  VERSION,
+  type SandboxInfo,
+} from '@forkd/sdk';
 import {
   podPorts,
   processSpec,
@@ -18,12 +24,21 @@ import {
   type BundleSpec,
 } from './bundle.js';
 import { Publisher } from './events.js';
+import type { ShimLog } from './log.js';
 import { holdSandbox, roleOf } from './pod.js';
 import { TaskProcess, STATUS, type ProcessIO, type Running } from './process.js';
 import { decode, encode, timestamp } from './proto.js';
 import { CODE, TtrpcError, type Handler } from './ttrpc.js';
+import { cgroupMetrics, Watch } from './watch.js';
 
 export const TASK_SERVICE = 'containerd.task.v2.Task';
+/** The shim's own service: `start` asks a running shim to keep a task's place. */
+export const SHIM_SERVICE = 'forkd.shim.v1.Shim';
+
+/** How long a place reserved by `start` waits for containerd's Create. */
+const RESERVE_MS = 60_000;
+/** How often the shim asks the daemon whether its sandboxes still run. */
+const WATCH_MS = 2_000;
 
 /** The labels that tie a sandbox to its containerd task. */
 export const LABEL = { namespace: 'containerd.io/namespace', id: 'containerd.io/id' } as const;
@@ -90,7 +105,7 @@ export function statusOf(e: unknown): unknown {
 export interface TaskServiceOptions {
   namespace: string;
   publisher: Publisher;
-  log(msg: string): void;
+  log: ShimLog;
   /** Called once Shutdown may end the shim. */
   shutdown(): void;
 }
@@ -108,8 +123,42 @@ interface Task {
 
 export class TaskService {
   private readonly tasks = new Map<string, Task>();
+  /**
+   * Tasks whose `start` chose this shim, until containerd has created them: a timer while
+   * containerd has not asked yet, none while their Create runs (a cold boot may take longer
+   * than the timer).
+   */
+  private readonly reserved = new Map<string, NodeJS.Timeout | undefined>();
+  /** Set once the shim ends: a `start` then makes a new one. */
+  private ending = false;
+  private readonly watch: Watch<Task>;
 
-  constructor(private readonly o: TaskServiceOptions) {}
+  constructor(private readonly o: TaskServiceOptions) {
+    this.watch = new Watch(`${LABEL.namespace}=${o.namespace}`, WATCH_MS, (task, info) =>
+      this.vmEnded(task, info),
+    );
+  }
+
+  /** Keep task `id`'s place until its Create (or RESERVE_MS): the shim does not end meanwhile. */
+  reserve(id: string): void {
+    if (this.ending) throw new TtrpcError(CODE.unavailable, 'this shim is ending: start another');
+    clearTimeout(this.reserved.get(id));
+    const timer = setTimeout(() => {
+      this.reserved.delete(id);
+      if (this.idle()) this.end(); // containerd gave up on it: nothing keeps the shim
+    }, RESERVE_MS);
+    this.reserved.set(id, timer);
+  }
+
+  private idle(): boolean {
+    return this.tasks.size === 0 && this.reserved.size === 0;
+  }
+
+  private end(): void {
+    this.ending = true;
+    this.watch.stop();
+    this.o.shutdown();
+  }
 
   /** The ttrpc handlers, `service/method` → handler; methods not here are NotImplemented. */
   handlers(): Map<string, Handler> {
@@ -131,6 +180,7 @@ export class TaskService {
         'google.protobuf.Empty',
       ],
       CloseIO: ['task.CloseIORequest', async () => ({}), 'google.protobuf.Empty'],
+      Stats: ['task.IdRequest', (r: IdRequest) => this.stats(r), 'task.StatsResponse'],
       Pause: ['task.IdRequest', (r: IdRequest) => this.pause(r, true), 'google.protobuf.Empty'],
       Resume: ['task.IdRequest', (r: IdRequest) => this.pause(r, false), 'google.protobuf.Empty'],
       Connect: ['task.IdRequest', (r: IdRequest) => this.connect(r), 'task.ConnectResponse'],
@@ -141,8 +191,13 @@ export class TaskService {
       ],
     };
     const handlers = new Map<string, Handler>();
-    for (const [method, [reqType, fn, resType]] of Object.entries(methods)) {
-      handlers.set(`${TASK_SERVICE}/${method}`, async (payload) => {
+    const reserve = async (r: IdRequest) => (this.reserve(r.id), this.connect(r));
+    const all = [
+      ...Object.entries(methods).map(([m, h]) => [`${TASK_SERVICE}/${m}`, h] as const),
+      [`${SHIM_SERVICE}/Reserve`, ['task.IdRequest', reserve, 'task.ConnectResponse']] as const,
+    ];
+    for (const [name, [reqType, fn, resType]] of all) {
+      handlers.set(name, async (payload) => {
         try {
           return encode(resType, await fn(decode<never>(reqType, payload)));
         } catch (e) {
@@ -157,13 +212,22 @@ export class TaskService {
     if (this.tasks.has(r.id)) {
       throw new TtrpcError(CODE.alreadyExists, `task ${r.id} already exists in this shim`);
     }
-    const bundle = await readBundle(r.bundle);
-    const role = roleOf(bundle.annotations, r.id);
-    const task =
-      role.kind === 'container'
-        ? this.joinPod(r, bundle, role.pod)
-        : await this.makeSandbox(r, bundle, role.kind === 'pod');
-    this.tasks.set(r.id, task);
+    clearTimeout(this.reserved.get(r.id));
+    this.reserved.set(r.id, undefined);
+    let task: Task;
+    try {
+      const bundle = await readBundle(r.bundle);
+      this.o.log.open(r.id, r.bundle);
+      const role = roleOf(bundle.annotations, r.id);
+      task =
+        role.kind === 'container'
+          ? this.joinPod(r, bundle, role.pod)
+          : await this.makeSandbox(r, bundle, role.kind === 'pod');
+      this.tasks.set(r.id, task);
+    } finally {
+      this.reserved.delete(r.id);
+    }
+    if (task.owner) this.watch.add(task);
     await this.o.publisher.publish('/tasks/create', {
       container_id: r.id,
       bundle: r.bundle,
@@ -187,9 +251,12 @@ export class TaskService {
     const sandbox = await Sandbox.create({
       ...(snapshot ? { snapshot } : { image: 'busybox' }),
       ...(netns ? { netns, forwardPorts: ports } : {}),
+      ...(bundle.limits ? { limits: bundle.limits } : {}),
       labels: { [LABEL.namespace]: this.o.namespace, [LABEL.id]: r.id },
     });
-    this.o.log(`task ${r.id}: sandbox ${sandbox.id} ${snapshot ? `forked from ${snapshot}` : ''}`);
+    this.o.log.write(
+      `task ${r.id}: sandbox ${sandbox.id} ${snapshot ? `forked from ${snapshot}` : ''}`,
+    );
     return { id: r.id, bundle: r.bundle, sandbox, owner: true, init, execs: new Map() };
   }
 
@@ -233,9 +300,17 @@ export class TaskService {
           exit_status: p.exitStatus,
           exited_at: at(p.exitedAt),
         }),
-      this.o.log,
+      this.o.log.write,
       launch,
+      () => this.lost(id),
     );
+  }
+
+  /** A process of task `id` lost its stream: see whether its sandbox ended (watch.ts). */
+  private async lost(id: string): Promise<void> {
+    const sandbox = this.tasks.get(id)?.sandbox;
+    const owner = [...this.tasks.values()].find((t) => t.owner && t.sandbox === sandbox);
+    if (owner) await this.watch.check(owner);
   }
 
   /** The task `id` names, or NotFound. */
@@ -292,7 +367,10 @@ export class TaskService {
     if (r.exec_id) {
       task.execs.delete(r.exec_id);
     } else {
-      if (task.owner) await task.sandbox.kill();
+      if (task.owner) {
+        this.watch.remove(task);
+        await task.sandbox.kill();
+      }
       this.tasks.delete(task.id);
       await this.o.publisher.publish('/tasks/delete', {
         container_id: task.id,
@@ -301,6 +379,7 @@ export class TaskService {
         exited_at: at(p.exitedAt),
         id: task.id,
       });
+      this.o.log.close(task.id);
     }
     return { pid: p.pid, exit_status: p.exitStatus, exited_at: at(p.exitedAt) };
   }
@@ -368,9 +447,44 @@ export class TaskService {
     return { shim_pid: process.pid, task_pid: pid, version: VERSION };
   }
 
-  /** Ends the shim once all its tasks are deleted (or with `now`), as containerd's shims do. */
+  /**
+   * Ends the shim once all its tasks are deleted and no `start` has chosen it since (or
+   * with `now`), as containerd's shims do: it serves the namespace's other tasks until then.
+   */
   private async shutdown(r: { now: boolean }): Promise<object> {
-    if (r.now || this.tasks.size === 0) this.o.shutdown();
+    if (r.now || this.idle()) this.end();
     return {};
+  }
+
+  /**
+   * Stats: the cgroup of the sandbox's QEMU, as forkd measures it (its memory charged now and
+   * limit, its CPU time), in cgroup v1's Metrics message, which `ctr task metrics` and CRI's
+   * ContainerStats read. Every task of a pod reports the pod's VM: its containers share it.
+   */
+  private async stats(r: IdRequest): Promise<object> {
+    const info = await this.get(r.id).sandbox.refresh();
+    if (!info.usage) {
+      throw new TtrpcError(
+        CODE.unavailable,
+        `sandbox ${info.id} has no cgroup usage: the daemon enforces no limits on this host (forkd doctor)`,
+      );
+    }
+    return { stats: cgroupMetrics(info.usage, info.limits?.memoryBytes ?? undefined) };
+  }
+
+  /**
+   * A task's VM ended without a Kill (the host's OOM killer at its memory limit, a crash):
+   * each task on it gets `/tasks/oom` first when it was an OOM kill, then its processes exit.
+   */
+  private async vmEnded(owner: Task, info: SandboxInfo | undefined): Promise<void> {
+    const oom = info?.reason?.startsWith('out of memory') ?? false;
+    this.o.log.write(
+      `sandbox ${owner.sandbox.id} of task ${owner.id} ended: ${info?.reason ?? 'gone'}`,
+    );
+    const on = [...this.tasks.values()].filter((t) => t.sandbox.id === owner.sandbox.id);
+    for (const task of on) {
+      if (oom) await this.o.publisher.publish('/tasks/oom', { container_id: task.id });
+      for (const p of [task.init, ...task.execs.values()]) p.vmEnded();
+    }
   }
 }

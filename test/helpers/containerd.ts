@@ -9,7 +9,17 @@
  * unmounts what its CRI plugin left mounted, and removes the dir.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  copyFile,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { shQuote } from '../../src/util/shell-words.js';
@@ -18,6 +28,8 @@ import { layerFromDir, ociImage, writeDockerSave } from '../e2e/images/registry.
 import type { CliResult } from './cli.js';
 
 const SHIM = join(process.cwd(), 'dist', 'src', 'shim', 'main.js');
+/** Debian's static busybox (busybox-static), the test image's only binary. */
+const BUSYBOX = '/bin/busybox';
 const READY_MS = 30_000;
 const STOP_MS = 10_000;
 const OUTPUT_KEEP = 256 * 1024;
@@ -77,6 +89,9 @@ function criConfig(dir: string, withRuntime: boolean): string[] {
     cri,
     `  sandbox_image = "${CRI_IMAGE}"`,
     '  netns_mounts_under_state_dir = true',
+    // No oom_score_adj below containerd's own: lowering it failed here (runc's pause
+    // container could not start: "can't get final child's PID from pipe").
+    '  restrict_oom_score_adj = true',
     '  stream_server_address = "127.0.0.1"',
     '  stream_server_port = "0"',
     '  [plugins."io.containerd.grpc.v1.cri".cni]',
@@ -250,8 +265,10 @@ async function end(child: ChildProcess): Promise<void> {
 }
 
 /**
- * The pods' image, built here: one layer with one file (a forkd pod runs the VM's root,
- * not the image's, so the content does not matter), saved as `docker save` does and
+ * The pods' image, built here from the host's static busybox (Debian's busybox-static, a
+ * dependency of setup.sh): `/bin/busybox` with `sh`, `sleep`, `true` and `echo`, and
+ * `/pause`, which sleeps — enough for runc to run a pod of it (the bench's runc column);
+ * a forkd pod runs the VM's root, not the image's. Saved as `docker save` does and
  * imported into CRI's namespace with ctr — from loopback only, nothing pulled.
  */
 async function importTestImage(
@@ -259,8 +276,14 @@ async function importTestImage(
   ctr: (args: string[]) => Promise<CliResult>,
 ): Promise<void> {
   const work = join(dir, 'image');
-  await mkdir(join(work, 'root'), { recursive: true });
-  await writeFile(join(work, 'root', 'pause'), '#!/bin/sh\n# a forkd pod never runs this\n');
+  const root = join(work, 'root');
+  await mkdir(join(root, 'bin'), { recursive: true });
+  await copyFile(BUSYBOX, join(root, 'bin', 'busybox'));
+  await chmod(join(root, 'bin', 'busybox'), 0o755);
+  for (const applet of ['sh', 'sleep', 'true', 'echo']) {
+    await symlink('busybox', join(root, 'bin', applet));
+  }
+  await writeFile(join(root, 'pause'), '#!/bin/sh\nexec sleep 2147483647\n', { mode: 0o755 });
   const layer = await layerFromDir(join(work, 'root'), join(work, 'layer'), 'none');
   const img = ociImage([layer], { Cmd: ['/pause'], Env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin'] });
   await writeDockerSave(join(work, 'save'), img, CRI_IMAGE);

@@ -173,6 +173,44 @@ test('a pod under runtime handler forkd: a fork of the warm snapshot whose conta
   assert.deepEqual(await leftoverMounts(ctrd), []);
 });
 
+test('one shim process serves all the pods of the node: two pods, one shim, ended with the last', async (t) => {
+  const pods = [
+    podConfig('s1', { 'forkd.dev/snapshot': WARM }),
+    podConfig('s2', { 'forkd.dev/snapshot': WARM }),
+  ];
+  const ids: string[] = [];
+  for (const pod of pods) ids.push(await cri.runPodSandbox(pod, 'forkd'));
+  const shimPids = await Promise.all(
+    ids.map(async (id) =>
+      Number(await readFile(join(ctrd.bundle(id, 'k8s.io'), 'shim.pid'), 'utf8')),
+    ),
+  );
+  assert.equal(shimPids[0], shimPids[1], "the second pod is served by the first pod's shim");
+  const rss = /VmRSS:\s+(\d+)/.exec(await readFile(`/proc/${shimPids[0]}/status`, 'utf8'))?.[1];
+  t.diagnostic(`the node's shim with two pods: ${(Number(rss) / 1024).toFixed(1)} MiB RSS`);
+  // Each pod is its own VM; a container of the second runs while the first is removed.
+  const [one, two] = await Promise.all(ids.map(async (id) => (await sandboxesOf(id))[0]?.id));
+  assert.ok(one && two && one !== two);
+  const c = await cri.createContainer(
+    ids[1] ?? '',
+    container('c', ['sleep', '100000']),
+    pods[1] as PodConfig,
+  );
+  await cri.startContainer(c);
+  await cri.stopPodSandbox(ids[0] ?? '');
+  await cri.removePodSandbox(ids[0] ?? '');
+  const e = await cri.execSync(c, ['echo', 'still-served'], 60);
+  assert.deepEqual(e, { stdout: 'still-served\n', stderr: '', code: 0 });
+  await cri.stopPodSandbox(ids[1] ?? '');
+  await cri.removePodSandbox(ids[1] ?? '');
+  assert.deepEqual(await cri.listPodSandbox(), []);
+  await until(
+    "the node's shim exits after the last pod",
+    async () => !pidAlive(shimPids[0] ?? 0),
+    30_000,
+  );
+});
+
 /** RunPodSandbox naming `snapshot` fails with an error matching `reason`, and leaves nothing. */
 async function refused(name: string, snapshot: string, reason: RegExp): Promise<void> {
   await assert.rejects(

@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Sandbox } from '@forkd/sdk';
+import { pidAlive } from '../../../src/util/pid.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
 import { createWarmSnapshot, startContainerd, type Containerd } from '../../helpers/containerd.js';
@@ -41,6 +42,10 @@ function run(id: string, argv: string[], flags: string[] = [], input?: string) {
     input,
   );
 }
+
+/** `ctr run -d` of task `id`, a fork of the warm snapshot sleeping until killed. */
+const runDetached = (id: string) =>
+  run(id, ['sleep', '100000'], ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`]);
 
 /** The running sandboxes of containerd task `id`. */
 async function sandboxesOf(id: string) {
@@ -127,11 +132,7 @@ test('ctr run -t runs the process on a terminal, with its exit code', async () =
 test('a detached task: exec runs a second process, kill stops it, delete removes the sandbox; events in order', async (t) => {
   const events = ctrd.ctrBackground(['events']);
   try {
-    const r = await run(
-      'det',
-      ['sleep', '100000'],
-      ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
-    );
+    const r = await runDetached('det');
     assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
     assert.equal(await taskStatus('det'), 'RUNNING');
     const shimPid = (await readFile(`${ctrd.bundle('det')}/shim.pid`, 'utf8')).trim();
@@ -200,12 +201,79 @@ test('a detached task: exec runs a second process, kill stops it, delete removes
   ]);
 });
 
-test('a containerd restarted mid-task finds the task again through its shim', async () => {
-  const r = await run(
-    'again',
-    ['sleep', '100000'],
-    ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
+/** The shim serving task `id`: its pid (from the bundle) and its RSS in MiB. */
+async function shimOf(id: string): Promise<{ pid: number; rssMiB: number }> {
+  const pid = Number(await readFile(`${ctrd.bundle(id)}/shim.pid`, 'utf8'));
+  const rss = /VmRSS:\s+(\d+)/.exec(await readFile(`/proc/${pid}/status`, 'utf8'))?.[1];
+  return { pid, rssMiB: Number(rss) / 1024 };
+}
+
+/** Kill task `id` with SIGKILL, wait until it stops, delete it and its container. */
+async function removeTask(id: string): Promise<void> {
+  assert.equal((await ctrd.ctr(['task', 'kill', '-s', 'SIGKILL', id])).code, 0);
+  await until(`task ${id} stops`, async () => (await taskStatus(id)) === 'STOPPED');
+  assert.equal((await ctrd.ctr(['task', 'delete', id])).code, 0);
+  assert.equal((await ctrd.ctr(['container', 'rm', id])).code, 0);
+}
+
+test('one shim process serves every task of the namespace, and ends after the last one', async (t) => {
+  assert.equal((await runDetached('one')).code, 0, ctrd.output());
+  const first = await shimOf('one');
+  assert.equal((await runDetached('two')).code, 0, ctrd.output());
+  const second = await shimOf('two');
+  t.diagnostic(
+    `the shim's RSS: ${first.rssMiB.toFixed(1)} MiB with one task, ${second.rssMiB.toFixed(1)} MiB with two`,
   );
+  assert.equal(second.pid, first.pid, 'the second task is served by the shim of the first');
+  assert.equal(
+    await readFile(`${ctrd.bundle('two')}/address`, 'utf8'),
+    await readFile(`${ctrd.bundle('one')}/address`, 'utf8'),
+  );
+  await removeTask('one');
+  // The first task's Shutdown does not end the shim: the second still answers.
+  assert.equal(await taskStatus('two'), 'RUNNING');
+  const e = await ctrd.ctr([
+    'task',
+    'exec',
+    '--fifo-dir',
+    ctrd.fifoDir,
+    '--exec-id',
+    'x',
+    'two',
+    'echo',
+    'alive',
+  ]);
+  assert.equal(e.stdout.toString(), 'alive\n', e.stderr);
+  await removeTask('two');
+  await until('the shim ends after its last task', async () => !pidAlive(first.pid), 30_000);
+  assert.deepEqual(await sandboxesOf('two'), []);
+});
+
+test("ctr task metrics reports the memory and CPU of the task's QEMU, from its cgroup", async () => {
+  const r = await runDetached('met');
+  assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
+  const m = await ctrd.ctr(['task', 'metrics', '--format', 'json', 'met']);
+  assert.equal(m.code, 0, m.stderr);
+  const metrics = JSON.parse(m.stdout.toString()) as {
+    memory?: { usage?: { usage?: number; limit?: number } };
+    cpu?: { usage?: { total?: number } };
+  };
+  const [vm] = await sandboxesOf('met');
+  const usage = (await Sandbox.connect(vm?.id ?? '', { url: daemon.url })).info.usage;
+  const bytes = metrics.memory?.usage?.usage ?? 0;
+  // Both read the same cgroup a moment apart: the same order of magnitude, not to the byte.
+  assert.ok(bytes > 8 * 2 ** 20, `QEMU's memory, not a placeholder: ${m.stdout.toString()}`);
+  assert.ok(
+    Math.abs(bytes - (usage?.memoryBytes ?? 0)) < bytes / 4,
+    `ctr: ${bytes}, forkd: ${usage?.memoryBytes}`,
+  );
+  assert.equal(metrics.memory?.usage?.limit, vm?.limits?.memoryBytes);
+  assert.ok((metrics.cpu?.usage?.total ?? 0) > 0, 'CPU time in ns');
+  await removeTask('met');
+});
+
+test('a containerd restarted mid-task finds the task again through its shim', async () => {
+  const r = await runDetached('again');
   assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
   await ctrd.restart();
   assert.equal(await taskStatus('again'), 'RUNNING', ctrd.output());
@@ -229,11 +297,7 @@ test('a containerd restarted mid-task finds the task again through its shim', as
 });
 
 test('a shim SIGKILLed mid-task leaves no sandbox once containerd has run delete', async () => {
-  const r = await run(
-    'lost',
-    ['sleep', '100000'],
-    ['-d', '--annotation', `forkd.dev/snapshot=${WARM}`],
-  );
+  const r = await runDetached('lost');
   assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
   assert.equal((await sandboxesOf('lost')).length, 1);
   const pid = Number(await readFile(`${ctrd.bundle('lost')}/shim.pid`, 'utf8'));

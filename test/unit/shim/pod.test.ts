@@ -1,11 +1,11 @@
 /**
  * How the shim tells a pod's tasks apart (pod.ts): CRI's annotations make a sandbox
- * container the pod's VM and an app container a process in it, all served by the shim of
- * the pod's id; a task without them (ctr) is a sandbox of its own.
+ * container the pod's VM and an app container a process in it; a task without them (ctr) is
+ * a sandbox of its own.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { groupOf, roleOf } from '../../../src/shim/pod.js';
+import { roleOf } from '../../../src/shim/pod.js';
 
 const TYPE = 'io.kubernetes.cri.container-type';
 const POD = 'io.kubernetes.cri.sandbox-id';
@@ -16,13 +16,11 @@ test("a pod's sandbox container makes the pod; its app containers join it", () =
     kind: 'container',
     pod: 'p1',
   });
-  assert.equal(groupOf({ [TYPE]: 'container', [POD]: 'p1' }, 'c1'), 'p1');
-  assert.equal(groupOf({ [TYPE]: 'sandbox', [POD]: 'p1' }, 'p1'), 'p1');
 });
 
-test('a task without CRI annotations (ctr) is its own group', () => {
+test('a task without CRI annotations (ctr) is a task of its own', () => {
   assert.deepEqual(roleOf({}, 't1'), { kind: 'task' });
-  assert.equal(groupOf({ 'forkd.dev/snapshot': 'warm' }, 't1'), 't1');
+  assert.deepEqual(roleOf({ 'forkd.dev/snapshot': 'warm' }, 't1'), { kind: 'task' });
   // An app container that does not name its pod cannot join one.
   assert.deepEqual(roleOf({ [TYPE]: 'container' }, 'c1'), { kind: 'task' });
 });
