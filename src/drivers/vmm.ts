@@ -153,6 +153,8 @@ export interface VmConfinement {
   /** Whether its filter lets it create processes (what a live branch needs). */
   spawn: boolean;
   capabilities: string;
+  /** The namespaces it has of its own beside the network's (its jail): `mount`, `ipc`. */
+  namespaces: ('mount' | 'ipc')[];
 }
 
 /** One running VM: the handle services keep in their live table. */

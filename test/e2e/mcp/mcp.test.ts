@@ -3,7 +3,9 @@
  * file) and real microVMs, driven by the official MCP SDK's Client over streamable HTTP at
  * /mcp and over stdio (`forkd mcp`). Over each: create → exec → branch with fork 3 → exec
  * in each child → lineage shows them → kill; a bad argument is a tool error with its
- * code. Over HTTP also: a fork with an idle policy parks itself and a call wakes it. With FORKD_MCP_TRANSCRIPT=FILE the calls and answers are written there (docs/mcp.md
+ * code. Over HTTP also: a fork with an idle policy parks itself and a call wakes it, and
+ * template_build builds a Dockerfile (progress per step, cached the second time) whose fork
+ * has the build's work. With FORKD_MCP_TRANSCRIPT=FILE the calls and answers are written there (docs/mcp.md
  * shows one).
  */
 import { after, before, test } from 'node:test';
@@ -178,6 +180,67 @@ test('over streamable HTTP with a token: branch and fan out', { timeout: 600_000
   );
   await branchAndFanOut(client, 'mcp-http', true);
 });
+
+interface BuiltOut {
+  tag: string;
+  steps: { status: string }[];
+}
+
+/** template_build over one client: progress per step, a fork of the result has the build's
+ * work, and the same build again is all cached. */
+async function buildAndFork(client: Client, tag: string): Promise<void> {
+  const args = {
+    tag,
+    dockerfile:
+      'FROM busybox\nCOPY note.txt /srv/note.txt\nRUN cat /srv/note.txt > /srv/made.txt\n',
+    files: { 'note.txt': 'built by mcp\n' },
+  };
+  const progress: string[] = [];
+  const result = (await client.callTool({ name: 'template_build', arguments: args }, undefined, {
+    timeout: CALL_MS,
+    onprogress: (p) => progress.push(p.message ?? ''),
+  })) as CallToolResult;
+  assert.ok(!result.isError, JSON.stringify(result.content));
+  const built = result.structuredContent as unknown as BuiltOut;
+  assert.equal(built.tag, tag);
+  assert.deepEqual(
+    built.steps.map((s) => s.status).filter((s) => s !== 'config'),
+    ['ran', 'ran'],
+  );
+  assert.ok(
+    progress.some((m) => /^step \d+\/\d+: RUN cat/.test(m)),
+    `progress per step: ${progress.join('|')}`,
+  );
+  const { sandboxes } = await ok<{ sandboxes: SandboxOut[] }>(client, 'sandbox_fork', {
+    snapshot: tag,
+    n: 1,
+  });
+  const [child] = sandboxes as [SandboxOut];
+  const r = await ok<{ stdout: string }>(client, 'sandbox_exec', {
+    sandboxId: child.id,
+    command: 'cat /srv/made.txt',
+  });
+  assert.equal(r.stdout, 'built by mcp\n', 'the fork has what the RUN step made');
+  await ok(client, 'sandbox_kill', { sandboxId: child.id });
+  const again = await ok<BuiltOut>(client, 'template_build', args);
+  assert.deepEqual(
+    again.steps.map((s) => s.status).filter((s) => s !== 'config'),
+    ['cached', 'cached'],
+  );
+}
+
+test(
+  'over streamable HTTP: template_build, then fork the template',
+  { timeout: 600_000 },
+  async () => {
+    const client = await connect(
+      new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${port}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${TOKEN}` } },
+      }),
+    );
+    await buildAndFork(client, 'mcp-built');
+  },
+);
 
 test('over stdio (`forkd mcp`): branch and fan out', { timeout: 600_000 }, async () => {
   const client = await connect(
