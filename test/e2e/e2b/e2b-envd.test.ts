@@ -7,64 +7,31 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { join } from 'node:path';
-import { Sandbox as ForkdSandbox, Snapshot } from '@forkd/sdk';
-import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+import { Snapshot } from '@forkd/sdk';
 import { loadE2b, type E2bModule, type E2bSandbox } from '../../helpers/e2b-sdk.js';
-import { makeTestHome, type TestHome } from '../../helpers/home.js';
+import {
+  ADD_USER,
+  BASH_SHIM,
+  startE2bListener,
+  type E2bListener,
+} from '../../helpers/e2b-listener.js';
 
 const TOKEN = 'e2b-envd-test-token-0123456789ab';
 const TAG = 'e2b-envd';
-const SETUP = [
-  `printf '#!/bin/sh\\nexec /bin/sh "$@"\\n' > /bin/bash && chmod 755 /bin/bash`,
-  "echo 'user:x:1000:1000::/home/user:/bin/sh' >> /etc/passwd",
-  "echo 'user:x:1000:' >> /etc/group",
-  'mkdir -p /home/user && chown 1000:1000 /home/user',
-];
+const SETUP = [BASH_SHIM, ADD_USER];
 
-let home: TestHome;
-let daemon: DaemonProcess | undefined;
+let listener: E2bListener | undefined;
 let forkd: { url: string; token: string };
 let e2b: E2bModule;
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
 before(async () => {
   e2b = await loadE2b('e2b');
-  home = await makeTestHome();
-  const tokenFile = join(home.dir, 'tokens');
-  await writeFile(tokenFile, `e2b:${TOKEN}\n`, { mode: 0o600 });
-  const port = await freePort();
-  daemon = await startDaemon(home, [
-    '--token-file',
-    tokenFile,
-    '--e2b-listen',
-    `127.0.0.1:${port}`,
-  ]);
-  forkd = { url: daemon.url, token: TOKEN };
+  listener = await startE2bListener(TOKEN);
+  forkd = listener.forkd;
   await Snapshot.create({ ...forkd, tag: TAG, warm: SETUP, user: 'user' });
-  process.env.E2B_API_KEY = TOKEN;
-  process.env.E2B_API_URL = `http://127.0.0.1:${port}`;
-  process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${port}`;
 });
 
-after(async () => {
-  try {
-    const left = await ForkdSandbox.list(forkd).catch(() => []);
-    await Promise.allSettled(left.map((s) => ForkdSandbox.kill(s.id, forkd)));
-  } finally {
-    await daemon?.stop();
-    await home?.cleanup();
-  }
-});
+after(() => listener?.stop());
 
 /** A sandbox of the template for one test, killed after it. */
 async function withSandbox(

@@ -61,6 +61,11 @@ async function until(what: string, check: () => Promise<boolean>, ms = 60_000): 
 }
 
 /** The status column of `ctr task ls` for `id` (undefined: no such task). */
+/** `ctr task exec` of `argv` in task `id` as process `execId`, its output on the test's FIFOs. */
+function taskExec(id: string, execId: string, argv: string[]) {
+  return ctrd.ctr(['task', 'exec', '--fifo-dir', ctrd.fifoDir, '--exec-id', execId, id, ...argv]);
+}
+
 async function taskStatus(id: string): Promise<string | undefined> {
   const r = await ctrd.ctr(['task', 'ls']);
   const line = r.stdout
@@ -141,18 +146,7 @@ test('a detached task: exec runs a second process, kill stops it, delete removes
     assert.equal((await sandboxesOf('det')).length, 1);
 
     const started = Date.now();
-    const e = await ctrd.ctr([
-      'task',
-      'exec',
-      '--fifo-dir',
-      ctrd.fifoDir,
-      '--exec-id',
-      'e1',
-      'det',
-      'sh',
-      '-c',
-      'echo from-exec; exit 4',
-    ]);
+    const e = await taskExec('det', 'e1', ['sh', '-c', 'echo from-exec; exit 4']);
     t.diagnostic(`ctr task exec round trip: ${Date.now() - started} ms`);
     assert.equal(e.stdout.toString(), 'from-exec\n', e.stderr);
     assert.equal(e.code, 4);
@@ -232,17 +226,7 @@ test('one shim process serves every task of the namespace, and ends after the la
   await removeTask('one');
   // The first task's Shutdown does not end the shim: the second still answers.
   assert.equal(await taskStatus('two'), 'RUNNING');
-  const e = await ctrd.ctr([
-    'task',
-    'exec',
-    '--fifo-dir',
-    ctrd.fifoDir,
-    '--exec-id',
-    'x',
-    'two',
-    'echo',
-    'alive',
-  ]);
+  const e = await taskExec('two', 'x', ['echo', 'alive']);
   assert.equal(e.stdout.toString(), 'alive\n', e.stderr);
   await removeTask('two');
   await until('the shim ends after its last task', async () => !pidAlive(first.pid), 30_000);
@@ -277,17 +261,7 @@ test('a containerd restarted mid-task finds the task again through its shim', as
   assert.equal(r.code, 0, `${r.stderr}\n${ctrd.output()}`);
   await ctrd.restart();
   assert.equal(await taskStatus('again'), 'RUNNING', ctrd.output());
-  const e = await ctrd.ctr([
-    'task',
-    'exec',
-    '--fifo-dir',
-    ctrd.fifoDir,
-    '--exec-id',
-    'e2',
-    'again',
-    'echo',
-    'still-here',
-  ]);
+  const e = await taskExec('again', 'e2', ['echo', 'still-here']);
   assert.equal(e.stdout.toString(), 'still-here\n', e.stderr);
   assert.equal((await ctrd.ctr(['task', 'kill', '-s', 'SIGKILL', 'again'])).code, 0);
   await until('the task stops', async () => (await taskStatus('again')) === 'STOPPED');
