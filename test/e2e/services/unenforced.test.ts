@@ -7,9 +7,9 @@
  */
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { chown, lstat, readdir } from 'node:fs/promises';
-import { join } from 'node:path';
-import { forkd as runCli } from '../../helpers/cli.js';
+import { chmod, chown, lstat, readdir, stat } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { CLI, forkd as runCli } from '../../helpers/cli.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
 
@@ -28,11 +28,25 @@ async function chownTree(dir: string, uid: number): Promise<void> {
   }
 }
 
+/** Directories given the search bit for others so `nobody` reaches the checkout, and their
+ * modes before (a clean clone may sit in a 0700 temporary directory); put back after. */
+const opened: { dir: string; mode: number }[] = [];
+
+async function reachableByOthers(path: string): Promise<void> {
+  for (let dir = dirname(path); dir !== dirname(dir); dir = dirname(dir)) {
+    const { mode } = await stat(dir);
+    if ((mode & 0o001) !== 0) continue;
+    opened.push({ dir, mode: mode & 0o7777 });
+    await chmod(dir, (mode & 0o7777) | 0o001);
+  }
+}
+
 after(async () => {
   try {
     await daemon?.stop();
   } finally {
     await home?.cleanup();
+    for (const { dir, mode } of opened.reverse()) await chmod(dir, mode);
   }
 });
 
@@ -42,6 +56,7 @@ const POLICY = ['--network', 'nat', '--no-internet', '--allow-out', 'a.test'];
 test('as an unprivileged user a sandbox with a policy is refused, naming why and the flag', async () => {
   home = await makeTestHome();
   await chownTree(home.dir, NOBODY);
+  await reachableByOthers(CLI);
   daemon = await startDaemon(home, [], NOBODY);
   const r = await forkd('create', ...POLICY, '--json');
   assert.notEqual(r.code, 0, r.stdout.toString());
