@@ -5,11 +5,11 @@
  * removes the home, also after a failed test.
  */
 import { writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Sandbox } from '@forkd/sdk';
 import { startDaemon, type DaemonProcess } from './daemon-process.js';
 import { makeTestHome, type TestHome } from './home.js';
+import { freePort } from './ports.js';
 
 /** A template as E2B makes them: a `user` account its calls default to, home /home/user. */
 export const ADD_USER = [
@@ -26,14 +26,6 @@ export interface E2bListener {
   /** The forkd SDK's config for the same daemon. */
   forkd: { url: string; token: string };
   stop(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 /** Start a daemon with the E2B listener and point the `e2b` SDK at it. */

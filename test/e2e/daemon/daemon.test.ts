@@ -9,13 +9,13 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { request as httpsRequest } from 'node:https';
-import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { forkd } from '../../helpers/cli.js';
 import { selfSignedCert } from '../../helpers/certs.js';
 import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
 import { call, startDaemonProcess, stopDaemonProcess, type DaemonProcess } from './process.js';
+import { freePort } from '../../helpers/ports.js';
 
 let home: TestHome;
 let daemon: DaemonProcess | undefined;
@@ -165,14 +165,6 @@ test('TCP without a token file refuses to start; TLS with a token serves and aud
     JSON.stringify(audit),
   );
 });
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 function httpsCall(
   tls: { port: number; ca: Buffer },

@@ -9,12 +9,13 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, createSign, randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm, stat, writeFile, mkdir, copyFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
-import { createServer as netServer, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RegistryClient, MEDIA } from '../../../src/drivers/registry/index.js';
 import { run } from '../../../src/util/exec.js';
 import { selfSignedCert } from '../../helpers/certs.js';
+import { freePort } from '../../helpers/ports.js';
 
 export interface TestRegistry {
   host: string;
@@ -29,14 +30,6 @@ export type AuthMode =
   | { kind: 'none' }
   | { kind: 'basic'; user: string; password: string }
   | { kind: 'token'; user: string; password: string };
-
-async function freePort(): Promise<number> {
-  const srv = netServer().listen(0, '127.0.0.1');
-  await new Promise((r) => srv.once('listening', r));
-  const port = (srv.address() as AddressInfo).port;
-  await new Promise((r) => srv.close(r));
-  return port;
-}
 
 /** Start a registry (and a token server for token auth); `stop` ends both and removes its files. */
 export async function startRegistry(auth: AuthMode = { kind: 'none' }): Promise<TestRegistry> {

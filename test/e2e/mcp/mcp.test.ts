@@ -11,7 +11,6 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { appendFile, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -22,6 +21,7 @@ import { Sandbox, Snapshot } from '@forkd/sdk';
 import { CLI } from '../../helpers/cli.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
+import { freePort } from '../../helpers/ports.js';
 
 const TOKEN = 'mcp-e2e-token-0123456789abcdef';
 const TRANSCRIPT = process.env.FORKD_MCP_TRANSCRIPT;
@@ -31,14 +31,6 @@ let home: TestHome;
 let daemon: DaemonProcess | undefined;
 let port: number;
 const clients: Client[] = [];
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 before(async () => {
   home = await makeTestHome();

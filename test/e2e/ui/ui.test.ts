@@ -10,13 +10,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { Sandbox } from '@forkd/sdk';
 import { forkd as runCli } from '../../helpers/cli.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
+import { freePort } from '../../helpers/ports.js';
 
 const CHROMIUM = process.env.FORKD_CHROMIUM ?? '/usr/bin/chromium';
 const TOKEN = 'ui-test-token-0123456789';
@@ -29,14 +29,6 @@ let browser: Browser | undefined;
 let base = '';
 let page: Page;
 const env = () => ({ ...home.env, FORKD_TOKEN: TOKEN });
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 async function cli(args: string[]): Promise<string> {
   const r = await runCli(args, { env: env() });
