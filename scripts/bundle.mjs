@@ -3,7 +3,7 @@
 // files instead of ~50 modules, and loads only the node built-ins it uses (module loading
 // was most of what a client verb cost):
 //  - the SDK's entry, packages/sdk/dist/index.js, from its sources into one file (one copy:
-//    the CLI, the daemon and SDK users all import this file; wire.js and version.js import
+//    the CLI, the daemon and SDK users all import this file; wire.js (with bodies.js) and version.js import
 //    nothing and stay as tsc wrote them);
 //  - the CLI's client side into dist/src/cli/main.js: commander and the client verbs (the
 //    few built-ins only one verb needs, like child_process for `cp -r`, are imported where

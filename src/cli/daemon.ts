@@ -6,7 +6,7 @@
 import type { Command } from 'commander';
 import { ForkdError } from '../errors.js';
 import { startDaemon, type DaemonOptions } from '../daemon/daemon.js';
-import { parseMerge, parseTbMiB } from '../services/vmm-driver.js';
+import { parseMerge, parseTbMiB } from '../services/local.js';
 import { POOL_MAX } from '../contract/rules.js';
 import type { LogLevel } from '../daemon/log.js';
 import { action } from './output.js';

@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import { paths } from '../config.js';
-import { runDoctor, type CheckResult } from '../services/doctor.js';
+import { runDoctor, type CheckResult } from '../services/local.js';
 import { action, printJson } from './output.js';
 
 export function register(cmd: Command): void {

@@ -13,7 +13,7 @@ import {
   type BuildOptions,
   type Image,
   type Progress,
-} from '../services/images/index.js';
+} from '../services/local.js';
 import { describeImage, showImages } from './images.js';
 import { register as registerOci } from './image-oci.js';
 import { action, printJson } from './output.js';

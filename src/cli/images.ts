@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import type { ImageT } from '../contract/schemas.js';
-import type { Image, ImageSource } from '../services/images/index.js';
+import type { Image, ImageSource } from '../services/local.js';
 import { daemonImages } from './client.js';
 import { action, formatBytes, printJson, printTable } from './output.js';
 
@@ -16,7 +16,7 @@ export function register(cmd: Command): void {
 async function localImages(): Promise<ImageT[]> {
   const [{ paths }, { ImageStore }] = await Promise.all([
     import('../config.js'),
-    import('../services/images/index.js'),
+    import('../services/local.js'),
   ]);
   return new ImageStore(paths()).list();
 }

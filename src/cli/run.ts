@@ -7,8 +7,7 @@
 import type { Command } from 'commander';
 import { Sandbox as DaemonSandbox, type Forkd, type LimitsOptions } from '@forkd/sdk';
 import type { Paths } from '../config.js';
-import type { Sandbox } from '../services/sandboxes/sandbox.js';
-import type { restoreBootSnapshot } from '../services/snapshots/boot-restore.js';
+import type { restoreBootSnapshot, Sandbox } from '../services/local.js';
 import { commandFailed, findDaemon, forwardsStdin, pumpStdin } from './client.js';
 import { commandExit, EXIT } from './exit.js';
 import { attach } from './exec.js';
@@ -142,7 +141,7 @@ async function imageCommand(image: string, daemon: Forkd | undefined): Promise<s
   else {
     const [{ paths }, { getImage }] = await Promise.all([
       import('../config.js'),
-      import('../services/images/index.js'),
+      import('../services/local.js'),
     ]);
     config = (await getImage(paths(), image)).config;
   }
@@ -161,18 +160,13 @@ async function bootInProcess(
   req: RunRequest,
   signal: AbortSignal,
 ): Promise<Booted> {
-  const [{ paths }, images, sandboxes, { withExecDefaults }, { Limiter, runCgroupParent }, driver] =
-    await Promise.all([
-      import('../config.js'),
-      import('../services/images/index.js'),
-      import('../services/sandboxes/sandbox.js'),
-      import('../services/sandboxes/exec.js'),
-      import('../services/limits.js'),
-      import('../services/vmm-driver.js'),
-    ]);
-  driver.wireVmm();
-  const { DEFAULT_IMAGE, getImage, imageEnv, imageExecDefaults } = images;
-  const { bootSandbox, destroySandbox, resolveResources } = sandboxes;
+  const [{ paths }, local] = await Promise.all([
+    import('../config.js'),
+    import('../services/local.js'),
+  ]);
+  local.wireVmm();
+  const { DEFAULT_IMAGE, getImage, imageEnv, imageExecDefaults, withExecDefaults } = local;
+  const { bootSandbox, destroySandbox, resolveResources, Limiter, runCgroupParent } = local;
   const p = paths();
   // The same cgroup and default limits as a daemon's sandbox, under a parent of its own.
   const limiter = new Limiter({ home: p.home, parent: runCgroupParent(p.home) });
@@ -209,7 +203,7 @@ async function restored(
   start: Parameters<typeof restoreBootSnapshot>[1],
   req: RunRequest,
 ): Promise<Sandbox | undefined> {
-  const { restoreBootSnapshot } = await import('../services/snapshots/boot-restore.js');
+  const { restoreBootSnapshot } = await import('../services/local.js');
   try {
     const r = await restoreBootSnapshot(p, start);
     const how = r.captured ? `captured it in ${r.captureMs} ms, then ` : '';

@@ -4,8 +4,7 @@
  */
 import type { Command } from 'commander';
 import { paths } from '../config.js';
-import { setupGuest } from '../services/guest.js';
-import { buildBusyboxImage, DEFAULT_IMAGE, listImages } from '../services/images/index.js';
+import { buildBusyboxImage, DEFAULT_IMAGE, listImages, setupGuest } from '../services/local.js';
 import { action, printJson } from './output.js';
 
 export function register(cmd: Command): void {

@@ -4,6 +4,7 @@
  * Field names follow the REST contract (src/contract/schemas.ts) so routes pass values through.
  * Services return domain results and throw catalog errors; only routes make wire bodies.
  */
+import type { AuditEntry } from '../store/audit.js';
 import type { Readable } from 'node:stream';
 import type {
   BranchRequestT,
@@ -277,16 +278,7 @@ export interface ImageProgress {
   total?: number;
 }
 
-export interface AuditEntry {
-  at: string;
-  principal: string;
-  method: string;
-  route: string;
-  target: string | null;
-  status: number;
-  code: string | null;
-  duration_ms: number;
-}
+export type { AuditEntry };
 
 export interface AuditLog {
   record(entry: AuditEntry): void;

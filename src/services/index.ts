@@ -16,12 +16,13 @@ import type { Services } from './contracts.js';
 import { Host } from './host.js';
 import { Limiter, type LimitDefaults } from './limits.js';
 import { ImageStore } from './images/index.js';
-import type { ServiceLog } from './sandboxes/log.js';
+import type { ServiceLog } from './log.js';
 import type { ReconcileReport } from './sandboxes/reconcile.js';
+import { publishingOf } from './snapshots/publishing.js';
 import { SandboxManager } from './sandboxes/service.js';
 import { defaultPoolFromEnv, SnapshotManager } from './snapshots/service.js';
 import { BootStarts } from './snapshots/boot-start.js';
-import { silentLog } from './sandboxes/log.js';
+import { silentLog } from './log.js';
 import { PackManager } from './packs/service.js';
 import { BuildManager } from './build/service.js';
 import { NetworkService } from './network/service.js';
@@ -164,7 +165,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
   const branch = new BranchManager({
     paths,
     sandboxes,
-    snapshots,
+    snapshots: publishingOf(snapshots),
     intents: store.intents,
     qemuVersion,
     log: logOf('branch'),

@@ -4,9 +4,20 @@
  */
 import { appendFileSync } from 'node:fs';
 import type Database from 'better-sqlite3';
-import type { AuditEntry, AuditLog } from '../services/contracts.js';
 
-export class AuditRows implements AuditLog {
+/** One audited request (docs/daemon.md). */
+export interface AuditEntry {
+  at: string;
+  principal: string;
+  method: string;
+  route: string;
+  target: string | null;
+  status: number;
+  code: string | null;
+  duration_ms: number;
+}
+
+export class AuditRows {
   private readonly insert: Database.Statement<[AuditEntry]>;
 
   /** `file`: also append each entry as a JSON line there (created 0600). */

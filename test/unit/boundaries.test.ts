@@ -69,6 +69,21 @@ const WRONG: [string, string, string][] = [
     "import { parseMerge } from '../drivers/qemu/tuning.js';\nvoid parseMerge;\n",
   ],
   [
+    'the CLI importing a service other than services/local.ts',
+    'src/cli/x.ts',
+    "import { SandboxManager } from '../services/sandboxes/service.js';\nvoid SandboxManager;\n",
+  ],
+  [
+    'the CLI importing the store',
+    'src/cli/x.ts',
+    "import { Store } from '../store/db.js';\nvoid Store;\n",
+  ],
+  [
+    'the store importing a service',
+    'src/store/x.ts',
+    "import type { Services } from '../services/contracts.js';\nexport type T = Services;\n",
+  ],
+  [
     'the daemon importing a QEMU module',
     'src/daemon/x.ts',
     "import type { VmTuning } from '../drivers/qemu/tuning.js';\nexport type T = VmTuning;\n",
@@ -118,6 +133,7 @@ test('lint allows what the layers may do', async () => {
       'src/services/doctor.ts',
       "import { probeLive } from '../drivers/qemu/live.js';\nvoid probeLive;\n",
     ],
+    ['src/cli/x.ts', "import { runDoctor } from '../services/local.js';\nvoid runDoctor;\n"],
     ['src/mcp/x.ts', "import { LIMITS } from '../contract/rules.js';\nvoid LIMITS;\n"],
     ['src/contract/schemas/x.ts', "import { LIMITS } from '../rules.js';\nvoid LIMITS;\n"],
     ['src/drivers/qemu/x.ts', "import { monitor } from './vm.js';\nvoid monitor;\n"],

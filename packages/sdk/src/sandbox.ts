@@ -38,6 +38,15 @@ import {
   toSeconds,
   type CreateSandboxBody,
 } from './wire.js';
+import {
+  sandboxPath,
+  getInfo,
+  deleteSandbox,
+  patchTimeout,
+  patchSandbox,
+  tierMove,
+  consoleLog,
+} from './sandbox-requests.js';
 import { Pty } from './pty.js';
 
 /**
@@ -119,10 +128,6 @@ export interface SandboxListOptions extends SandboxOptions {
   state?: SandboxState;
   /** `key=value`: only sandboxes with that label. */
   label?: string;
-}
-
-function sandboxPath(id: string): string {
-  return `/v1/sandboxes/${encodeURIComponent(id)}`;
 }
 
 /** Wraps a sandbox the daemon reported; set by the class, whose constructor is private. */
@@ -564,70 +569,4 @@ export class Sandbox {
       if ((e as { code?: string }).code !== 'sandbox_not_found') throw e;
     });
   }
-}
-
-// ---- requests shared by the static calls and their instance twins ----------------------
-
-async function getInfo(client: Forkd, id: string, opts: CallOptions): Promise<SandboxInfo> {
-  const wire = await client.transport.json({
-    method: 'GET',
-    path: sandboxPath(id),
-    signal: opts.signal,
-  });
-  return sandboxFromWire(wire);
-}
-
-async function deleteSandbox(client: Forkd, id: string, opts: CallOptions): Promise<void> {
-  await client.transport.bytes({ method: 'DELETE', path: sandboxPath(id), signal: opts.signal });
-}
-
-async function patchTimeout(
-  client: Forkd,
-  id: string,
-  timeoutMs: number,
-  opts: CallOptions,
-): Promise<SandboxInfo> {
-  return patchSandbox(client, id, { timeout_s: toSeconds(timeoutMs) }, opts);
-}
-
-/** PATCH /v1/sandboxes/:id: the sandbox as it is afterwards. */
-async function patchSandbox(
-  client: Forkd,
-  id: string,
-  json: Record<string, unknown>,
-  opts: CallOptions,
-): Promise<SandboxInfo> {
-  const wire = await client.transport.json({
-    method: 'PATCH',
-    path: sandboxPath(id),
-    json,
-    signal: opts.signal,
-  });
-  return sandboxFromWire(wire);
-}
-
-/** POST /pause or /resume: the sandbox as it is afterwards. */
-async function tierMove(
-  client: Forkd,
-  id: string,
-  verb: 'pause' | 'resume',
-  opts: CallOptions,
-  json?: Record<string, unknown>,
-): Promise<SandboxInfo> {
-  const wire = await client.transport.json({
-    method: 'POST',
-    path: `${sandboxPath(id)}/${verb}`,
-    json,
-    signal: opts.signal,
-  });
-  return sandboxFromWire(wire);
-}
-
-async function consoleLog(client: Forkd, id: string, opts: CallOptions): Promise<string> {
-  const bytes = await client.transport.bytes({
-    method: 'GET',
-    path: `${sandboxPath(id)}/logs`,
-    signal: opts.signal,
-  });
-  return bytes.toString('utf8');
 }

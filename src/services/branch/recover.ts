@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import type { BranchIntent, BranchIntentRows } from '../../store/intents.js';
 import { failPoint } from '../../util/crash.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
-import type { ServiceLog } from '../sandboxes/log.js';
+import type { ServiceLog } from '../log.js';
 import { vmm } from '../vmm.js';
 
 /** What start-up recovery did with one intent. */

@@ -11,7 +11,7 @@
 import type { BranchModeT } from '../../contract/schemas.js';
 import { ForkdError } from '../../errors.js';
 import type { Lease } from '../sandboxes/host.js';
-import type { ServiceLog } from '../sandboxes/log.js';
+import type { ServiceLog } from '../log.js';
 import { vmm } from '../vmm.js';
 
 /**

@@ -15,12 +15,12 @@ import type { BranchOutcome, BranchService, Caller } from '../contracts.js';
 import { locateGuest } from '../guest.js';
 import type { Lease, SandboxHost } from '../sandboxes/host.js';
 import { memPathOf } from '../sandboxes/sandbox.js';
-import { silentLog, type ServiceLog } from '../sandboxes/log.js';
+import { silentLog, type ServiceLog } from '../log.js';
 import { validateTag, type SnapshotConfig, type SnapshotManifest } from '../snapshots/files.js';
 import { inheritedFromSnapshot } from '../snapshots/hooks.js';
 import { diffAgainst, memoryChainProblem, memoryId } from '../snapshots/memory.js';
 import type { SnapshotMeta } from '../snapshots/registry.js';
-import type { SnapshotManager } from '../snapshots/service.js';
+import type { SnapshotPublishing } from '../snapshots/publishing.js';
 import type { Limits } from '../limits.js';
 import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
 import { ForkdError } from '../../errors.js';
@@ -36,7 +36,8 @@ import type { RamRegion } from '../../drivers/vmm.js';
 export interface BranchServiceOptions {
   paths: Paths;
   sandboxes: SandboxHost;
-  snapshots: SnapshotManager;
+  /** Where branches publish and fork (snapshots/publishing.ts). */
+  snapshots: SnapshotPublishing;
   /** Where branches record their disk switch before making it. */
   intents: BranchIntentRows;
   qemuVersion: () => Promise<string>;
@@ -67,14 +68,10 @@ export class BranchManager implements BranchService {
     this.modes = new BranchModes(opts.branchMode);
   }
 
-  private get registry() {
-    return this.opts.snapshots.registry;
-  }
-
   /** Settle the disk switches of branches a crash cut short, sweep stray layers. Call once before serving. */
   async start(): Promise<void> {
     const ctx = { rows: this.opts.intents, sandboxes: this.opts.sandboxes, log: this.log };
-    await recoverIntents({ ...ctx, published: (tag) => this.registry.isPublished(tag) });
+    await recoverIntents({ ...ctx, published: (tag) => this.opts.snapshots.isPublished(tag) });
     await sweepStrayLayers(ctx);
   }
 
@@ -134,7 +131,7 @@ export class BranchManager implements BranchService {
     const { mode } = room;
     const release = () => room.release();
     try {
-      this.registry.reserve(tag, id);
+      this.opts.snapshots.reserve(tag, id);
     } catch (e) {
       await release();
       throw e;
@@ -157,7 +154,7 @@ export class BranchManager implements BranchService {
       });
       void captured.capture.pages.then(release, release);
       const meta = { ...(await this.meta(tag, source, req, over, egress)), ...extra };
-      this.registry.describe(meta); // shown, with its reason, should it fail or be cut off
+      this.opts.snapshots.describe(meta); // shown, with its reason, should it fail or be cut off
       published = this.publish(source, captured, meta, { warn, over, noWait: req.no_wait });
       // Released once published or undone, not after the children's fork.
       void published.then(chain.unlock, chain.unlock);
@@ -181,9 +178,9 @@ export class BranchManager implements BranchService {
         void published.catch(() => undefined);
         // A live copy is still running at resume: its size is known once it is `ready`.
         const result = await answer(mode === 'copy');
-        return { snapshot: this.registry.writing(meta, source.vm.spec.dir), ...result };
+        return { snapshot: this.opts.snapshots.writing(meta, source.vm.spec.dir), ...result };
       }
-      const snapshot = await this.registry.toWire(await published);
+      const snapshot = await this.opts.snapshots.toWire(await published);
       const result = await answer(true);
       if (!req.fork) return { snapshot, ...result };
       const children = await this.opts.snapshots.fork(
@@ -196,7 +193,7 @@ export class BranchManager implements BranchService {
         // Captured but not handed to publish (its row could not be written: a full disk
         // fails SQLite too): the live copy ends, then the branch is undone as publish would.
         if (captured) await this.undoCapture(source, captured, warn);
-        await this.registry.release(tag);
+        await this.opts.snapshots.release(tag);
       }
       throw await this.failed(e, source, tag, mode);
     }
@@ -226,8 +223,8 @@ export class BranchManager implements BranchService {
     const ramBase = source.info.snapshot ?? null;
     if (source.vm.spec.memPath !== memPathOf(this.opts.paths, ramBase)) return null;
     for (const tag of [source.diskBase, ramBase]) {
-      if (!tag || !this.registry.isPublished(tag)) continue;
-      const m = await this.registry.manifest(tag).catch(() => undefined);
+      if (!tag || !this.opts.snapshots.isPublished(tag)) continue;
+      const m = await this.opts.snapshots.manifest(tag).catch(() => undefined);
       if (!m || (tag !== ramBase && m.source_sandbox !== source.id)) continue;
       if (!(await memoryChainProblem(this.opts.paths, m))) return m;
     }
@@ -288,11 +285,10 @@ export class BranchManager implements BranchService {
       return pages;
     });
     const keepFailed = Boolean(opts.noWait);
-    return this.registry.publish(meta.tag, staging, meta, { ready: stored, keepFailed }).then(
+    return this.opts.snapshots.publish(meta.tag, staging, meta, { ready: stored, keepFailed }).then(
       (m) => {
         source.setDiskBase(meta.tag);
         this.opts.intents.clear(meta.tag);
-        this.opts.snapshots.settleMemoryChain(m);
         return m;
       },
       async (e: unknown) => {

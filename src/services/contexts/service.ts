@@ -28,7 +28,7 @@ import {
 } from '../../drivers/agent/runner.js';
 import { ForkdError, isForkdError } from '../../errors.js';
 import type { BranchService, Caller, ContextService, SandboxService } from '../contracts.js';
-import { EventQueue } from '../sandboxes/queue.js';
+import { EventQueue } from '../../util/queue.js';
 import { ExecutionBuilder, toEvalEvent } from './execution.js';
 
 export interface ContextManagerOptions {

@@ -45,7 +45,7 @@ import {
   removeHostTable,
 } from '../../drivers/net/nft.js';
 import { ForkdError } from '../../errors.js';
-import { silentLog, type ServiceLog } from '../sandboxes/log.js';
+import { silentLog, type ServiceLog } from '../log.js';
 import {
   decideName,
   judgeConnection,

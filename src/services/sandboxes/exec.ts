@@ -14,7 +14,7 @@ import type {
 } from '../../drivers/agent/client.js';
 import { ForkdError } from '../../errors.js';
 import type { ExecStream } from '../contracts.js';
-import { EventQueue } from './queue.js';
+import { EventQueue } from '../../util/queue.js';
 
 type ExecEvent = ExecStream['events'] extends AsyncIterable<infer E> ? E : never;
 

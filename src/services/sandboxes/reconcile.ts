@@ -19,7 +19,7 @@ import type { Limiter } from '../limits.js';
 import { connectGuest, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
 import { commitStaged, discardStaged, hibernationFiles, ramBaseOf } from './hibernate.js';
 import { keepConsoleLog, removeLeftovers } from './leftovers.js';
-import type { ServiceLog } from './log.js';
+import type { ServiceLog } from '../log.js';
 import { pidAlive } from '../../util/pid.js';
 import type { VmHandle } from '../../drivers/vmm.js';
 import { vmm } from '../vmm.js';

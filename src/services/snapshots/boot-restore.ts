@@ -9,7 +9,7 @@ import { Store } from '../../store/db.js';
 import { run } from '../../util/exec.js';
 import { parseQemuVersion } from '../host.js';
 import type { Placement } from '../limits.js';
-import { silentLog } from '../sandboxes/log.js';
+import { silentLog } from '../log.js';
 import { newSandboxId, type Sandbox } from '../sandboxes/sandbox.js';
 import { bootKey, ensureBootSnapshot, type BootSnapshot } from './boot.js';
 import { prepareChild, restoreChild } from './fork.js';

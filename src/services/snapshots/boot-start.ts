@@ -10,7 +10,7 @@ import type { Caller } from '../contracts.js';
 import { getImage, imageEnv } from '../images/index.js';
 import type { Limiter } from '../limits.js';
 import type { NetworkService } from '../network/service.js';
-import type { ServiceLog } from '../sandboxes/log.js';
+import type { ServiceLog } from '../log.js';
 import { resolveResources } from '../sandboxes/sandbox.js';
 import { DEFAULT_IMAGE } from '../images/index.js';
 import { BOOT_TAG_PREFIX, bootKey, bootTag, ensureBootSnapshot, type BootKey } from './boot.js';

@@ -13,7 +13,7 @@ import { ForkdError } from '../../errors.js';
 import type { Store } from '../../store/db.js';
 import type { SnapshotRow } from '../../store/snapshots.js';
 import { crashPoint } from '../../util/crash.js';
-import type { ServiceLog } from '../sandboxes/log.js';
+import type { ServiceLog } from '../log.js';
 import {
   listTags,
   publishSnapshot,

@@ -21,7 +21,7 @@ import type { Store } from '../../store/db.js';
 import { checkRange } from '../checks.js';
 import type { Caller, ForkOutcome, ForkRequest, SnapshotService } from '../contracts.js';
 import type { SandboxHost } from '../sandboxes/host.js';
-import { silentLog, type ServiceLog } from '../sandboxes/log.js';
+import { silentLog, type ServiceLog } from '../log.js';
 import { flattenInto } from './compact.js';
 import { createSnapshot } from './create.js';
 import { stagingDir, validateTag, type SnapshotManifest } from './files.js';

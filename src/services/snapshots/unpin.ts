@@ -9,7 +9,7 @@ import { rm } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Paths } from '../../config.js';
 import type { SandboxHost } from '../sandboxes/host.js';
-import type { ServiceLog } from '../sandboxes/log.js';
+import type { ServiceLog } from '../log.js';
 import { diskOf, layerBelow } from './chain.js';
 import type { SnapshotManifest } from './files.js';
 import { vmm } from '../vmm.js';

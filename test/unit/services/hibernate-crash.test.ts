@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { paths, type Paths } from '../../../src/config.js';
 import type { Limiter } from '../../../src/services/limits.js';
 import { hibernationFiles } from '../../../src/services/sandboxes/hibernate.js';
-import { silentLog } from '../../../src/services/sandboxes/log.js';
+import { silentLog } from '../../../src/services/log.js';
 import { reconcile } from '../../../src/services/sandboxes/reconcile.js';
 import { Store } from '../../../src/store/db.js';
 import type { SandboxRow } from '../../../src/store/sandboxes.js';

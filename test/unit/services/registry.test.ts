@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { paths, type Paths } from '../../../src/config.js';
 import { isForkdError } from '../../../src/errors.js';
-import { silentLog } from '../../../src/services/sandboxes/log.js';
+import { silentLog } from '../../../src/services/log.js';
 import { SNAPSHOT_FILES, stagingDir } from '../../../src/services/snapshots/files.js';
 import { SnapshotRegistry, type SnapshotMeta } from '../../../src/services/snapshots/registry.js';
 import { Store } from '../../../src/store/db.js';

@@ -8,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { isForkdError } from '../../../src/errors.js';
 import { Gate } from '../../../src/services/sandboxes/gate.js';
 import { ExpiryTimers } from '../../../src/services/sandboxes/expiry.js';
-import { EventQueue } from '../../../src/services/sandboxes/queue.js';
+import { EventQueue } from '../../../src/util/queue.js';
 import { decodeBase64, newExecId } from '../../../src/services/sandboxes/exec.js';
 import { parseQemuVersion } from '../../../src/services/host.js';
 

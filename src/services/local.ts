@@ -1,0 +1,33 @@
+/**
+ * What the CLI runs on this host itself, without a daemon: `forkd run` in process, `setup`,
+ * `doctor`, `image build|rm` and the local `images` listing and the daemon's QEMU flags. The one services module
+ * cli/ may import (lint enforces it); every other verb is a client of the SDK.
+ */
+export { setupGuest } from './guest.js';
+export {
+  buildBusyboxImage,
+  buildDebianImage,
+  buildImageFromDir,
+  DEFAULT_IMAGE,
+  getImage,
+  imageEnv,
+  imageExecDefaults,
+  ImageStore,
+  listImages,
+  removeImage,
+  type BuildOptions,
+  type Image,
+  type ImageSource,
+  type Progress,
+} from './images/index.js';
+export { runDoctor, type CheckResult } from './doctor.js';
+export { parseMerge, parseTbMiB, wireVmm } from './vmm-driver.js';
+export {
+  bootSandbox,
+  destroySandbox,
+  resolveResources,
+  type Sandbox,
+} from './sandboxes/sandbox.js';
+export { withExecDefaults } from './sandboxes/exec.js';
+export { Limiter, runCgroupParent } from './limits.js';
+export { restoreBootSnapshot } from './snapshots/boot-restore.js';

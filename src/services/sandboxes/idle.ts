@@ -1,0 +1,250 @@
+/**
+ * The idle tiers as the sandbox service runs them (docs/idle.md): every request wakes a
+ * parked sandbox first (`awake`), a sweep each second parks the ones nobody used for their
+ * idle time whose guest stayed quiet, and a hibernation goes to disk and comes back with
+ * its network, cgroup and published ports. tiers.ts holds the moves themselves and the
+ * rules; hibernate.ts the capture and the restore.
+ */
+import { ForkdError } from '../../errors.js';
+import type { VmHandle } from '../../drivers/vmm.js';
+import { OPEN_EGRESS } from '../network/policy.js';
+import type { Endings } from './ending.js';
+import { captureToDisk, readImage, restoreFromDisk, type NetImage } from './hibernate.js';
+import type { AwakeLive, Live } from './live.js';
+import type { SandboxParts } from './parts.js';
+import {
+  guestWorked,
+  idleAfterOf,
+  idleMove,
+  liveVm,
+  moveTo,
+  needsWake,
+  type CpuMark,
+  type IdleAfter,
+  type SandboxTier,
+} from './tiers.js';
+import { crashPoint } from '../../util/crash.js';
+
+/** How often the idle policy looks for sandboxes to park. */
+const IDLE_SWEEP_MS = 1000;
+
+export class IdleTiers {
+  private timer: NodeJS.Timeout | undefined;
+  private sweeping = false;
+
+  constructor(
+    private readonly p: SandboxParts,
+    private readonly endings: Endings,
+    private readonly opts: {
+      /** The daemon's idle times (`--pause-idle-after`, `--hibernate-idle-after`). */
+      defaults: IdleAfter;
+      /** How long a restore may wait for the guest agent. */
+      agentTimeoutMs: number;
+    },
+  ) {}
+
+  /** Sweep each second: a sandbox may have a policy of its own whatever the daemon's defaults. */
+  start(): void {
+    this.timer = setInterval(() => this.sweep(), IDLE_SWEEP_MS);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  /** A running sandbox for a request: woken first when parked (transparently), marked used. */
+  async awake(id: string): Promise<AwakeLive> {
+    const live = this.p.table.running(id);
+    live.lastUsed = Date.now();
+    if (needsWake(live)) {
+      const from = live.tier;
+      await this.move(live, 'running');
+      live.lastUsed = Date.now(); // its idle time counts from the end of a wake (seconds from disk)
+      this.p.log.info({ sandbox: id, from }, 'sandbox woken');
+    }
+    liveVm(live);
+    return live as AwakeLive;
+  }
+
+  /** Park a running sandbox on request (a hibernation refuses while a stream is under way). */
+  async park(id: string, to: 'paused' | 'hibernated'): Promise<void> {
+    const live = this.p.table.running(id);
+    if (to === 'hibernated' && live.busy > 0) {
+      throw new ForkdError(
+        'bad_request',
+        `sandbox ${id} has a command, upload or terminal under way: its stream would end with the QEMU; pause it, or hibernate it once they are done`,
+        { id, tier: to },
+      );
+    }
+    await this.move(live, to);
+  }
+
+  /** After a daemon restart a hibernated sandbox's published ports listen again. */
+  async holdParkedPorts(id: string, dir: string): Promise<void> {
+    const network = this.p.network;
+    if (!network) return;
+    const image = await readImage(dir).catch(() => undefined);
+    if (!image?.ports.length) return;
+    await network.holdParked(
+      id,
+      image.nic ? 'nat' : 'none',
+      image.egress ?? OPEN_EGRESS,
+      image.ports,
+    );
+  }
+
+  /** A new policy applies at once: a parked sandbox stays in its tier, its times count from now. */
+  touched(id: string): void {
+    const live = this.p.table.get(id);
+    if (live) live.lastUsed = Date.now();
+  }
+
+  /**
+   * Park every sandbox nobody used for its pause- or hibernate-after time whose guest
+   * stayed quiet meanwhile. One sweep at a time (each reads QEMUs' CPU time).
+   */
+  private sweep(): void {
+    if (this.sweeping) return;
+    this.sweeping = true;
+    Promise.all(this.p.table.all().map((live) => this.parkIfIdle(live)))
+      .catch((e: unknown) => this.p.log.warn({ err: e }, 'idle sweep failed'))
+      .finally(() => (this.sweeping = false));
+  }
+
+  private async parkIfIdle(live: Live): Promise<void> {
+    const { table, log } = this.p;
+    const after = idleAfterOf(table.rows.get(live.id)?.idle, this.opts.defaults);
+    if (after.pauseAfterS === null && after.hibernateAfterS === null) return;
+    const running = live.tier === 'running';
+    // QEMU's CPU is read once after each request (the mark) and when a move is due, not
+    // every sweep: with the default policy every running sandbox is swept each second.
+    if (running && (!live.quiet || live.quiet.at < live.lastUsed)) {
+      const mark = await cpuMark(live);
+      if (mark) {
+        live.quiet = mark; // used since: its quiet time is measured from now on
+        return;
+      }
+    }
+    const to = table.ending.has(live.id) ? null : idleMove(live, after, Date.now());
+    if (!to) return;
+    const cpu = running ? await cpuMark(live) : undefined;
+    if (cpu && live.quiet && guestWorked(live.quiet, cpu)) {
+      live.lastUsed = Date.now(); // its own job keeps it awake, a full idle time more
+      return;
+    }
+    log.info({ sandbox: live.id, tier: to, ...after }, 'parking an idle sandbox');
+    await this.move(live, to).catch((e: unknown) =>
+      log.warn({ sandbox: live.id, tier: to, err: e }, 'could not park an idle sandbox'),
+    );
+  }
+
+  private move(live: Live, to: SandboxTier): Promise<void> {
+    const moves = { hibernate: () => this.hibernate(live), restore: () => this.restore(live) };
+    return moveTo(live, to, moves, (tier) => {
+      this.p.table.rows.update(live.id, { tier, pid: live.vm?.pid ?? null });
+    });
+  }
+
+  /**
+   * Capture it to disk, end its QEMU (no process, no memory), and let go of what only a
+   * running QEMU needs: its cgroup and its network namespace (its policy and published
+   * ports are in the capture's image, put back by the wake). A capture that fails leaves it
+   * as it was.
+   */
+  private async hibernate(live: Live): Promise<void> {
+    const vm = liveVm(live);
+    const wasRunning = live.tier === 'running';
+    const staged = await captureToDisk(vm, await this.netImage(live.id)).catch(
+      async (e: unknown) => {
+        if (wasRunning) await vm.resume().catch(() => undefined); // the capture stopped it
+        throw e;
+      },
+    );
+    // The tier is recorded before its QEMU ends: a daemon that dies from here on finds the
+    // staged capture on its next start and holds it hibernated, not dead (reconcile.ts).
+    this.p.table.rows.update(live.id, { tier: 'hibernated' });
+    crashPoint('hibernate:recorded');
+    // From here its QEMU's exit is ours, not a death (the endings compare the VM).
+    live.vm = undefined;
+    live.agent?.close();
+    live.agent = undefined;
+    await vm.kill();
+    crashPoint('hibernate:ended');
+    try {
+      await staged.commit();
+      const { image } = staged;
+      this.p.log.info(
+        { sandbox: live.id, memory_bytes: image.memory_bytes, pause_ms: image.pause_ms },
+        'sandbox hibernated',
+      );
+    } catch (e) {
+      const why = e instanceof Error ? e.message : String(e);
+      // Not awaited: the ending waits for this move to settle first.
+      void this.endings.end(live.id, 'dead', `its hibernation could not be written: ${why}`);
+      throw e;
+    }
+    await this.p.network?.park(live.id); // its published ports keep listening
+    await this.p.limiter.remove(live.id);
+  }
+
+  /** The policy and published ports a wake puts back. */
+  private async netImage(id: string): Promise<NetImage> {
+    const net = this.p.network;
+    if (!net?.modeOf(id)) return { ports: [] };
+    const state = await net.state(id);
+    return { egress: state.egress, ports: state.ports };
+  }
+
+  /**
+   * A hibernated sandbox back under its id: a network of its own again (the same NIC,
+   * policy and published host ports), its cgroup, then a QEMU restored from its capture.
+   */
+  private async restore(live: Live): Promise<void> {
+    const { network, limiter } = this.p;
+    const image = await readImage(live.dir);
+    const limits = this.p.table.row(live.id).limits;
+    const mode = image.nic ? 'nat' : 'none';
+    const leased = network ? await network.lease(live.id, mode, image.egress) : undefined;
+    const net = image.nic ? (leased ?? (image.restrict ? { restrict: true } : {})) : undefined;
+    try {
+      const { vm, agent } = await restoreFromDisk(image, {
+        dir: live.dir,
+        memoryMiB: live.row.memory_mib,
+        cpus: live.row.cpus,
+        net,
+        onSpawn: async (pid) => {
+          if (limits) await limiter.place(live.id, limits, pid);
+        },
+        agentTimeoutMs: this.opts.agentTimeoutMs,
+      });
+      live.vm = vm;
+      live.agent = agent;
+      this.endings.watch(live, vm);
+      await this.republish(live.id, vm, image);
+    } catch (e) {
+      await network?.park(live.id); // still hibernated: its ports keep listening
+      await limiter.remove(live.id);
+      throw e;
+    }
+  }
+
+  /** Its published ports again, on the host ports they had (one taken meanwhile is logged). */
+  private async republish(id: string, vm: VmHandle, image: NetImage): Promise<void> {
+    const network = this.p.network;
+    if (!network) return;
+    if (image.egress) await network.enforce(id, image.egress);
+    for (const p of image.ports) {
+      await network
+        .publish(id, vm, p.port, { hostPort: p.host_port, bind: p.host })
+        .catch((e: unknown) =>
+          this.p.log.warn({ sandbox: id, port: p.port, err: e }, 'could not publish a port again'),
+        );
+    }
+  }
+}
+
+async function cpuMark(live: Live): Promise<CpuMark | undefined> {
+  const cpuS = await live.vm?.cpuDemand();
+  return cpuS === undefined ? undefined : { at: Date.now(), cpuS };
+}
