@@ -126,7 +126,7 @@ test('errors come as {code, message} with the HTTP status', async () => {
   assert.equal(wrongKey.statusCode, 401);
 
   for (const payload of [
-    { templateID: SEED.snapshot, mcp: { x: {} } },
+    { templateID: SEED.snapshot, volumeMounts: [{ name: 'v', path: '/v' }] },
     { templateID: SEED.snapshot, network: { maskRequestHost: 'h' } },
     { templateID: SEED.snapshot, timeout: 1.5 },
     { templateID: SEED.snapshot, metadata: { a: 1 } },

@@ -877,10 +877,11 @@ export class SandboxManager implements SandboxService, SandboxHost {
     id: string,
     path: string,
     body: Readable,
-    opts: { mode?: number; parents?: boolean; user?: string },
+    opts: { mode?: number; parents?: boolean; user?: string; xattrs?: Record<string, string> },
   ): Promise<number> {
     const live = await this.awake(id);
-    const { user, ...rest } = opts;
+    const { user, xattrs, ...rest } = opts;
+    if (xattrs) live.agent.requireXattrs();
     const spec = user ?? (await this.defaultsOf(id, live)).user;
     const owner = spec && !isRootSpec(spec) ? await guestUser(live.agent, spec) : undefined;
     const created =
@@ -890,6 +891,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       live.agent.writeFile(path, body as AsyncIterable<Buffer>, rest),
     );
     if (owner) await handOver(live.agent, owner, [...created, path]);
+    if (xattrs && Object.keys(xattrs).length) await live.agent.setXattrs(path, xattrs);
     return size;
   }
 

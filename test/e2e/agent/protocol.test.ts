@@ -28,6 +28,7 @@ const REQUEST_TYPES = [
   'list',
   'mkdir',
   'remove',
+  'xattr_set',
   'configure',
   'pty_open',
   'pty_attach',
@@ -67,6 +68,7 @@ const MESSAGE_TYPES = [
   'stdin',
   'stdout',
   'sync',
+  'xattr_set',
 ];
 const ERROR_CODES = [
   'bad_json',
@@ -96,6 +98,7 @@ const PROBES: { msg: Record<string, unknown>; expect: string }[] = [
   { msg: { type: 'list' }, expect: 'bad_request' },
   { msg: { type: 'mkdir' }, expect: 'bad_request' },
   { msg: { type: 'remove' }, expect: 'bad_request' },
+  { msg: { type: 'xattr_set' }, expect: 'bad_request' },
   { msg: { type: 'configure' }, expect: 'result' },
   { msg: { type: 'pty_open' }, expect: 'bad_request' },
   { msg: { type: 'pty_attach', pty: 424242 }, expect: 'no_such_request' },
