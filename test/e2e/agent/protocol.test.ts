@@ -28,7 +28,6 @@ const REQUEST_TYPES = [
   'list',
   'mkdir',
   'remove',
-  'xattr_set',
   'configure',
   'pty_open',
   'pty_attach',
@@ -38,6 +37,7 @@ const REQUEST_TYPES = [
   'pty_close',
   'pty_detach',
   'pty_list',
+  'xattr_set',
 ];
 /** Every `"type":"…"` that appears in PROTOCOL.md's examples (both directions). */
 const MESSAGE_TYPES = [
@@ -98,7 +98,6 @@ const PROBES: { msg: Record<string, unknown>; expect: string }[] = [
   { msg: { type: 'list' }, expect: 'bad_request' },
   { msg: { type: 'mkdir' }, expect: 'bad_request' },
   { msg: { type: 'remove' }, expect: 'bad_request' },
-  { msg: { type: 'xattr_set' }, expect: 'bad_request' },
   { msg: { type: 'configure' }, expect: 'result' },
   { msg: { type: 'pty_open' }, expect: 'bad_request' },
   { msg: { type: 'pty_attach', pty: 424242 }, expect: 'no_such_request' },
@@ -108,6 +107,7 @@ const PROBES: { msg: Record<string, unknown>; expect: string }[] = [
   { msg: { type: 'pty_close', target: 424242 }, expect: 'no_such_request' },
   { msg: { type: 'pty_detach', target: 424242 }, expect: 'no_such_request' },
   { msg: { type: 'pty_list' }, expect: 'result' },
+  { msg: { type: 'xattr_set' }, expect: 'bad_request' },
 ];
 
 const protocolDoc = () => readFileSync(join(REPO_ROOT, 'agent', 'PROTOCOL.md'), 'utf8');
