@@ -192,6 +192,13 @@ test('an agent that lists no types is taken to know the protocol 1 inventory', a
   t.after(() => client.close());
   await client.info();
   assert.deepEqual(old.received, ['info']);
+  // Such an agent has no xattr_set: a write with xattrs is refused before it starts.
+  assert.throws(
+    () => client.requireXattrs(),
+    (e: unknown) => isForkdError(e) && e.code === 'unsupported',
+  );
+  await assert.rejects(client.setXattrs('/a', { 'user.a': 'b' }), /does not know "xattr_set"/);
+  assert.deepEqual(old.received, ['info'], 'nothing was sent for it');
 });
 
 test('every request type is known to the agent and answered as specified', async (t) => {
