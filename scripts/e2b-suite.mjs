@@ -65,6 +65,7 @@ const NOT_COUNTED = {
   },
   'sandbox/internetAccess.test.ts': {
     'internet access enabled': 'reaches connectivitycheck.gstatic.com: needs the internet',
+    'internet access default': 'reaches connectivitycheck.gstatic.com: needs the internet',
   },
   'sandbox/fork.test.ts': {
     'fork with count lower than 1 fails':
