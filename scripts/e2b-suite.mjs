@@ -15,7 +15,9 @@
  * E2B_SANDBOX_URL pointing at it (docs/e2b.md, "Running E2B's own tests").
  * Cases that need E2B's cloud (templates, volumes, secrets, getHost over wildcard DNS and
  * TLS, E2B's snapshots API, IAM, egress proxies) are not run; the mocked unit tests of
- * the SDK itself are not run either (they never reach a server).
+ * the SDK itself are not run either (they never reach a server). The few cases that run
+ * but need what no host here has (NOT_COUNTED: wildcard DNS, the internet) are listed
+ * apart with the reason, not counted.
  */
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -51,6 +53,24 @@ const AREAS = {
   metadata: ['sandbox/files/metadata.test.ts'],
   gzip: ['sandbox/files/contentEncoding.test.ts'],
   'signed URLs': ['sandbox/files/signing.test.ts', 'sandbox/secure.test.ts'],
+};
+/**
+ * Cases that run but cannot pass against any server on a host like ours, by file and test
+ * title, each with why: they are listed apart and not counted.
+ */
+const NOT_COUNTED = {
+  'sandbox/snapshot.test.ts': {
+    'pause and resume a sandbox with http server':
+      "getHost(port): E2B's <port>-<id> host name over wildcard DNS and TLS",
+  },
+  'sandbox/internetAccess.test.ts': {
+    'internet access enabled': 'reaches connectivitycheck.gstatic.com: needs the internet',
+    'internet access default': 'reaches connectivitycheck.gstatic.com: needs the internet',
+  },
+  'sandbox/fork.test.ts': {
+    'fork with count lower than 1 fails':
+      'client-side check of the unreleased SDK (tests HEAD throws before any request); e2b 2.51.0 sends the request with a fake API key, which any server answers 401',
+  },
 };
 /** Unit tests of the SDK's own internals (mocked, or importing its private modules). */
 const NOT_SERVER = [
@@ -178,6 +198,7 @@ function run(o) {
 function report(result) {
   const rows = {};
   const failures = [];
+  const apart = [];
   for (const file of result.testResults) {
     const area = areaOf(file.name);
     if (!area) continue;
@@ -186,7 +207,13 @@ function report(result) {
       row.failed++;
       failures.push(`${area}: ${file.name.replace(/^.*?\/tests\//, '')}: ${file.message}`);
     }
+    const rel = file.name.replace(/^.*?\/tests\//, '');
     for (const t of file.assertionResults) {
+      const notCounted = NOT_COUNTED[rel]?.[t.title];
+      if (notCounted) {
+        apart.push(`${area}: ${t.fullName}: ${t.status}, not counted: ${notCounted}`);
+        continue;
+      }
       if (t.status === 'passed') row.passed++;
       else if (t.status === 'failed') {
         row.failed++;
@@ -202,6 +229,7 @@ function report(result) {
     console.log(line(area, r));
   }
   console.log(line('total', total));
+  if (apart.length) console.log('\nnot counted:\n  ' + apart.join('\n  '));
   if (failures.length) console.log('\nfailed:\n  ' + failures.join('\n  '));
 }
 

@@ -27,6 +27,7 @@ static const struct handler {
 	{"list", handle_list},
 	{"mkdir", handle_mkdir},
 	{"remove", handle_remove},
+	{"xattr_set", handle_xattr_set},
 	{"configure", handle_configure},
 	{"pty_open", handle_pty_open},
 	{"pty_attach", handle_pty_attach},

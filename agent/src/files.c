@@ -1,6 +1,6 @@
 /* files.c — the file family: file_write (streamed into a temp file beside the target,
  * renamed over it at eof), file_read (streamed out in chunks as the host keeps up), stat,
- * list, mkdir, remove. Paths are used as given; symlinks are never followed by stat/list
+ * list (entries with their user xattrs and symlink targets, xattr.c), mkdir, remove. Paths are used as given; symlinks are never followed by stat/list
  * and never descended into by a recursive remove. */
 #include "agent.h"
 #include "handlers.h"
@@ -356,6 +356,7 @@ void handle_stat(const struct request *rq)
 	struct msg m;
 	msg_begin(&m, "result", rq->id);
 	msg_stat(&m, name, &st);
+	msg_stat_extras(&m, path, &st);
 	msg_send(&m);
 }
 
@@ -391,8 +392,9 @@ static char **read_names(DIR *d, size_t *count)
 	return names;
 }
 
-static void send_entries(int64_t id, int dfd, char **names, size_t n)
+static void send_entries(int64_t id, const char *dir, int dfd, char **names, size_t n)
 {
+	char full[PATH_MAX];
 	struct msg m;
 	msg_begin(&m, "result", id);
 	msg_open(&m, "entries", '[');
@@ -402,6 +404,8 @@ static void send_entries(int64_t id, int dfd, char **names, size_t n)
 			continue; /* removed since readdir */
 		msg_open(&m, NULL, '{');
 		msg_stat(&m, names[i], &st);
+		if (snprintf(full, sizeof full, "%s/%s", dir, names[i]) < (int)sizeof full)
+			msg_stat_extras(&m, full, &st);
 		msg_close(&m, '}');
 	}
 	msg_close(&m, ']');
@@ -428,7 +432,7 @@ void handle_list(const struct request *rq)
 		reply_errno(rq->id, ENOMEM, "list %s", path);
 	} else {
 		qsort(names, n, sizeof *names, by_name);
-		send_entries(rq->id, dirfd(d), names, n);
+		send_entries(rq->id, path, dirfd(d), names, n);
 	}
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);

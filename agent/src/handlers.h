@@ -53,6 +53,13 @@ void handle_mkdir(const struct request *rq);
 void handle_remove(const struct request *rq);
 void handle_configure(const struct request *rq);
 
+/* xattr.c: user extended attributes. msg_stat_extras adds a stat entry's "target" (a
+ * symlink's) or "xattrs" (a file's or directory's user.* attributes), when there are any. */
+struct msg;
+struct stat;
+void msg_stat_extras(struct msg *m, const char *path, const struct stat *st);
+void handle_xattr_set(const struct request *rq);
+
 /* exec.c: the loop's side. */
 void exec_init(void);
 void exec_poll(struct pollset *ps);

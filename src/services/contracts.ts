@@ -141,7 +141,8 @@ export interface SandboxService {
     id: string,
     path: string,
     body: Readable,
-    opts: { mode?: number; parents?: boolean; user?: string },
+    /** `xattrs`: `user.*` extended attributes the written file gets (E2B's file metadata). */
+    opts: { mode?: number; parents?: boolean; user?: string; xattrs?: Record<string, string> },
   ): Promise<number>;
   /** `owners`: with the owning user and group. */
   statFile(id: string, path: string, opts?: { owners?: boolean }): Promise<FileStatT>;

@@ -126,7 +126,7 @@ test('errors come as {code, message} with the HTTP status', async () => {
   assert.equal(wrongKey.statusCode, 401);
 
   for (const payload of [
-    { templateID: SEED.snapshot, mcp: { x: {} } },
+    { templateID: SEED.snapshot, volumeMounts: [{ name: 'v', path: '/v' }] },
     { templateID: SEED.snapshot, network: { maskRequestHost: 'h' } },
     { templateID: SEED.snapshot, timeout: 1.5 },
     { templateID: SEED.snapshot, metadata: { a: 1 } },
@@ -556,4 +556,43 @@ test('E2B mutations are audited under the API key id, with the forkd sandbox id'
   assert.equal(entry?.principal, 'e2b');
   assert.equal(entry?.target, SEED.sandbox);
   assert.equal(entry?.status, 204);
+});
+
+test('file metadata: X-Metadata-* headers become user.e2b.* xattrs and come back as metadata; bad ones are 400', async () => {
+  const { metadataXattrs, metadataOf, entryInfo } = await import('../../src/api/e2b/filesystem.js');
+  assert.deepEqual(metadataXattrs({ 'x-metadata-author': 'mish', 'content-type': 'x' }), {
+    'user.e2b.author': 'mish',
+  });
+  assert.equal(metadataXattrs({ accept: '*/*' }), undefined);
+  assert.throws(() => metadataXattrs({ 'x-metadata-a': 'bad\u00e9' }), /printable US-ASCII/);
+  assert.throws(() => metadataXattrs({ 'x-metadata-': 'v' }), /HTTP tokens/);
+  assert.deepEqual(metadataOf({ 'user.e2b.tag': 'x', 'user.other': 'y' }), { tag: 'x' });
+  assert.equal(metadataOf({ 'user.other': 'y' }), undefined);
+  const stat = { name: 'l', kind: 'symlink' as const, size: 1, mode: 0o777, mtime_ms: 0 };
+  const link = entryInfo({ ...stat, target: '../a.txt' }, '/home/user/d/l');
+  assert.equal(link.symlinkTarget, '/home/user/a.txt');
+  assert.equal('metadata' in link, false);
+});
+
+test('getMetrics: one sample of now, within the asked range or none', async () => {
+  const { metricsOf } = await import('../../src/api/e2b/metrics.js');
+  const now = Date.parse('2026-12-04T12:00:00Z');
+  const s = {
+    created_at: '2026-12-04T11:59:00Z',
+    cpus: 2,
+    memory_mib: 512,
+    usage: { cpu_seconds: 12, memory_bytes: 300 * 2 ** 20, throttled_seconds: 0, oom_kills: 0 },
+  } as unknown as Parameters<typeof metricsOf>[0];
+  const [m] = metricsOf(s, {}, now);
+  assert.deepEqual(
+    [m?.cpuCount, m?.memTotal, m?.memUsed, m?.cpuUsedPct, m?.timestamp],
+    [2, 512 * 2 ** 20, 300 * 2 ** 20, 10, '2026-12-04T12:00:00.000Z'],
+  );
+  const sec = (ms: number) => String(Math.round(ms / 1000));
+  assert.equal(metricsOf(s, { start: sec(now - 5000), end: sec(now) }, now).length, 1);
+  assert.deepEqual(
+    metricsOf(s, { start: sec(now - 3_600_000), end: sec(now - 1_800_000) }, now),
+    [],
+  );
+  assert.deepEqual(metricsOf(s, { start: sec(now + 60_000) }, now), []);
 });

@@ -30,6 +30,18 @@ export interface E2bEntry {
   type?: string;
   owner?: string;
   group?: string;
+  symlinkTarget?: string;
+  metadata?: Record<string, string>;
+}
+/** One sample of `getMetrics()`. */
+export interface E2bMetric {
+  timestamp: Date;
+  cpuUsedPct: number;
+  cpuCount: number;
+  memUsed: number;
+  memTotal: number;
+  diskUsed: number;
+  diskTotal: number;
 }
 export interface E2bSandbox {
   sandboxId: string;
@@ -52,8 +64,12 @@ export interface E2bSandbox {
     write(
       path: string,
       data: string,
-      opts?: { user?: string; gzip?: boolean },
-    ): Promise<{ path: string }>;
+      opts?: { user?: string; gzip?: boolean; metadata?: Record<string, string> },
+    ): Promise<{ path: string; metadata?: Record<string, string> }>;
+    writeFiles(
+      files: { path: string; data: string }[],
+      opts?: { metadata?: Record<string, string> },
+    ): Promise<{ path: string; metadata?: Record<string, string> }[]>;
     read(path: string, opts?: { gzip?: boolean }): Promise<string>;
     list(path: string): Promise<E2bEntry[]>;
     getInfo(path: string, opts?: { user?: string }): Promise<E2bEntry>;
@@ -63,6 +79,7 @@ export interface E2bSandbox {
     remove(path: string): Promise<void>;
   };
   isRunning(): Promise<boolean>;
+  getMetrics(opts?: { start?: Date; end?: Date }): Promise<E2bMetric[]>;
   connect(opts?: { timeoutMs?: number }): Promise<E2bSandbox>;
   setTimeout(ms: number): Promise<void>;
   pty: {

@@ -89,7 +89,8 @@ class CommandResult:
 @dataclass(frozen=True)
 class EntryInfo:
     """A file or directory inside a sandbox (wire object ``FileStat``): ``kind`` is
-    ``file``, ``dir``, ``symlink`` or ``other``; ``mode`` the permission bits."""
+    ``file``, ``dir``, ``symlink`` or ``other``; ``mode`` the permission bits; ``target``
+    a symlink's target as written; ``xattrs`` its ``user.*`` extended attributes, if any."""
 
     name: str
     kind: str
@@ -98,6 +99,8 @@ class EntryInfo:
     mtime_ms: float
     owner: Optional[str] = None
     group: Optional[str] = None
+    target: Optional[str] = None
+    xattrs: Optional[Dict[str, str]] = None
 
 
 @dataclass(frozen=True)

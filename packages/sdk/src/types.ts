@@ -210,6 +210,10 @@ export interface EntryInfo {
   /** Owning user and group (names, else ids); only where the daemon was asked for them. */
   owner?: string;
   group?: string;
+  /** A symlink's target, as written (not resolved). */
+  target?: string;
+  /** A file's or directory's `user.*` extended attributes, when it has any. */
+  xattrs?: Record<string, string>;
 }
 
 /**

@@ -160,6 +160,8 @@ export const FILE_STAT: WireNames<EntryInfo> = {
   mtimeMs: 'mtime_ms',
   owner: 'owner',
   group: 'group',
+  target: 'target',
+  xattrs: 'xattrs',
 };
 
 /** `Image` in schemas.ts. */

@@ -15,13 +15,14 @@ import type { EgressPolicyT, IdlePolicyRequestT, SandboxT } from '../../contract
 import type { Caller } from '../../services/contracts.js';
 import type { Api } from '../types.js';
 import type { E2bContext } from './app.js';
+import { metricsOf } from './metrics.js';
 import { NO_AUTO_RESUME } from './pause.js';
 import { e2bError, fromE2bId, toE2bId } from './wire.js';
 
 /**
  * The envd version reported: ≥0.4.0 (no default user), 0.5.2 (close stdin), 0.5.7 (raw
  * uploads), 0.6.3 (watch events with entries), 0.6.4 (watching network mounts: the flag is
- * accepted, polling needs no inotify). 0.6.2's file metadata is refused by name (filesystem.ts).
+ * accepted, polling needs no inotify), 0.6.2's file metadata (user.e2b.* xattrs, filesystem.ts).
  */
 export const ENVD_VERSION = '0.6.4';
 /** The SDK's own default when a create names no timeout. */
@@ -82,7 +83,9 @@ function optStrings(body: Body, field: string): string[] | undefined {
 function refuseUnsupported(body: Body): void {
   const set = (v: unknown) =>
     v !== undefined && v !== null && v !== false && !(Array.isArray(v) && v.length === 0);
-  for (const field of ['mcp', 'volumeMounts', 'iam']) {
+  // `mcp` is accepted: the SDK itself starts `mcp-gateway` in the sandbox after the create
+  // (and kills the sandbox when that fails), so the server has nothing to do with it.
+  for (const field of ['volumeMounts', 'iam']) {
     if (set(body[field])) throw bad(field, 'not supported by forkd (docs/e2b.md)');
   }
   const network = (body.network ?? {}) as Body;
@@ -478,8 +481,7 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     fork(ctx, request, caller(request)),
   );
 
-  app.get('/sandboxes/:sandboxID/metrics', { config }, async (request) => {
-    await liveSandbox(ctx, request);
-    return [];
-  });
+  app.get('/sandboxes/:sandboxID/metrics', { config }, async (request) =>
+    metricsOf(await liveSandbox(ctx, request), request.query as Record<string, unknown>),
+  );
 }

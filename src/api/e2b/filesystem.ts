@@ -66,6 +66,11 @@ export function entryInfo(stat: FileStatT, path: string) {
     owner: stat.owner ?? '',
     group: stat.group ?? '',
     modifiedTime: new Date(stat.mtime_ms).toISOString(),
+    // envd reports where a symlink points as an absolute path.
+    ...(stat.target === undefined
+      ? {}
+      : { symlinkTarget: posix.resolve(posix.dirname(path), stat.target) }),
+    ...(metadataOf(stat.xattrs) ? { metadata: metadataOf(stat.xattrs) } : {}),
   };
 }
 
@@ -73,18 +78,41 @@ type Entry = ReturnType<typeof entryInfo>;
 
 const missing = (e: unknown) => isForkdError(e) && e.code === 'guest_file_not_found';
 
-/**
- * envd 0.6.2 keeps `X-Metadata-*` upload headers as `user.e2b.*` xattrs; forkd's guest
- * agent has no xattr call, so they are refused rather than dropped.
- */
-function refuseMetadata(request: FastifyRequest): void {
-  const named = Object.keys(request.headers).find((h) => h.startsWith('x-metadata-'));
-  if (named === undefined) return;
-  throw new ForkdError(
-    'bad_request',
-    `file metadata (${named}) is not supported by forkd: its guest agent keeps no xattrs; write it to a file beside (docs/e2b.md)`,
-    { field: named },
-  );
+/** envd 0.6.2's file metadata: `X-Metadata-<key>` upload headers, kept as `user.e2b.<key>`. */
+const METADATA_HEADER = 'x-metadata-';
+const METADATA_XATTR = 'user.e2b.';
+/** What the SDK allows (HTTP token keys, printable US-ASCII values), checked again here. */
+const METADATA_KEY = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const METADATA_VALUE = /^[\x20-\x7e]*$/;
+
+/** The upload's metadata as xattrs (undefined when it carries none). */
+export function metadataXattrs(
+  headers: Record<string, string | string[] | undefined>,
+): Record<string, string> | undefined {
+  const out: Record<string, string> = {};
+  for (const [name, raw] of Object.entries(headers)) {
+    if (!name.startsWith(METADATA_HEADER)) continue;
+    const key = name.slice(METADATA_HEADER.length);
+    const value = Array.isArray(raw) ? raw.join(', ') : (raw ?? '');
+    if (!METADATA_KEY.test(key) || !METADATA_VALUE.test(value)) {
+      throw new ForkdError(
+        'bad_request',
+        `${name}: metadata keys are HTTP tokens and values printable US-ASCII`,
+        { field: name },
+      );
+    }
+    out[METADATA_XATTR + key] = value;
+  }
+  return Object.keys(out).length ? out : undefined;
+}
+
+/** A file's `user.e2b.*` xattrs as E2B's metadata (undefined when it has none). */
+export function metadataOf(xattrs: Record<string, string> | undefined) {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(xattrs ?? {})) {
+    if (name.startsWith(METADATA_XATTR)) out[name.slice(METADATA_XATTR.length)] = value;
+  }
+  return Object.keys(out).length ? out : undefined;
 }
 
 export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
@@ -142,7 +170,10 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
 
   unary(app, `${SERVICE}/Remove`, async (msg, request) => {
     const path = await pathOf(request, msg);
-    await sandboxes.removeFile(ctx.sandboxOf(request), path, { recursive: true });
+    // envd: removing what is not there is done, not an error.
+    await sandboxes.removeFile(ctx.sandboxOf(request), path, { recursive: true }).catch((e) => {
+      if (!missing(e)) throw e;
+    });
     return {};
   });
 
@@ -223,21 +254,32 @@ export async function filesystemRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
   }
 
   app.post('/files', { config: { plane: 'envd' } }, async (request) => {
-    refuseMetadata(request);
+    const xattrs = metadataXattrs(request.headers);
+    const metadata = metadataOf(xattrs);
     const sandbox = ctx.sandboxOf(request);
     const who = await ctx.who(request);
     const written = [];
     for (const file of uploads(request)) {
       const path = guestPath(file.path, who.cwd);
-      await sandboxes.writeFile(sandbox, path, file.body, { parents: true, user: who.name });
-      written.push({ name: posix.basename(path), type: 'file', path });
+      // A write replaces the file (the agent renames a new one over it): metadata it had
+      // before is gone unless this upload brings it again, as with envd.
+      const opts = { parents: true, user: who.name, ...(xattrs ? { xattrs } : {}) };
+      await sandboxes.writeFile(sandbox, path, file.body, opts);
+      written.push({
+        name: posix.basename(path),
+        type: 'file',
+        path,
+        ...(metadata ? { metadata } : {}),
+      });
     }
     return written;
   });
 
   app.get('/health', { config: { plane: 'public' } }, async (request, reply) => {
     const s = await ctx.services.sandboxes.get(ctx.sandboxOf(request)).catch(() => undefined);
-    const up = s?.state === 'running';
+    // Past its deadline it is being ended (stopping QEMU takes a moment): no longer running.
+    const expired = s?.expires_at != null && Date.parse(s.expires_at) <= Date.now();
+    const up = s?.state === 'running' && !expired;
     if (!up) return reply.code(502).send({ code: 502, message: 'the sandbox is not running' });
     return reply.code(204).send();
   });

@@ -53,6 +53,14 @@ export const FileStat = Type.Object(
     mtime_ms: Type.Number(),
     owner: Type.Optional(Type.String({ description: 'owning user (name, else uid)' })),
     group: Type.Optional(Type.String({ description: 'owning group (name, else gid)' })),
+    target: Type.Optional(
+      Type.String({ description: "a symlink's target, as written (not resolved)" }),
+    ),
+    xattrs: Type.Optional(
+      Type.Record(Type.String(), Type.String(), {
+        description: "a file's or directory's user.* extended attributes, when it has any",
+      }),
+    ),
   },
   { $id: 'FileStat' },
 );

@@ -5,6 +5,7 @@
  */
 import { ForkdError } from '../../errors.js';
 import { AgentConnection, dial, type CallOptions } from './connection.js';
+import { unsupported } from './errors.js';
 import { startExec, type ExecHandle, type ExecHandlers, type ExecRequest, type ExecResult } from './exec.js';
 import {
   fileCall,
@@ -209,6 +210,23 @@ export class AgentClient {
   async remove(path: string, opts: { recursive?: boolean } & CallOptions = {}): Promise<void> {
     const { recursive, ...callOpts } = opts;
     await fileCall(this.conn, 'remove', path, { recursive }, callOpts);
+  }
+
+  /** Throws `unsupported` now when the agent has no xattr_set (before a write it would follow). */
+  requireXattrs(): void {
+    if (!this.conn.agentTypes.has('xattr_set')) throw unsupported('xattr_set', this.conn.agentVersion);
+  }
+
+  /**
+   * Sets (a string) or removes (null) `user.*` extended attributes of `path`, never through
+   * a symlink. An agent older than this call refuses it as `unsupported`.
+   */
+  async setXattrs(
+    path: string,
+    xattrs: Record<string, string | null>,
+    opts: CallOptions = {},
+  ): Promise<void> {
+    await fileCall(this.conn, 'xattr_set', path, { xattrs }, opts);
   }
 
   /** Pushes fork identity: wall clock, RNG entropy, hostname, exec environment. */

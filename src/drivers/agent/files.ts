@@ -12,6 +12,10 @@ export interface FileStat {
   size: number;
   mode: number;
   mtimeMs: number;
+  /** A symlink's target, as written (agents before xattr_set leave it out). */
+  target?: string;
+  /** A file's or directory's `user.*` extended attributes, when it has any. */
+  xattrs?: Record<string, string>;
 }
 
 const KINDS: readonly FileStat['kind'][] = ['file', 'dir', 'symlink', 'other'];
@@ -34,7 +38,18 @@ export function toFileStat(msg: Record<string, unknown>): FileStat {
     size: num(msg.size),
     mode: num(msg.mode),
     mtimeMs: num(msg.mtime_ms),
+    ...(typeof msg.target === 'string' ? { target: msg.target } : {}),
+    ...(isStringMap(msg.xattrs) ? { xattrs: msg.xattrs } : {}),
   };
+}
+
+function isStringMap(v: unknown): v is Record<string, string> {
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    !Array.isArray(v) &&
+    Object.values(v).every((x) => typeof x === 'string')
+  );
 }
 
 /** A file op with a single `result`: stat, list, mkdir, remove. */

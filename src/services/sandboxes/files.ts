@@ -9,7 +9,16 @@ import type { FileStatT } from '../../contract/schemas.js';
 import type { AgentClient, FileStat } from '../../drivers/agent/client.js';
 
 export function toWireStat(s: FileStat): FileStatT {
-  return { name: s.name, kind: s.kind, size: s.size, mode: s.mode, mtime_ms: s.mtimeMs };
+  const wire: FileStatT = {
+    name: s.name,
+    kind: s.kind,
+    size: s.size,
+    mode: s.mode,
+    mtime_ms: s.mtimeMs,
+  };
+  if (s.target !== undefined) wire.target = s.target;
+  if (s.xattrs !== undefined) wire.xattrs = s.xattrs;
+  return wire;
 }
 
 /** A download stream; rejects now when the guest refuses the path. */

@@ -32,6 +32,8 @@ import { busyWhile } from './tiers.js';
 const EXEC_RETRY_S = 1;
 
 type WriteOptions = { mode?: number; parents?: boolean; user?: string };
+/** `xattrs`: `user.*` extended attributes the written file gets (E2B's file metadata). */
+type UploadOptions = WriteOptions & { xattrs?: Record<string, string> };
 
 export class GuestIo {
   private readonly gate: Gate;
@@ -98,9 +100,10 @@ export class GuestIo {
     return openDownload((await this.awake(id)).agent, path);
   }
 
-  async writeFile(id: string, path: string, body: Readable, opts: WriteOptions): Promise<number> {
+  async writeFile(id: string, path: string, body: Readable, opts: UploadOptions): Promise<number> {
     const live = await this.awake(id);
-    const { user, ...rest } = opts;
+    const { user, xattrs, ...rest } = opts;
+    if (xattrs) live.agent.requireXattrs();
     const owner = await this.ownerFor(id, live, user);
     const created =
       owner && rest.parents !== false ? await missingDirs(live.agent, posix.dirname(path)) : [];
@@ -109,6 +112,7 @@ export class GuestIo {
       live.agent.writeFile(path, body as AsyncIterable<Buffer>, rest),
     );
     if (owner) await handOver(live.agent, owner, [...created, path]);
+    if (xattrs && Object.keys(xattrs).length) await live.agent.setXattrs(path, xattrs);
     return size;
   }
 

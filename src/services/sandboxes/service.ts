@@ -312,7 +312,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     id: string,
     path: string,
     body: Readable,
-    opts: { mode?: number; parents?: boolean; user?: string },
+    opts: { mode?: number; parents?: boolean; user?: string; xattrs?: Record<string, string> },
   ): Promise<number> {
     return this.io.writeFile(id, path, body, opts);
   }

@@ -228,3 +228,35 @@ test('missing paths are guest_file_not_found and wrong kinds are named', async (
   );
   await client.ping();
 });
+
+test('user xattrs: xattr_set sets and removes them, stat and list report them; symlinks report their target', async () => {
+  const dir = freshDir();
+  const file = join(dir, 'a.txt');
+  writeFileSync(file, 'x');
+  symlinkSync('a.txt', join(dir, 'l'));
+  assert.equal((await client.stat(file)).xattrs, undefined, 'none yet');
+  await client.setXattrs(file, { 'user.e2b.author': 'mish', 'user.other': 'v' });
+  assert.deepEqual((await client.stat(file)).xattrs, {
+    'user.e2b.author': 'mish',
+    'user.other': 'v',
+  });
+  await client.setXattrs(file, { 'user.other': null, 'user.never': null });
+  const listed = await client.list(dir);
+  assert.deepEqual(
+    listed.map((e) => [e.name, e.xattrs, e.target]),
+    [
+      ['a.txt', { 'user.e2b.author': 'mish' }, undefined],
+      ['l', undefined, 'a.txt'],
+    ],
+  );
+  assert.equal((await client.stat(join(dir, 'l'))).target, 'a.txt');
+  await assert.rejects(
+    client.setXattrs(file, { 'trusted.x': 'v' }),
+    guestError('guest_error', 'bad_request'),
+    'only the user namespace',
+  );
+  await assert.rejects(
+    client.setXattrs(join(dir, 'missing'), { 'user.a': 'b' }),
+    guestError('guest_file_not_found'),
+  );
+});

@@ -37,6 +37,7 @@ const REQUEST_TYPES = [
   'pty_close',
   'pty_detach',
   'pty_list',
+  'xattr_set',
 ];
 /** Every `"type":"…"` that appears in PROTOCOL.md's examples (both directions). */
 const MESSAGE_TYPES = [
@@ -67,6 +68,7 @@ const MESSAGE_TYPES = [
   'stdin',
   'stdout',
   'sync',
+  'xattr_set',
 ];
 const ERROR_CODES = [
   'bad_json',
@@ -105,6 +107,7 @@ const PROBES: { msg: Record<string, unknown>; expect: string }[] = [
   { msg: { type: 'pty_close', target: 424242 }, expect: 'no_such_request' },
   { msg: { type: 'pty_detach', target: 424242 }, expect: 'no_such_request' },
   { msg: { type: 'pty_list' }, expect: 'result' },
+  { msg: { type: 'xattr_set' }, expect: 'bad_request' },
 ];
 
 const protocolDoc = () => readFileSync(join(REPO_ROOT, 'agent', 'PROTOCOL.md'), 'utf8');
@@ -189,6 +192,13 @@ test('an agent that lists no types is taken to know the protocol 1 inventory', a
   t.after(() => client.close());
   await client.info();
   assert.deepEqual(old.received, ['info']);
+  // Such an agent has no xattr_set: a write with xattrs is refused before it starts.
+  assert.throws(
+    () => client.requireXattrs(),
+    (e: unknown) => isForkdError(e) && e.code === 'unsupported',
+  );
+  await assert.rejects(client.setXattrs('/a', { 'user.a': 'b' }), /does not know "xattr_set"/);
+  assert.deepEqual(old.received, ['info'], 'nothing was sent for it');
 });
 
 test('every request type is known to the agent and answered as specified', async (t) => {

@@ -3,11 +3,12 @@
  * envd parts beyond commands and files — E2B's pause (paused until connect(), auto-pause
  * without auto-resume), PTY sessions on forkd's terminals, E2B's words for a sandbox killed
  * under a running command, gzip both ways, and signed upload/download URLs fetched with
- * nothing but the URL. The template is busybox with a `user` account and a bash shim.
+ * nothing but the URL, file metadata as xattrs, symlink targets, getMetrics, a shortened
+ * timeout, the MCP gateway start failing as E2B's does. The template is busybox with a `user` account and a bash shim.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Snapshot } from '@forkd/sdk';
+import { Sandbox, Snapshot } from '@forkd/sdk';
 import { loadE2b, type E2bModule, type E2bSandbox } from '../../helpers/e2b-sdk.js';
 import {
   ADD_USER,
@@ -174,4 +175,76 @@ test('gzip both ways, and signed URLs: fetched with the URL alone, refused when 
     },
     { secure: true },
   );
+});
+
+test('file metadata as user.e2b.* xattrs: kept with the file, shown by getInfo, list and rename, gone on an overwrite without it; symlink targets; removing a missing file', async () => {
+  await withSandbox(async (sbx) => {
+    const metadata = { author: 'mish', purpose: 'upload' };
+    const written = await sbx.files.write('m.txt', 'with metadata', { metadata });
+    assert.deepEqual(written.metadata, metadata);
+    assert.deepEqual((await sbx.files.getInfo('m.txt')).metadata, metadata);
+    const listed = (await sbx.files.list('.')).find((e) => e.name === 'm.txt');
+    assert.deepEqual(listed?.metadata, metadata);
+    assert.deepEqual((await sbx.files.rename('m.txt', 'n.txt')).metadata, metadata);
+
+    const again = await sbx.files.write('n.txt', 'overwritten');
+    assert.equal(again.metadata, undefined);
+    assert.equal((await sbx.files.getInfo('n.txt')).metadata, undefined);
+
+    const many = await sbx.files.writeFiles(
+      [
+        { path: 'a.txt', data: '1' },
+        { path: 'b.txt', data: '2' },
+      ],
+      { metadata: { source: 'suite' } },
+    );
+    assert.deepEqual(
+      many.map((f) => f.metadata),
+      [{ source: 'suite' }, { source: 'suite' }],
+    );
+    assert.deepEqual((await sbx.files.getInfo('b.txt')).metadata, { source: 'suite' });
+
+    await sbx.commands.run('ln -s n.txt link.txt');
+    const link = await sbx.files.getInfo('link.txt');
+    assert.equal(link.symlinkTarget, '/home/user/n.txt', 'absolute, as envd reports it');
+    assert.equal((await sbx.files.getInfo('n.txt')).symlinkTarget, undefined);
+
+    await sbx.files.remove('never-there.txt');
+  });
+});
+
+test('getMetrics: a sample of the sandbox now, none for a range before it; a shortened timeout ends it', async () => {
+  await withSandbox(async (sbx) => {
+    const [m] = await sbx.getMetrics();
+    assert.ok(m, 'one sample');
+    const own = (await Sandbox.connect(sbx.sandboxId.replace(/^sbx/, 'sbx-'), forkd)).info;
+    assert.equal(m.cpuCount, own.cpus);
+    assert.equal(m.memTotal, own.memoryMib * 1024 * 1024);
+    assert.ok(m.memUsed > 0, 'what its QEMU holds');
+    assert.ok(m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100);
+    assert.ok(m.timestamp instanceof Date);
+    const hourAgo = Date.now() - 3_600_000;
+    const none = await sbx.getMetrics({
+      start: new Date(hourAgo),
+      end: new Date(hourAgo + 60_000),
+    });
+    assert.deepEqual(none, []);
+
+    await sbx.setTimeout(1000);
+    const deadline = Date.now() + 60_000;
+    while ((await sbx.isRunning()) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.equal(await sbx.isRunning(), false);
+  });
+});
+
+test('MCP: create with `mcp` runs the SDK’s gateway start, which fails as on E2B when the template has no mcp-gateway, and the sandbox is gone', async () => {
+  const metadata = { mcpCase: String(Date.now()) };
+  await assert.rejects(
+    e2b.Sandbox.create(TAG, { timeoutMs: 60_000, metadata, mcp: { none: {} } }),
+    /Failed to start MCP gateway/,
+  );
+  const left = await e2b.Sandbox.list({ query: { state: ['running'], metadata } }).nextItems();
+  assert.deepEqual(left, []);
 });
