@@ -1193,6 +1193,13 @@ export function validRequests(): RouteRequest[] {
       body: { path: '/srv/app.tar', name: 'imported' },
       status: 201,
     },
+    {
+      method: 'POST',
+      route: '/v1/images/:name/boot-snapshot',
+      url: `/v1/images/${SEED.image}/boot-snapshot`,
+      body: { memory_mib: 256 },
+      status: 201,
+    },
     { method: 'POST', route: '/v1/images/prune', url: '/v1/images/prune', status: 200 },
     {
       method: 'POST',
