@@ -12,10 +12,9 @@ import { copyFile, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Sandbox } from '@forkd/sdk';
 import { HOST_BUSYBOX } from '../../../src/services/images/index.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
-import { startDaemon } from '../../helpers/daemon-process.js';
+import { bootDaemon } from '../../helpers/boot-daemon.js';
 import { forkd } from '../../helpers/cli.js';
 
 interface ImageJson {
@@ -92,18 +91,9 @@ test('image build (no daemon) captures the boot snapshot: the first run restores
 });
 
 test('through the daemon: image build captures its size and NIC; a rebuild under the same name is captured again in the background', async (t) => {
-  const daemon = await startDaemon(home);
-  t.after(async () => {
-    for (const sb of await Sandbox.list({ url: daemon.url }))
-      await Sandbox.kill(sb.id, { url: daemon.url }).catch(() => undefined);
-    await daemon.stop();
-  });
-  const env = { ...home.env, FORKD_URL: daemon.url };
-  const create = async (...args: string[]) => {
-    const r = await forkd(['create', '--image', 'served', '--json', ...args], { env });
-    assert.equal(r.code, 0, r.stderr);
-    return JSON.parse(r.stdout.toString()) as { id: string; snapshot: string | null };
-  };
+  const served = await bootDaemon(t, home);
+  const { daemon, env } = served;
+  const create = (...args: string[]) => served.create('--image', 'served', ...args);
   const captures = () =>
     daemon.output().match(/captured the boot snapshot of image served/g)?.length ?? 0;
 
