@@ -16,6 +16,8 @@ export interface PullFlags extends DaemonFlags {
   size?: string;
   force?: boolean;
   json?: boolean;
+  /** `--no-boot-snapshot`: false. */
+  bootSnapshot?: boolean;
 }
 
 export function register(image: Command): void {
@@ -56,7 +58,11 @@ export function pullFlags(cmd: Command): Command {
   return cmd
     .option('--name <name>', 'image name (default: the repository name)')
     .option('--platform <os/arch>', 'platform of a multi-arch image', 'linux/amd64')
-    .option('--size <size>', 'filesystem size like 512M or 2G (default: 2 × content + 128M)');
+    .option('--size <size>', 'filesystem size like 512M or 2G (default: 2 × content + 128M)')
+    .option(
+      '--no-boot-snapshot',
+      "do not capture the image's boot snapshot now (its first start captures it)",
+    );
 }
 
 /** Pull through the daemon with progress on stderr; shared with `from-image`. */
@@ -80,6 +86,7 @@ function buildOptions(flags: PullFlags) {
     platform: flags.platform,
     sizeMib: flags.size === undefined ? undefined : parseSize(flags.size, '--size'),
     force: flags.force,
+    bootSnapshot: flags.bootSnapshot === false ? false : undefined,
   };
 }
 

@@ -14,6 +14,8 @@ import {
   type Image,
   type Progress,
 } from '../services/local.js';
+import { bootSnapshotFlag, captureAfter } from './boot-snapshot.js';
+import { findDaemon } from './client.js';
 import { describeImage, showImages } from './images.js';
 import { register as registerOci } from './image-oci.js';
 import { action, printJson } from './output.js';
@@ -29,11 +31,12 @@ interface BuildFlags {
   size?: string;
   force?: boolean;
   json?: boolean;
+  /** `--no-boot-snapshot`: false. */
+  bootSnapshot?: boolean;
 }
 
 export function register(image: Command): void {
-  image
-    .command('build')
+  bootSnapshotFlag(image.command('build'))
     .description('build an image from a directory, the host busybox, or a Debian suite')
     .option('--name <name>', 'image name: a-z, 0-9, ".", "_", "-"')
     .option('--from-dir <dir>', 'pack this directory tree')
@@ -74,7 +77,11 @@ async function build(flags: BuildFlags): Promise<void> {
     ? undefined
     : (line) => process.stderr.write(`  ${line}\n`);
   const image = await buildFrom(flags, common, say);
-  if (flags.json) printJson(image);
+  // The image is built: a boot snapshot that cannot be captured is only a warning.
+  const daemon = await findDaemon().catch(() => undefined);
+  const where = daemon ? { daemon } : { paths: paths() };
+  const warnings = await captureAfter(image.name, flags, where);
+  if (flags.json) printJson(warnings.length > 0 ? { ...image, warnings } : image);
   else process.stdout.write(describeImage(image) + '\n');
 }
 

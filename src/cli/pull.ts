@@ -23,5 +23,5 @@ export function register(cmd: Command): void {
 async function pull(ref: string, flags: InstallFlags & { prefetch?: boolean }): Promise<void> {
   const { packs, onProgress } = packClient(flags);
   const opts = { ...installOptions(flags), prefetch: flags.prefetch, onProgress };
-  showInstalled(await packs.pull(ref, opts), flags);
+  await showInstalled(await packs.pull(ref, opts), flags);
 }

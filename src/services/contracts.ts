@@ -31,6 +31,7 @@ import type {
   LimitsRequestT,
   PatchSandboxT,
   ImportImageT,
+  CaptureBootSnapshotT,
   LoginT,
   PoolStateT,
   PruneResultT,
@@ -262,6 +263,12 @@ export interface ImageService {
   /** Import an OCI layout or `docker save` archive on the daemon host. */
   import(
     req: Omit<ImportImageT, 'stream'>,
+    onProgress?: (e: ImageProgress) => void,
+  ): Promise<ImageT>;
+  /** Capture the image's boot snapshot of a size now (`forkd image build` with a daemon). */
+  captureBootSnapshot(
+    name: string,
+    req: Omit<CaptureBootSnapshotT, 'stream'>,
     onProgress?: (e: ImageProgress) => void,
   ): Promise<ImageT>;
   /** Remove cached blobs no image uses. */

@@ -22,6 +22,7 @@ import { publishingOf } from './snapshots/publishing.js';
 import { SandboxManager } from './sandboxes/service.js';
 import { defaultPoolFromEnv, SnapshotManager } from './snapshots/service.js';
 import { BootStarts } from './snapshots/boot-start.js';
+import { BootRefresh } from './snapshots/boot-refresh.js';
 import { silentLog } from './log.js';
 import { PackManager } from './packs/service.js';
 import { BuildManager } from './build/service.js';
@@ -162,6 +163,11 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     forkedFrom: (tag) => sandboxes.forkedFrom(tag),
   });
   sandboxes.useBootSnapshots((req, caller) => boots.start(req, caller));
+  const refresh = new BootRefresh({
+    paths,
+    prepare: (image, size) => boots.prepare(image, size),
+    log: logOf('boot-snapshots') ?? silentLog,
+  });
   const branch = new BranchManager({
     paths,
     sandboxes,
@@ -178,7 +184,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     branch,
     execSlot: () => sandboxes.execSlot(),
   });
-  const images = new ImageStore(paths);
+  const images = new ImageStore(paths, (image, size, say) => boots.prepare(image, size, say));
   const packs = new PackManager({ paths, snapshots, qemuVersion });
   const builds = new BuildManager({ paths, sandboxes, snapshots, branch, images });
   snapshots.resolveReferencesWith(async (reference) => (await packs.ensure(reference)).tag);
@@ -212,9 +218,11 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       await branch.start();
       await images.start();
       await packs.start();
+      await refresh.start();
       return recovered;
     },
     detach: async () => {
+      await refresh.close();
       await snapshots.background; // a memory compaction under way finishes first
       await snapshots.pool.close(); // pool VMs are not sandboxes: they are not kept
       sandboxes.detach();
@@ -222,6 +230,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       await limiter.close(); // only when no sandbox is left running in it
     },
     close: async () => {
+      await refresh.close();
       await snapshots.background;
       await snapshots.pool.close();
       await sandboxes.killAll();

@@ -942,6 +942,15 @@ export class FakeServices {
       },
       pull: async (req, onProgress) => this.pullImage(req.reference, req.name, onProgress),
       import: async (req, onProgress) => this.pullImage(req.path, req.name, onProgress),
+      captureBootSnapshot: async (name, req, onProgress) => {
+        const image = this.images.get(name);
+        if (!image) throw new ForkdError('image_not_found', `no image ${name}`);
+        onProgress?.({ message: `capturing the boot snapshot of image ${name}` });
+        const size = { memory_mib: req.memory_mib ?? 256, cpus: req.cpus ?? 1 };
+        const boot = { tag: 'boot-0123456789abcdef', ...size, network: req.network ?? 'nat' };
+        image.boot_snapshots = [{ ...boot, physical_bytes: 1 << 20, current: true }];
+        return image;
+      },
       prune: async () => ({ blobs: 0, bytes: 0 }),
       login: async (req) => {
         if (req.password !== 'secret') {
@@ -1182,6 +1191,13 @@ export function validRequests(): RouteRequest[] {
       route: '/v1/images/import',
       url: '/v1/images/import',
       body: { path: '/srv/app.tar', name: 'imported' },
+      status: 201,
+    },
+    {
+      method: 'POST',
+      route: '/v1/images/:name/boot-snapshot',
+      url: `/v1/images/${SEED.image}/boot-snapshot`,
+      body: { memory_mib: 256 },
       status: 201,
     },
     { method: 'POST', route: '/v1/images/prune', url: '/v1/images/prune', status: 200 },

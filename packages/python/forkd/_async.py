@@ -550,6 +550,7 @@ class AsyncImages:
 
     list = method(Images.list)
     create = method(Images.create)
+    capture_boot_snapshot = method(Images.capture_boot_snapshot)
     remove = method(Images.remove)
 
 

@@ -22,8 +22,9 @@ class Images:
     """The daemon's images (``Forkd().images``): list, build from a directory on the
     daemon's host, remove."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport, long_timeout: float = LONG_CALL_TIMEOUT) -> None:
         self._transport = transport
+        self._long_timeout = long_timeout
 
     def list(self) -> List[ImageInfo]:
         """Every image.
@@ -33,12 +34,44 @@ class Images:
         return [from_wire(ImageInfo, i) for i in wire["images"]]
 
     def create(
-        self, name: str, from_dir: str, *, size_mib: Optional[int] = None, force: bool = False
+        self,
+        name: str,
+        from_dir: str,
+        *,
+        size_mib: Optional[int] = None,
+        force: bool = False,
+        boot_snapshot: bool = True,
     ) -> ImageInfo:
         """Build an image from a directory (absolute) on the daemon's host; ``force``
-        replaces one of that name."""
-        body = compact(name=name, from_dir=from_dir, size_mib=size_mib, force=force or None)
-        return from_wire(ImageInfo, self._transport.json(Request("POST", "/v1/images", json=body)))
+        replaces one of that name. Its boot snapshot is captured right after unless
+        ``boot_snapshot=False``; one that cannot be is in ``warnings``, not an error."""
+        body = compact(
+            name=name,
+            from_dir=from_dir,
+            size_mib=size_mib,
+            force=force or None,
+            boot_snapshot=None if boot_snapshot else False,
+        )
+        req = Request("POST", "/v1/images", json=body, timeout=self._long_timeout)
+        return from_wire(ImageInfo, self._transport.json(req))
+
+    def capture_boot_snapshot(
+        self,
+        name: str,
+        *,
+        memory_mib: Optional[int] = None,
+        cpus: Optional[int] = None,
+        network: Optional[str] = None,
+    ) -> ImageInfo:
+        """Capture the image's boot snapshot of a size now (default: a sandbox's default
+        size and network), so no start of that size boots a kernel; the image with its
+        ``boot_snapshots``.
+
+        ``Forkd().images.capture_boot_snapshot("app", memory_mib=512)``"""
+        body = compact(memory_mib=memory_mib, cpus=cpus, network=network)
+        path = f"/v1/images/{quote_segment(name)}/boot-snapshot"
+        req = Request("POST", path, json=body, timeout=self._long_timeout)
+        return from_wire(ImageInfo, self._transport.json(req))
 
     def remove(self, name: str) -> None:
         """Remove an image: ImageNotFoundError when there is none, ImageInUseError while
@@ -65,7 +98,7 @@ class Forkd:
     ) -> None:
         self.transport = Transport(resolve_config(url, token, request_timeout))
         #: The daemon's images.
-        self.images = Images(self.transport)
+        self.images = Images(self.transport, self.long_timeout)
         #: Snapshot packs: pack, unpack, push, pull.
         self.packs = Packs(self.transport, self.long_timeout)
         #: Builds from a Dockerfile (docs/build.md).

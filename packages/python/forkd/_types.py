@@ -125,6 +125,8 @@ class ImageInfo:
     config: Optional[Dict[str, Any]] = None
     #: Its boot snapshots (docs/snapshots.md "Boot snapshots"), as the wire has them.
     boot_snapshots: Optional[List[Dict[str, Any]]] = None
+    #: What a build did not do without failing (a boot snapshot it could not capture).
+    warnings: Optional[List[str]] = None
 
 
 @dataclass(frozen=True)

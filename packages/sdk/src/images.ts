@@ -7,7 +7,7 @@ import { errorFromResponse, InternalError } from './errors.js';
 import type { Transport } from './http.js';
 import { ndjson } from './ndjson.js';
 import type { ImageInfo, ImageProgress } from './types.js';
-import { compact, fromWire, IMAGE, imageFromWire, type ImageEvent } from './wire.js';
+import { compact, imageFromWire, type ImageEvent } from './wire.js';
 
 /**
  * What to build an image from.
@@ -24,6 +24,11 @@ export interface ImageCreateOptions extends CallOptions {
   sizeMib?: number;
   /** Replace an image of that name. */
   force?: boolean;
+  /**
+   * Capture its boot snapshot for the default size once it is made (default true); one that
+   * fails comes back in `warnings` and its first start captures one.
+   */
+  bootSnapshot?: boolean;
 }
 
 /**
@@ -42,6 +47,8 @@ export interface ImagePullOptions extends CallOptions {
   sizeMib?: number;
   /** Rebuild even when the image already has this digest. */
   force?: boolean;
+  /** As for `create`: capture its boot snapshot once it is made (default true). */
+  bootSnapshot?: boolean;
   /** Progress events as the daemon reports them (the pull then streams). */
   onProgress?(e: ImageProgress): void;
 }
@@ -57,6 +64,20 @@ export interface ImageImportOptions extends Omit<ImagePullOptions, 'reference'> 
   path: string;
   /** Which image of a multi-image archive (a tag). */
   ref?: string;
+}
+
+/**
+ * The size of a boot snapshot to capture (absent: a sandbox's defaults).
+ *
+ * @example
+ * const opts: BootSnapshotOptions = { memoryMib: 512, cpus: 2, network: 'none' };
+ */
+export interface BootSnapshotOptions extends CallOptions {
+  memoryMib?: number;
+  cpus?: number;
+  network?: 'none' | 'nat';
+  /** Progress events (booting, capturing) as the daemon reports them. */
+  onProgress?(e: ImageProgress): void;
 }
 
 /**
@@ -114,10 +135,11 @@ export class Images {
         from_dir: opts.fromDir,
         size_mib: opts.sizeMib,
         force: opts.force,
+        boot_snapshot: opts.bootSnapshot,
       }),
       signal: opts.signal,
     });
-    return fromWire(IMAGE, wire);
+    return imageFromWire(wire);
   }
 
   /**
@@ -137,6 +159,7 @@ export class Images {
       platform: opts.platform,
       size_mib: opts.sizeMib,
       force: opts.force,
+      boot_snapshot: opts.bootSnapshot,
     });
     return this.build('/v1/images/pull', body, opts);
   }
@@ -155,8 +178,23 @@ export class Images {
       platform: opts.platform,
       size_mib: opts.sizeMib,
       force: opts.force,
+      boot_snapshot: opts.bootSnapshot,
     });
     return this.build('/v1/images/import', body, opts);
+  }
+
+  /**
+   * Capture the image's boot snapshot of a size now (default: a sandbox's default size and
+   * network), so no start of that size boots a kernel; answers the image with its boot
+   * snapshots. `forkd image build` calls it when a daemon runs.
+   *
+   * @example
+   * const image = await forkd.images.captureBootSnapshot('app', { memoryMib: 512 });
+   * console.log(image.bootSnapshots?.map((b) => b.tag));
+   */
+  async captureBootSnapshot(name: string, opts: BootSnapshotOptions = {}): Promise<ImageInfo> {
+    const body = compact({ memory_mib: opts.memoryMib, cpus: opts.cpus, network: opts.network });
+    return this.build(`/v1/images/${encodeURIComponent(name)}/boot-snapshot`, body, opts);
   }
 
   /**

@@ -64,7 +64,12 @@ export type {
   PushInfo,
   PushOptions,
 } from './packs.js';
-export type { ImageCreateOptions, ImagePullOptions, ImageImportOptions } from './images.js';
+export type {
+  BootSnapshotOptions,
+  ImageCreateOptions,
+  ImagePullOptions,
+  ImageImportOptions,
+} from './images.js';
 export { defaultSocketPath, parseUrl, resolveConfig } from './config.js';
 export type { ClientConfig, Endpoint, ResolvedConfig } from './config.js';
 export type {

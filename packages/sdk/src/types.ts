@@ -237,6 +237,8 @@ export interface ImageInfo {
   config?: ImageConfigInfo;
   /** Its boot snapshots: what starts of it fork from instead of booting (docs/snapshots.md). */
   bootSnapshots?: BootSnapshotInfo[];
+  /** What a build, pull or import did not do without failing (a boot snapshot not captured). */
+  warnings?: string[];
 }
 
 /**

@@ -174,6 +174,7 @@ export const IMAGE: WireNames<ImageInfo> = {
   source: 'source',
   config: 'config',
   bootSnapshots: 'boot_snapshots',
+  warnings: 'warnings',
 };
 
 /** `BootSnapshotRef` in schemas.ts (an Image's `boot_snapshots`). */

@@ -1,6 +1,7 @@
 /**
  * Image routes: list, get (inspect), create (from a directory on the daemon host), pull
- * from a registry, import an archive, prune the layer cache, remove; and registry logins.
+ * from a registry, import an archive, capture its boot snapshot, prune the layer cache,
+ * remove; and registry logins.
  * A pull or import answers the image, or with `stream: true` NDJSON progress events (the
  * layer byte counts as they download) then `done` or `error`, like a streaming snapshot
  * create. A client that hangs up aborts a pull: the service removes what it made.
@@ -8,6 +9,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ImageProgress, Services } from '../../services/contracts.js';
 import {
+  CaptureBootSnapshot,
   CreateImage,
   Image,
   ImageEvent,
@@ -153,6 +155,26 @@ export async function imageRoutes(app: Api, { services }: { services: Services }
     async (request, reply) => {
       const { stream, ...req } = request.body;
       return answer((onProgress) => images.import(req, onProgress), stream, request, reply);
+    },
+  );
+
+  app.post(
+    '/v1/images/:name/boot-snapshot',
+    {
+      schema: {
+        summary:
+          "Capture the image's boot snapshot of a size now (default: a start's defaults); stream:true for NDJSON",
+        tags,
+        params: ImageParams,
+        body: CaptureBootSnapshot,
+        response: streamed,
+      },
+    },
+    async (request, reply) => {
+      const { stream, ...req } = request.body;
+      const name = request.params.name;
+      const run: Run = (onProgress) => images.captureBootSnapshot(name, req, onProgress);
+      return answer(run, stream, request, reply);
     },
   );
 

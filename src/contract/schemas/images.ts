@@ -58,10 +58,21 @@ export const Image = Type.Object(
         description: 'its boot snapshots (docs/snapshots.md "Boot snapshots")',
       }),
     ),
+    warnings: Type.Optional(
+      Type.Array(Type.String(), {
+        description:
+          'what a build, pull or import did not do and did not fail for: a boot snapshot that could not be captured (its first start captures one)',
+      }),
+    ),
   },
   { $id: 'Image' },
 );
 export type ImageT = Static<typeof Image>;
+/** Whether a build, pull or import captures the image's boot snapshot (default true). */
+const BootSnapshotFlag = Type.Boolean({
+  description:
+    "capture the image's boot snapshot for the default size once it is made (default true); a capture that fails is a warning, not the request's failure",
+});
 export const ImageList = Type.Object({ images: Type.Array(Image) });
 export const CreateImage = Type.Object(
   {
@@ -73,6 +84,7 @@ export const CreateImage = Type.Object(
     }),
     size_mib: Type.Optional(Type.Integer(between(LIMITS.imageSizeMiB))),
     force: Type.Optional(Type.Boolean()),
+    boot_snapshot: Type.Optional(BootSnapshotFlag),
   },
   strict,
 );
@@ -99,6 +111,7 @@ export const PullImage = Type.Object(
     stream: Type.Optional(
       Type.Boolean({ description: 'answer with NDJSON progress events, then the image' }),
     ),
+    boot_snapshot: Type.Optional(BootSnapshotFlag),
   },
   strict,
 );
@@ -119,10 +132,24 @@ export const ImportImage = Type.Object(
     size_mib: Type.Optional(Type.Integer(between(LIMITS.imageSizeMiB))),
     force: Type.Optional(Type.Boolean()),
     stream: Type.Optional(Type.Boolean()),
+    boot_snapshot: Type.Optional(BootSnapshotFlag),
   },
   strict,
 );
 export type ImportImageT = Static<typeof ImportImage>;
+/** POST /v1/images/{name}/boot-snapshot: capture the image's boot snapshot of a size now. */
+export const CaptureBootSnapshot = Type.Object(
+  {
+    memory_mib: Type.Optional(Type.Integer(between(LIMITS.memoryMiB))),
+    cpus: Type.Optional(Type.Integer(between(LIMITS.cpus))),
+    network: Type.Optional(NetworkMode),
+    stream: Type.Optional(
+      Type.Boolean({ description: 'answer with NDJSON progress events, then the image' }),
+    ),
+  },
+  strict,
+);
+export type CaptureBootSnapshotT = Static<typeof CaptureBootSnapshot>;
 /**
  * Streaming pull/import (application/x-ndjson): {"type":"progress","message",layer?,current?,
  * total?} lines, then {"type":"done","image":Image} or {"type":"error","error"}.

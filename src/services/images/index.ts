@@ -23,7 +23,15 @@ import { importImage } from './import.js';
 import { pruneBlobs, sweepTempBlobs } from './cache.js';
 import { login, logout } from './logins.js';
 import type { ImageProgress } from '../contracts.js';
-import type { ImportImageT, LoginT, PruneResultT, PullImageT } from '../../contract/schemas.js';
+import type {
+  CaptureBootSnapshotT,
+  ImportImageT,
+  LoginT,
+  PruneResultT,
+  PullImageT,
+} from '../../contract/schemas.js';
+import { ForkdError } from '../../errors.js';
+import { eagerBootSnapshot, ready, type Prepared, type Say } from '../snapshots/boot-eager.js';
 
 export {
   validateImageName,
@@ -86,8 +94,55 @@ async function withBoots(p: Paths, image: Image): Promise<ImageT> {
   return wire;
 }
 
+/**
+ * How the daemon captures an image's boot snapshot (services/snapshots/boot-start.ts),
+ * given to the image store so a build, pull or import can capture it eagerly.
+ */
+export type BootCapturer = (
+  image: string,
+  size: Omit<CaptureBootSnapshotT, 'stream'>,
+  onProgress?: (message: string) => void,
+) => Promise<Prepared>;
+
 export class ImageStore implements ImageService {
-  constructor(private readonly paths: Paths) {}
+  constructor(
+    private readonly paths: Paths,
+    private readonly capture?: BootCapturer,
+  ) {}
+
+  /**
+   * The image just made, with its boot snapshot captured (unless `wanted` is false): a
+   * capture that fails is a warning on the answer (boot-eager.ts).
+   */
+  private async made(
+    image: Image,
+    wanted: boolean | undefined,
+    onProgress?: (e: ImageProgress) => void,
+  ): Promise<ImageT> {
+    let warnings: string[] = [];
+    const capture = this.capture;
+    if (wanted !== false && capture) {
+      const say = (message: string) => onProgress?.({ message });
+      const prepare = async (p: Say) => ready(await capture(image.name, {}, p));
+      warnings = await eagerBootSnapshot(image.name, prepare, say);
+    }
+    const wire = await withBoots(this.paths, image);
+    if (warnings.length > 0) wire.warnings = warnings;
+    return wire;
+  }
+
+  async captureBootSnapshot(
+    name: string,
+    req: Omit<CaptureBootSnapshotT, 'stream'>,
+    onProgress?: (e: ImageProgress) => void,
+  ): Promise<ImageT> {
+    const image = await getImage(this.paths, name);
+    if (!this.capture) {
+      throw new ForkdError('internal', 'this daemon captures no boot snapshots');
+    }
+    await this.capture(name, req, (message) => onProgress?.({ message }));
+    return withBoots(this.paths, image);
+  }
 
   /** Sweep what a pull or build cut off by a crash left: temp blobs, staging dirs. Call once before serving. */
   async start(): Promise<void> {
@@ -105,6 +160,7 @@ export class ImageStore implements ImageService {
     from_dir: string;
     size_mib?: number;
     force?: boolean;
+    boot_snapshot?: boolean;
   }): Promise<ImageT> {
     const image = await buildImageFromDir(this.paths, {
       name: req.name,
@@ -112,7 +168,7 @@ export class ImageStore implements ImageService {
       sizeMiB: req.size_mib,
       force: req.force,
     });
-    return toWire(image);
+    return this.made(image, req.boot_snapshot);
   }
 
   /** Running sandboxes keep working: QEMU holds the rootfs open and reads it past unlink. */
@@ -131,7 +187,8 @@ export class ImageStore implements ImageService {
   ): Promise<ImageT> {
     const opts = { reference: req.reference, name: req.name, platform: req.platform };
     const build = { sizeMiB: req.size_mib, force: req.force, signal };
-    return toWire(await pullImage(this.paths, { ...opts, ...build }, onProgress));
+    const image = await pullImage(this.paths, { ...opts, ...build }, onProgress);
+    return this.made(image, req.boot_snapshot, onProgress);
   }
 
   async import(
@@ -140,7 +197,11 @@ export class ImageStore implements ImageService {
   ): Promise<ImageT> {
     const { path, ref, name, platform, size_mib: sizeMiB, force } = req;
     const opts = { path, ref, name, platform, sizeMiB, force };
-    return toWire(await importImage(this.paths, opts, onProgress));
+    return this.made(
+      await importImage(this.paths, opts, onProgress),
+      req.boot_snapshot,
+      onProgress,
+    );
   }
 
   prune(): Promise<PruneResultT> {

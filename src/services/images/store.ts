@@ -23,7 +23,7 @@ import { NAME_RULE } from '../../contract/rules.js';
 import { checkName } from '../checks.js';
 import { run } from '../../util/exec.js';
 import { pidAlive } from '../../util/pid.js';
-import { assertImageUnused, removeBootSnapshots } from './users.js';
+import { assertImageUnused, rememberBootSizes, removeBootSnapshots } from './users.js';
 
 /** Where an image's files came from, recorded in image.json. */
 export type ImageSource =
@@ -214,6 +214,7 @@ export async function publishStaging(
     if (!force) throw nameTaken(name);
   }
   await assertImageUnused(p, name, 'replace');
+  await rememberBootSizes(p, name, staging);
   await removeBootSnapshots(p, name);
   const trash = trashPath(p);
   await rename(dest, trash);

@@ -3,10 +3,11 @@
  * and the sandboxes running from it. Removing or replacing an image under them would
  * leave the snapshots unbootable or, worse, their disk layers reading a filesystem they
  * were not written over; so `image rm` and `image build --force` refuse while it has any.
- * Its boot snapshots are no such users: they are removed with it.
+ * Its boot snapshots are no such users: they are removed with it, and their sizes are
+ * remembered in the new image for the daemon to capture again (boot-refresh.ts).
  */
 import { existsSync } from 'node:fs';
-import { readdir, rm } from 'node:fs/promises';
+import { readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
@@ -53,6 +54,40 @@ export async function removeBootSnapshots(p: Paths, name: string): Promise<void>
   } finally {
     store?.close();
   }
+}
+
+/** The sizes of boot snapshots an image had before a rebuild, kept in its new directory. */
+const WANTED = 'boot-wanted.json';
+
+/** A boot snapshot's size: what the background refresh captures again (boot-refresh.ts). */
+export interface BootSize {
+  memory_mib: number;
+  cpus: number;
+  network: 'none' | 'nat';
+}
+
+/**
+ * Before an image is replaced: write the sizes of its boot snapshots into the new image's
+ * directory (`dir`, still staging), so the daemon captures them again for the new image.
+ */
+export async function rememberBootSizes(p: Paths, name: string, dir: string): Promise<void> {
+  const sizes = (await bootSnapshotsOf(p, name)).map((m) => ({
+    memory_mib: m.memory_mib,
+    cpus: m.cpus,
+    network: m.network ?? 'none',
+  }));
+  if (sizes.length > 0) await writeFile(join(dir, WANTED), JSON.stringify(sizes) + '\n');
+}
+
+/** The boot snapshot sizes image `name` is waiting for (none when it is not rebuilt). */
+export async function wantedBootSizes(p: Paths, name: string): Promise<BootSize[]> {
+  const text = await readFile(join(p.images, name, WANTED), 'utf8').catch(() => '[]');
+  return JSON.parse(text) as BootSize[];
+}
+
+/** Forget what `wantedBootSizes` said (captured, or given up: the first start captures). */
+export async function forgetWantedBootSizes(p: Paths, name: string): Promise<void> {
+  await rm(join(p.images, name, WANTED), { force: true });
 }
 
 function sandboxesOf(p: Paths, name: string): string[] {

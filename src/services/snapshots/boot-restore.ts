@@ -3,15 +3,17 @@
  * QEMU of this process, captured first when this size was never started. The snapshot's
  * row lives in this home's database, as a daemon's would, so a daemon started later sees
  * it; the fork's identity (entropy, clock, hostname, id) is pushed as for every fork.
+ * `image build` without a daemon captures the same snapshot eagerly (`captureBootSnapshotHere`).
  */
 import type { Paths } from '../../config.js';
 import { Store } from '../../store/db.js';
 import { run } from '../../util/exec.js';
 import { parseQemuVersion } from '../host.js';
-import type { Placement } from '../limits.js';
+import type { Limiter, Placement } from '../limits.js';
 import { silentLog } from '../log.js';
-import { newSandboxId, type Sandbox } from '../sandboxes/sandbox.js';
-import { bootKey, ensureBootSnapshot, type BootSnapshot } from './boot.js';
+import { newSandboxId, resolveResources, type Sandbox } from '../sandboxes/sandbox.js';
+import { bootKey, ensureBootSnapshot, type BootKey, type BootSnapshot } from './boot.js';
+import type { Prepared } from './boot-eager.js';
 import { prepareChild, restoreChild } from './fork.js';
 import { SnapshotRegistry } from './registry.js';
 import { vmm } from '../vmm.js';
@@ -40,17 +42,7 @@ export async function restoreBootSnapshot(
     placement: Placement;
   },
 ): Promise<Restored> {
-  const qemu = await run(vmm().binary, ['--version']).then(
-    (r) => parseQemuVersion(r.stdout),
-    () => 'unknown',
-  );
-  const key = await bootKey(p, { ...req, network: 'none' }, qemu);
-  const boot = await withRegistry(p, (registry) =>
-    ensureBootSnapshot(
-      { paths: p, registry, qemuVersion: qemu, limiter: req.placement.limiter },
-      key,
-    ),
-  );
+  const boot = await bootHere(p, { ...req, limiter: req.placement.limiter });
   const child = await prepareChild(p, boot.manifest, newSandboxId(), undefined, req.placement);
   const up = await restoreChild(child, { env: req.env, signal: req.signal });
   return {
@@ -61,11 +53,44 @@ export async function restoreBootSnapshot(
   };
 }
 
-/** This home's snapshot registry for one call (no daemon holds it: none runs). */
-async function withRegistry(
+/** The boot snapshot of a start without a daemon (network none), found or captured now. */
+async function bootHere(
   p: Paths,
-  fn: (registry: SnapshotRegistry) => Promise<BootSnapshot>,
-): Promise<BootSnapshot> {
+  req: { image: string; memoryMiB: number; cpus: number; limiter?: Limiter },
+  onProgress?: (message: string) => void,
+): Promise<BootSnapshot & { key: BootKey }> {
+  const qemu = await run(vmm().binary, ['--version']).then(
+    (r) => parseQemuVersion(r.stdout),
+    () => 'unknown',
+  );
+  const key = await bootKey(p, { ...req, network: 'none' }, qemu);
+  const boot = await withRegistry(p, (registry) =>
+    ensureBootSnapshot(
+      { paths: p, registry, qemuVersion: qemu, limiter: req.limiter, onProgress },
+      key,
+    ),
+  );
+  return { ...boot, key };
+}
+
+/**
+ * `image build` without a daemon: the boot snapshot `forkd run` (no daemon) will restore,
+ * at the default size, captured now in this process (boot-eager.ts).
+ */
+export async function captureBootSnapshotHere(
+  p: Paths,
+  image: string,
+  onProgress?: (message: string) => void,
+): Promise<Prepared> {
+  const b = await bootHere(p, { image, ...resolveResources({}) }, onProgress);
+  return { tag: b.manifest.tag, captured: b.captured, captureMs: b.captureMs, key: b.key };
+}
+
+/** This home's snapshot registry for one call (no daemon holds it: none runs). */
+async function withRegistry<T>(
+  p: Paths,
+  fn: (registry: SnapshotRegistry) => Promise<T>,
+): Promise<T> {
   const store = Store.open(p.db);
   try {
     const registry = new SnapshotRegistry({

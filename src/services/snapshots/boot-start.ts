@@ -13,7 +13,15 @@ import type { NetworkService } from '../network/service.js';
 import type { ServiceLog } from '../log.js';
 import { resolveResources } from '../sandboxes/sandbox.js';
 import { DEFAULT_IMAGE } from '../images/index.js';
-import { BOOT_TAG_PREFIX, bootKey, bootTag, ensureBootSnapshot, type BootKey } from './boot.js';
+import {
+  BOOT_TAG_PREFIX,
+  bootKey,
+  bootTag,
+  ensureBootSnapshot,
+  type BootKey,
+  type BootSnapshot,
+} from './boot.js';
+import type { Prepared } from './boot-eager.js';
 import type { SnapshotManager } from './service.js';
 
 export interface BootStartOptions {
@@ -28,6 +36,9 @@ export interface BootStartOptions {
   /** Running sandboxes forked from a snapshot (its old boot snapshots are kept while any run). */
   forkedFrom(tag: string): string[];
 }
+
+/** The size of a boot snapshot as a request names it (absent: a start's defaults). */
+export type BootSize = Pick<CreateSandboxT, 'memory_mib' | 'cpus' | 'network'>;
 
 /** Starts sandboxes from images by forking their boot snapshots. */
 export class BootStarts {
@@ -44,17 +55,7 @@ export class BootStarts {
     try {
       const key = await this.keyOf(req, image);
       tag = bootTag(key);
-      const { manifest, captured, captureMs } = await ensureBootSnapshot(
-        {
-          paths: this.opts.paths,
-          registry: this.opts.snapshots.registry,
-          qemuVersion: key.qemu,
-          network: this.opts.network,
-          limiter: this.opts.limiter,
-        },
-        key,
-      );
-      if (captured) await this.afterCapture(key, tag, captureMs);
+      const { manifest } = await this.ensure(key);
       const env = imageEnv(await getImage(this.opts.paths, image));
       return await this.forkOne(req, caller, manifest.tag, env);
     } catch (err) {
@@ -66,7 +67,39 @@ export class BootStarts {
     }
   }
 
-  private async keyOf(req: CreateSandboxT, image: string): Promise<BootKey> {
+  /**
+   * The boot snapshot of `image` at a size (default: a start's defaults), captured now when
+   * there is none (`image pull`, `image build`, the background refresh). Throws when it
+   * cannot be had.
+   */
+  async prepare(
+    image: string,
+    size: BootSize = {},
+    onProgress?: (message: string) => void,
+  ): Promise<Prepared> {
+    const key = await this.keyOf(size, image);
+    const b = await this.ensure(key, onProgress);
+    return { tag: b.manifest.tag, captured: b.captured, captureMs: b.captureMs, key };
+  }
+
+  /** The key's boot snapshot, found or captured (then pooled, and outdated ones removed). */
+  private async ensure(key: BootKey, onProgress?: (m: string) => void): Promise<BootSnapshot> {
+    const b = await ensureBootSnapshot(
+      {
+        paths: this.opts.paths,
+        registry: this.opts.snapshots.registry,
+        qemuVersion: key.qemu,
+        network: this.opts.network,
+        limiter: this.opts.limiter,
+        onProgress,
+      },
+      key,
+    );
+    if (b.captured) await this.afterCapture(key, bootTag(key), b.captureMs);
+    return b;
+  }
+
+  private async keyOf(req: BootSize, image: string): Promise<BootKey> {
     const res = resolveResources({ memoryMiB: req.memory_mib, cpus: req.cpus });
     const network = this.opts.network ? (req.network ?? 'nat') : 'none';
     const start = { image, ...res, network } as const;

@@ -13,6 +13,7 @@ import { open, readFile, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { ForkdError } from '../../errors.js';
+import { failPoint } from '../../util/crash.js';
 import { makeDir } from '../../util/make-dir.js';
 import { pidAlive } from '../../util/pid.js';
 import { locateGuest } from '../guest.js';
@@ -127,6 +128,8 @@ export interface BootContext {
   /** The parent's NIC (a key with network `nat`). */
   network?: NetworkService;
   limiter?: Limiter;
+  /** Progress of a capture (booting, capturing, checksumming), e.g. for `image build`. */
+  onProgress?: (message: string) => void;
 }
 
 /** The boot snapshot of a key, and whether this call captured it. */
@@ -184,6 +187,7 @@ async function captureBoot(ctx: BootContext, key: BootKey): Promise<SnapshotMani
   const tag = bootTag(key);
   ctx.registry.reserve(tag, null);
   try {
+    failPoint('boot:capture'); // tests: a capture that fails (the image must stay)
     const { manifest } = await createSnapshot(
       { tag, image: key.image, memory_mib: key.memory_mib, cpus: key.cpus, network: key.network },
       {
@@ -191,7 +195,7 @@ async function captureBoot(ctx: BootContext, key: BootKey): Promise<SnapshotMani
         network: key.network === 'nat' ? ctx.network : undefined,
         limiter: ctx.limiter,
         qemuVersion: ctx.qemuVersion,
-        onProgress: () => undefined,
+        onProgress: ctx.onProgress ?? (() => undefined),
         boot: key,
       },
     );
