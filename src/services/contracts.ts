@@ -31,6 +31,7 @@ import type {
   PatchSandboxT,
   ImportImageT,
   LoginT,
+  PoolBudgetStateT,
   PoolStateT,
   PruneResultT,
   PullImageT,
@@ -229,6 +230,8 @@ export interface SnapshotService {
   /** Every image, snapshot and live sandbox with its parent edge (only `tag`'s subtree if given). */
   lineage(tag?: string): Promise<LineageT>;
   setPool(tag: string, size: number, opts?: { prewarm?: boolean }): Promise<PoolStateT>;
+  /** The host-wide pool budget and what all pools take of it (pool-budget.ts). */
+  poolBudget(): PoolBudgetStateT;
   fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome>;
 }
 

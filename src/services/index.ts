@@ -20,6 +20,7 @@ import type { ServiceLog } from './sandboxes/log.js';
 import type { ReconcileReport } from './sandboxes/reconcile.js';
 import { SandboxManager } from './sandboxes/service.js';
 import { defaultPoolFromEnv, SnapshotManager } from './snapshots/service.js';
+import type { PoolBudgetLimits } from './snapshots/pool-budget.js';
 import { BootStarts } from './snapshots/boot-start.js';
 import { silentLog } from './sandboxes/log.js';
 import { PackManager } from './packs/service.js';
@@ -73,6 +74,8 @@ export interface ServiceOptions {
   tuning?: Partial<VmTuning>;
   /** Pre-warmed pool of each created snapshot (`forkd daemon --default-pool`; docs/snapshots.md). */
   defaultPool?: number;
+  /** All pools' VMs at most (`--pool-budget-vms/-mib`; default from the environment: pool-budget.ts). */
+  poolBudget?: PoolBudgetLimits;
   /** Snapshots pods may fork, as typed (`forkd daemon --pod-snapshots`; pod-policy.ts). */
   podSnapshots?: string;
 }
@@ -148,6 +151,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     network,
     limiter,
     defaultPool: opts.defaultPool,
+    poolBudget: opts.poolBudget,
     podPolicy: PodPolicy.parse(opts.podSnapshots),
   });
   const boots = new BootStarts({

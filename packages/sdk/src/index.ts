@@ -77,6 +77,7 @@ export type {
   LineageKind,
   LineageNode,
   LimitsOptions,
+  PoolBudgetInfo,
   PoolInfo,
   SandboxInfo,
   SandboxLimits,
