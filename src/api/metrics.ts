@@ -22,7 +22,12 @@ import type {
   Services,
   SnapshotService,
 } from '../services/contracts.js';
-import { SandboxState, type CacheInfoT, type SnapshotT } from '../contract/schemas.js';
+import {
+  SandboxState,
+  type CacheInfoT,
+  type PoolBudgetStateT,
+  type SnapshotT,
+} from '../contract/schemas.js';
 import type { Api, CountedMetric } from './types.js';
 
 const STATES = SandboxState.anyOf.map((s) => s.const);
@@ -114,6 +119,37 @@ function poolGauges(registry: Registry, snapshots: SnapshotService): void {
     'forkd_snapshot_pool_memory_bytes',
     'Host memory of the waiting pool VMs, by snapshot (absent where not measured)',
     (s) => (s.pool.ready > 0 ? s.pool.memory_bytes : null),
+  );
+  gauge(
+    'forkd_snapshot_pool_held',
+    "Pool VMs the host's pool budget holds back, by snapshot",
+    (s) => s.pool.held ?? 0,
+  );
+  budgetGauges(registry, snapshots);
+}
+
+/** The host-wide pool budget and what all pools take of it (one value each, no labels). */
+function budgetGauges(registry: Registry, snapshots: SnapshotService): void {
+  const gauge = (name: string, help: string, read: (b: PoolBudgetStateT) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.set(read(snapshots.poolBudget()));
+      },
+    });
+  gauge('forkd_pool_budget_vms', 'Pool VMs allowed, all snapshots together', (b) => b.vms);
+  gauge(
+    'forkd_pool_budget_memory_bytes',
+    'Host memory allowed to pool VMs, all snapshots together',
+    (b) => b.memory_bytes,
+  );
+  gauge('forkd_pool_vms', 'Pool VMs waiting or starting, all snapshots', (b) => b.used_vms);
+  gauge(
+    'forkd_pool_memory_bytes',
+    'Host memory the waiting pool VMs took when ready (where measured), all snapshots',
+    (b) => b.used_memory_bytes,
   );
 }
 

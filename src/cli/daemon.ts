@@ -6,7 +6,12 @@
 import type { Command } from 'commander';
 import { ForkdError } from '../errors.js';
 import { startDaemon, type DaemonOptions } from '../daemon/daemon.js';
-import { parseMerge, parseTbMiB } from '../services/local.js';
+import {
+  parseMerge,
+  parseTbMiB,
+  POOL_BUDGET_MAX,
+  type PoolBudgetLimits,
+} from '../services/local.js';
 import { POOL_MAX } from '../contract/rules.js';
 import type { LogLevel } from '../daemon/log.js';
 import { action } from './output.js';
@@ -34,6 +39,8 @@ type DaemonFlags = Pick<
   tcgTbMib?: string;
   mergeMemory?: string;
   defaultPool?: string;
+  poolBudgetVms?: string;
+  poolBudgetMib?: string;
   branchMode: string;
   logLevel: string;
   confine?: boolean;
@@ -71,6 +78,16 @@ function boundedInt(flag: string, text: string | undefined, max: number): number
   return n;
 }
 
+/** `--pool-budget-vms` and `--pool-budget-mib`, where given (the rest from the environment). */
+function poolBudgetFlags(flags: DaemonFlags): Partial<PoolBudgetLimits> {
+  const vms = boundedInt('--pool-budget-vms', flags.poolBudgetVms, POOL_BUDGET_MAX.vms);
+  const mib = boundedInt('--pool-budget-mib', flags.poolBudgetMib, POOL_BUDGET_MAX.mib);
+  return {
+    ...(vms === undefined ? {} : { vms }),
+    ...(mib === undefined ? {} : { memoryBytes: mib * 1024 * 1024 }),
+  };
+}
+
 /** The longest idle time a daemon flag takes: a year, in seconds. */
 const IDLE_MAX_S = 365 * 24 * 3600;
 
@@ -104,6 +121,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     pauseIdleAfterS: boundedInt('--pause-idle-after', flags.pauseIdleAfter, IDLE_MAX_S),
     hibernateIdleAfterS: boundedInt('--hibernate-idle-after', flags.hibernateIdleAfter, IDLE_MAX_S),
     defaultPool: boundedInt('--default-pool', flags.defaultPool, POOL_MAX),
+    poolBudget: poolBudgetFlags(flags),
     tuning: {
       ...(flags.tcgTbMib === undefined ? {} : { tbMiB: parseTbMiB(flags.tcgTbMib) }),
       ...(flags.mergeMemory === undefined ? {} : { merge: parseMerge(flags.mergeMemory) }),
@@ -167,6 +185,14 @@ export function register(cmd: Command): void {
     .option(
       '--default-pool <n>',
       'pre-warmed pool each `snapshot create` gets, so its forks start fast (default 2, or FORKD_DEFAULT_POOL; 0: none)',
+    )
+    .option(
+      '--pool-budget-vms <n>',
+      "pool VMs of all snapshots together at most; the least recently forked snapshots' pools give way first (default 8, or FORKD_POOL_BUDGET_VMS; 0: no pools)",
+    )
+    .option(
+      '--pool-budget-mib <n>',
+      'host memory of all pool VMs together at most, in MiB (default 384, or FORKD_POOL_BUDGET_MIB)',
     )
     .option(
       '--pod-snapshots <list>',

@@ -6,12 +6,13 @@
  */
 import type { Command } from 'commander';
 import { Sandbox, Snapshot, type SandboxInfo, type SnapshotInfo } from '@forkd/sdk';
-import { POOL_STATE, sandboxToWire, toWire } from '@forkd/sdk/wire';
+import { poolToWire, sandboxToWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { formatIdle } from './idle-flags.js';
 import { formatLimits } from './limits.js';
 import { action, formatBytes, formatEnforced, printJson, printTable } from './output.js';
 import { parseLabelFilter } from './parse.js';
+import { formatPoolBudget } from './snapshots.js';
 
 interface PsFlags extends DaemonFlags {
   all?: boolean;
@@ -67,22 +68,28 @@ async function pooledSnapshots(flags: DaemonFlags): Promise<SnapshotInfo[]> {
 /** `ps --pool`: each snapshot's pool VMs, and how to remove them. */
 async function pools(flags: PsFlags): Promise<void> {
   const pooled = await pooledSnapshots(flags);
-  if (flags.json)
-    return printJson(pooled.map((s) => ({ tag: s.tag, pool: toWire(POOL_STATE, s.pool) })));
+  if (flags.json) return printJson(pooled.map((s) => ({ tag: s.tag, pool: poolToWire(s.pool) })));
   if (pooled.length === 0) {
     process.stderr.write('no pool VMs: `forkd snapshot pool TAG N` keeps N ready for forks\n');
     return;
   }
   printTable(
-    ['SNAPSHOT', 'READY', 'SIZE', 'KIND', 'MEMORY'],
+    ['SNAPSHOT', 'READY', 'SIZE', 'HELD', 'KIND', 'MEMORY'],
     pooled.map((s) => [
       s.tag,
       String(s.pool.ready),
       String(s.pool.size),
+      String(s.pool.held),
       s.pool.prewarm ? 'pre-warmed' : 'waiting',
       s.pool.memoryBytes === null ? '-' : formatBytes(s.pool.memoryBytes),
     ]),
   );
+  const budget = pooled.find((s) => s.pool.budget)?.pool.budget;
+  if (budget) {
+    process.stderr.write(
+      `pool budget: ${formatPoolBudget(budget)}; the least recently forked snapshots' pools give way first (HELD)\n`,
+    );
+  }
   process.stderr.write('remove a pool with `forkd snapshot pool TAG 0`\n');
 }
 

@@ -32,6 +32,7 @@ import { LIMITS } from './rules.js';
 import {
   formatLabels,
   formatPool,
+  formatPoolBudget,
   shortTime,
   snapshotJson,
   usable,
@@ -296,6 +297,9 @@ function publishedFields(s: SnapshotInfo): [string, string][] {
   return [
     ['children', `${s.childrenAlive} alive`],
     ['pool', formatPool(s.pool)],
+    ...(s.pool.budget
+      ? [['pool budget', `${formatPoolBudget(s.pool.budget)}, all snapshots`] as [string, string]]
+      : []),
     ['size', `${formatBytes(s.logicalBytes)} logical, ${formatBytes(s.physicalBytes)} on disk`],
     ...(s.memory ? [['memory stored', memoryStorage(s.memory)] as [string, string]] : []),
   ];

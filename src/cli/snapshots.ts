@@ -7,7 +7,7 @@
  */
 import type { Command } from 'commander';
 import { Snapshot, type SnapshotInfo } from '@forkd/sdk';
-import { POOL_STATE, SNAPSHOT, SNAPSHOT_MEMORY, toWire } from '@forkd/sdk/wire';
+import { poolToWire, SNAPSHOT, SNAPSHOT_MEMORY, toWire } from '@forkd/sdk/wire';
 import { clientConfig, daemonOptions, type DaemonFlags } from './client.js';
 import { action, formatBytes, printJson, printTable } from './output.js';
 
@@ -53,7 +53,7 @@ async function listSnapshots(flags: DaemonFlags & { all?: boolean }): Promise<vo
 /** A snapshot in the REST API's shape (what `--json` prints). */
 export function snapshotJson(s: SnapshotInfo): Record<string, unknown> {
   const json = toWire(SNAPSHOT, s);
-  json.pool = toWire(POOL_STATE, s.pool);
+  json.pool = poolToWire(s.pool);
   if (s.memory) json.memory = toWire(SNAPSHOT_MEMORY, s.memory);
   return json;
 }
@@ -77,11 +77,23 @@ export function whyUnusable(s: SnapshotInfo): string {
   return why;
 }
 
-/** `2 of 2 ready, pre-warmed, 34 MiB of host memory`: a pool's VMs and what they take. */
+/**
+ * `2 of 2 ready, pre-warmed, 34 MiB of host memory`: a pool's VMs and what they take, and
+ * `, 1 held back by the pool budget` when other snapshots' pools took the room.
+ */
 export function formatPool(pool: SnapshotInfo['pool']): string {
   const kind = pool.prewarm ? ', pre-warmed' : '';
   const memory = pool.memoryBytes ? `, ${formatBytes(pool.memoryBytes)} of host memory` : '';
-  return `${pool.ready} of ${pool.size} ready${kind}${memory}`;
+  const held = pool.held > 0 ? `, ${pool.held} held back by the pool budget` : '';
+  return `${pool.ready} of ${pool.size} ready${kind}${memory}${held}`;
+}
+
+/** `3 of 8 VMs, 96 MiB of 384 MiB`: all pools against the host's pool budget. */
+export function formatPoolBudget(budget: NonNullable<SnapshotInfo['pool']['budget']>): string {
+  return (
+    `${budget.usedVms} of ${budget.vms} VMs, ` +
+    `${formatBytes(budget.usedMemoryBytes)} of ${formatBytes(budget.memoryBytes)}`
+  );
 }
 
 /** Where it came from: `REF@sha256:abcdef012345`, the pack file, or `-` when made here. */

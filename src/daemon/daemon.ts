@@ -27,6 +27,7 @@ import { createLogger, fastifyLoggerOptions, type LogLevel } from './log.js';
 import { claimRunDir, runDirOf } from './rundir.js';
 import { Listeners, parseListen, type TcpOptions } from './servers.js';
 import { loadTokens } from './tokens.js';
+import { poolBudgetFromEnv, type PoolBudgetLimits } from '../services/snapshots/pool-budget.js';
 
 export interface DaemonOptions {
   /** FORKD_HOME; default the environment's. */
@@ -65,6 +66,8 @@ export interface DaemonOptions {
   tuning?: Partial<VmTuning>;
   /** Pre-warmed pool of each created snapshot (default 2, FORKD_DEFAULT_POOL; docs/snapshots.md). */
   defaultPool?: number;
+  /** Pool VMs of all snapshots at most, count and memory (docs/snapshots.md "The pool budget"). */
+  poolBudget?: Partial<PoolBudgetLimits>;
   /**
    * Where the DNS proxy forwards guests' queries, `ADDR[:PORT]` as typed (default:
    * FORKD_DNS_UPSTREAM, else the host's first nameserver; docs/network.md).
@@ -171,6 +174,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       hibernateIdleAfterS: opts.hibernateIdleAfterS ?? DEFAULT_IDLE.hibernateAfterS,
       tuning: opts.tuning,
       defaultPool: opts.defaultPool,
+      poolBudget: { ...poolBudgetFromEnv(), ...opts.poolBudget },
       podSnapshots: opts.podSnapshots ?? process.env.FORKD_POD_SNAPSHOTS,
       ...(upstream ? { network: { upstream } } : {}),
     });

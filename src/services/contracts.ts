@@ -33,6 +33,7 @@ import type {
   ImportImageT,
   CaptureBootSnapshotT,
   LoginT,
+  PoolBudgetStateT,
   PoolStateT,
   PruneResultT,
   PullImageT,
@@ -232,6 +233,8 @@ export interface SnapshotService {
   /** Every image, snapshot and live sandbox with its parent edge (only `tag`'s subtree if given). */
   lineage(tag?: string): Promise<LineageT>;
   setPool(tag: string, size: number, opts?: { prewarm?: boolean }): Promise<PoolStateT>;
+  /** The host-wide pool budget and what all pools take of it (pool-budget.ts). */
+  poolBudget(): PoolBudgetStateT;
   fork(req: ForkRequest, caller: Caller): Promise<ForkOutcome>;
 }
 

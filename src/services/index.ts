@@ -21,6 +21,7 @@ import type { ReconcileReport } from './sandboxes/reconcile.js';
 import { publishingOf } from './snapshots/publishing.js';
 import { SandboxManager } from './sandboxes/service.js';
 import { defaultPoolFromEnv, SnapshotManager } from './snapshots/service.js';
+import type { PoolBudgetLimits } from './snapshots/pool-budget.js';
 import { BootStarts } from './snapshots/boot-start.js';
 import { BootRefresh } from './snapshots/boot-refresh.js';
 import { silentLog } from './log.js';
@@ -75,6 +76,8 @@ export interface ServiceOptions {
   tuning?: Partial<VmTuning>;
   /** Pre-warmed pool of each created snapshot (`forkd daemon --default-pool`; docs/snapshots.md). */
   defaultPool?: number;
+  /** All pools' VMs at most (`--pool-budget-vms/-mib`; default from the environment: pool-budget.ts). */
+  poolBudget?: PoolBudgetLimits;
   /** Snapshots pods may fork, as typed (`forkd daemon --pod-snapshots`; pod-policy.ts). */
   podSnapshots?: string;
 }
@@ -150,6 +153,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     network,
     limiter,
     defaultPool: opts.defaultPool,
+    poolBudget: opts.poolBudget,
     podPolicy: PodPolicy.parse(opts.podSnapshots),
   });
   const boots = new BootStarts({

@@ -1,7 +1,8 @@
 /**
  * What the CLI runs on this host itself, without a daemon: `forkd run` in process, `setup`,
- * `doctor`, `image build|rm` and the local `images` listing and the daemon's QEMU flags. The one services module
- * cli/ may import (lint enforces it); every other verb is a client of the SDK.
+ * `doctor`, `image build|rm`, the local `images` listing, the daemon's QEMU and pool flags.
+ * The one services module cli/ may import (lint enforces it); every other verb is a client
+ * of the SDK.
  */
 export { setupGuest } from './guest.js';
 export {
@@ -31,3 +32,4 @@ export {
 export { withExecDefaults } from './sandboxes/exec.js';
 export { Limiter, runCgroupParent } from './limits.js';
 export { restoreBootSnapshot } from './snapshots/boot-restore.js';
+export { POOL_BUDGET_MAX, type PoolBudgetLimits } from './snapshots/pool-budget.js';

@@ -157,6 +157,13 @@ test('pool: PUT passes the size and answers the pool state', async () => {
     ready: 4,
     prewarm: false,
     memory_bytes: 4 * 16 * 1024 * 1024,
+    held: 0,
+    budget: {
+      vms: 8,
+      memory_bytes: 384 * 1024 * 1024,
+      used_vms: 4,
+      used_memory_bytes: 4 * 16 * 1024 * 1024,
+    },
   });
   assert.deepEqual(lastCall().args, [SEED.snapshot, 4, { prewarm: undefined }]);
   const missing = await call<ErrorJson>({
@@ -308,6 +315,12 @@ test('forks are counted per child in /metrics; pools are gauges by tag', async (
     `forkd_snapshot_pool_ready{tag="${SEED.snapshot}"} 3`,
     `forkd_snapshot_pool_size{tag="${SEED.brokenSnapshot}"} 0`,
     `forkd_snapshot_pool_memory_bytes{tag="${SEED.snapshot}"} ${3 * 16 * 1024 * 1024}`,
+    `forkd_snapshot_pool_held{tag="${SEED.snapshot}"} 0`,
+    // The host-wide budget (the fake's: the daemon's defaults) and what the pools take of it.
+    'forkd_pool_budget_vms 8',
+    `forkd_pool_budget_memory_bytes ${384 * 1024 * 1024}`,
+    'forkd_pool_vms 3',
+    `forkd_pool_memory_bytes ${3 * 16 * 1024 * 1024}`,
   ]) {
     assert.ok(text.includes(line), line);
   }

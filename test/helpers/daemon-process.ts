@@ -84,7 +84,8 @@ async function waitReady(child: ChildProcess, url: string, output: () => string)
       await forkd.health({ signal: AbortSignal.timeout(5000) });
       return;
     } catch {
-      if (Date.now() > deadline) throw new Error(`forkd daemon not ready in ${READY_MS / 1000} s: ${output()}`);
+      if (Date.now() > deadline)
+        throw new Error(`forkd daemon not ready in ${READY_MS / 1000} s: ${output()}`);
       await sleep(100);
     }
   }

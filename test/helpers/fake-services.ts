@@ -474,6 +474,17 @@ export class FakeServices {
     this.diskBases.delete(id);
   }
 
+  /** The daemon's default pool budget, and what the pools set here take of it. */
+  private poolBudget() {
+    const pools = [...this.snapshots.values()].map((s) => s.pool);
+    return {
+      vms: 8,
+      memory_bytes: 384 * MiB,
+      used_vms: pools.reduce((n, p) => n + p.ready, 0),
+      used_memory_bytes: pools.reduce((n, p) => n + (p.memory_bytes ?? 0), 0),
+    };
+  }
+
   private snapshot(tag: string): SnapshotT {
     const s = this.snapshots.get(tag);
     if (!s)
@@ -908,10 +919,13 @@ export class FakeServices {
       setPool: async (tag, size, opts) => {
         // Each waiting VM takes what an idle child does (docs/snapshots.md: 13.5–18 MiB).
         const memory_bytes = size * 16 * MiB;
-        const pool = { size, ready: size, prewarm: opts?.prewarm ?? false, memory_bytes };
+        const pool = { size, ready: size, prewarm: opts?.prewarm ?? false, memory_bytes, held: 0 };
         this.snapshots.set(tag, { ...this.usable(tag), pool });
+        // The budget as the pools stand with this one set (the daemon's defaults, never full).
+        Object.assign(pool, { budget: this.poolBudget() });
         return pool;
       },
+      poolBudget: () => this.poolBudget(),
       fork: async (req) => {
         const result = this.forkChildren(req.snapshot, req.n, req);
         if (!req.all_or_nothing || result.failed.length === 0) return result;

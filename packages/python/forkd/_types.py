@@ -187,16 +187,32 @@ class SnapshotFileInfo:
 
 
 @dataclass(frozen=True)
+class PoolBudgetInfo:
+    """The host-wide pool budget (wire object ``PoolBudgetState``): all snapshots' pool VMs
+    together stay within ``vms`` and ``memory_bytes``, the least recently forked snapshots'
+    pools giving way first; ``used_vms`` and ``used_memory_bytes`` are what they take now."""
+
+    vms: int
+    memory_bytes: int
+    used_vms: int
+    used_memory_bytes: int
+
+
+@dataclass(frozen=True)
 class PoolInfo:
     """A snapshot's pool of pre-started VMMs: the size asked for, how many wait ready,
     whether they are pre-warmed (restored, run once and paused), and the host memory the
     waiting VMs take together (``None``: not measured, or an older daemon). They are QEMUs but
-    not sandboxes: ``Sandbox.list()`` does not return them."""
+    not sandboxes: ``Sandbox.list()`` does not return them. ``held``: VMs of the size the
+    host's pool budget holds back (other snapshots were forked more recently; forks of this
+    one take the cold path meanwhile); ``budget``: that budget (``None`` from an older daemon)."""
 
     size: int
     ready: int
     prewarm: bool = False
     memory_bytes: Optional[int] = None
+    held: int = 0
+    budget: Optional[PoolBudgetInfo] = field(default=None, metadata=nested(PoolBudgetInfo))
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ class WireTest(unittest.TestCase):
             forkd.SnapshotInfo: SCHEMAS["Snapshot"],
             forkd.SnapshotFileInfo: SCHEMAS["Snapshot"]["properties"]["files"]["items"],
             forkd.PoolInfo: answer("/v1/snapshots/{tag}/pool", "put"),
+            forkd.PoolBudgetInfo: answer("/v1/snapshots/{tag}/pool", "put")["properties"]["budget"],
             forkd.LineageNode: lineage_node,
             forkd.LineageEdge: lineage_node["properties"]["parent"],
             forkd.VerifyReport: verify,

@@ -82,6 +82,7 @@ export type {
   LineageKind,
   LineageNode,
   LimitsOptions,
+  PoolBudgetInfo,
   PoolInfo,
   SandboxInfo,
   SandboxLimits,

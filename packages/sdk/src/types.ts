@@ -327,6 +327,31 @@ export interface PoolInfo {
   prewarm: boolean;
   /** Host memory of the waiting VMs together; null when not measured (or an older daemon). */
   memoryBytes: number | null;
+  /**
+   * VMs of `size` the host's pool budget holds back: snapshots forked more recently took
+   * the room. Forks take the cold path meanwhile; a fork of this snapshot wins room back.
+   */
+  held: number;
+  /** The host-wide pool budget and its use (absent from an older daemon). */
+  budget?: PoolBudgetInfo;
+}
+
+/**
+ * The host-wide pool budget (wire object `PoolBudgetState`): all snapshots' pool VMs
+ * together stay within `vms` and `memoryBytes`, the least recently forked snapshots' pools
+ * giving way first.
+ *
+ * @example
+ * const { budget } = (await Snapshot.get('py')).info.pool;
+ * console.log(`${budget?.usedVms} of ${budget?.vms} pool VMs`);
+ */
+export interface PoolBudgetInfo {
+  vms: number;
+  memoryBytes: number;
+  /** Pool VMs waiting or starting now, all snapshots. */
+  usedVms: number;
+  /** Host memory the waiting ones took when they became ready (where measured). */
+  usedMemoryBytes: number;
 }
 
 /**

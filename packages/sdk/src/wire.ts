@@ -18,6 +18,7 @@ import type {
   ImageInfo,
   LineageNode,
   IdleOptions,
+  PoolBudgetInfo,
   PoolInfo,
   SandboxIdle,
   SandboxInfo,
@@ -270,10 +271,26 @@ export const SNAPSHOT_FILE: WireNames<SnapshotFileInfo> = {
   sha256: 'sha256',
 };
 
-/** A wire pool state; an older daemon sends no `prewarm` nor `memory_bytes`. */
+/**
+ * A wire pool state; an older daemon sends no `prewarm` nor `memory_bytes`, nor `held` and
+ * `budget` (then the pool is held back by nothing, and the budget is unknown).
+ */
 export function poolFromWire(wire: unknown): PoolInfo {
   const pool = fromWire(POOL_STATE, wire);
-  return { ...pool, prewarm: pool.prewarm ?? false, memoryBytes: pool.memoryBytes ?? null };
+  return {
+    ...pool,
+    prewarm: pool.prewarm ?? false,
+    memoryBytes: pool.memoryBytes ?? null,
+    held: pool.held ?? 0,
+    ...(pool.budget ? { budget: fromWire(POOL_BUDGET, pool.budget) } : {}),
+  };
+}
+
+/** PoolInfo → its wire form (`--json`), the budget's names too. */
+export function poolToWire(pool: PoolInfo): Record<string, unknown> {
+  const out = toWire(POOL_STATE, pool);
+  if (pool.budget) out.budget = toWire(POOL_BUDGET, pool.budget);
+  return out;
 }
 
 /** `PoolState` in schemas.ts (also a Snapshot's `pool`). */
@@ -282,6 +299,16 @@ export const POOL_STATE: WireNames<PoolInfo> = {
   ready: 'ready',
   prewarm: 'prewarm',
   memoryBytes: 'memory_bytes',
+  held: 'held',
+  budget: 'budget',
+};
+
+/** `PoolBudgetState` in schemas.ts (a pool state's `budget`). */
+export const POOL_BUDGET: WireNames<PoolBudgetInfo> = {
+  vms: 'vms',
+  memoryBytes: 'memory_bytes',
+  usedVms: 'used_vms',
+  usedMemoryBytes: 'used_memory_bytes',
 };
 
 /** `VerifyResult` in schemas.ts. */

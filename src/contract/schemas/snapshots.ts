@@ -51,6 +51,20 @@ export type SnapshotOriginT = Static<typeof SnapshotOrigin>;
  * A snapshot's pool of pre-started VMMs (docs/snapshots.md, "The VMM pool"): QEMUs that are
  * not sandboxes (`forkd ps` counts them apart), so what they take is shown here.
  */
+/**
+ * The host-wide pool budget (docs/snapshots.md, "The pool budget"): all pools' VMs together
+ * stay within it, the least recently forked snapshots' pools giving way first.
+ */
+export const PoolBudgetState = Type.Object({
+  vms: Type.Integer({ description: 'pool VMs allowed on this host, all snapshots together' }),
+  memory_bytes: Type.Integer({ description: 'host memory allowed to them together' }),
+  used_vms: Type.Integer({ description: 'pool VMs waiting or starting now' }),
+  used_memory_bytes: Type.Integer({
+    description: 'host memory the waiting pool VMs took when they became ready (measured ones)',
+  }),
+});
+export type PoolBudgetStateT = Static<typeof PoolBudgetState>;
+
 export const PoolState = Type.Object({
   size: Type.Integer({ description: 'pool VMs asked for' }),
   ready: Type.Integer({ description: 'pool VMs waiting now' }),
@@ -58,6 +72,13 @@ export const PoolState = Type.Object({
   memory_bytes: Type.Union([Type.Integer(), Type.Null()], {
     description: 'host memory the waiting VMs take together (null: not measured on this host)',
   }),
+  held: Type.Optional(
+    Type.Integer({
+      description:
+        "pool VMs of the size the host's pool budget holds back (other snapshots were forked more recently); its forks take the cold path meanwhile",
+    }),
+  ),
+  budget: Type.Optional(PoolBudgetState),
 });
 export type PoolStateT = Static<typeof PoolState>;
 

@@ -11,6 +11,7 @@ import { FORK_MAX, POOL_MAX } from '../../contract/rules.js';
 import type {
   CreateSnapshotT,
   LineageT,
+  PoolBudgetStateT,
   PoolStateT,
   SnapshotT,
   VerifyResultT,
@@ -50,6 +51,7 @@ import {
   withoutDiff,
 } from './memory.js';
 import { Pool } from './pool.js';
+import { PoolBudget, poolBudgetFromEnv, type PoolBudgetLimits } from './pool-budget.js';
 import { SnapshotRegistry } from './registry.js';
 import { unpinSources } from './unpin.js';
 import { KeyedLock } from '../../util/keyed-lock.js';
@@ -78,6 +80,11 @@ export interface SnapshotServiceOptions {
   defaultPool?: number;
   /** Which snapshots containerd's sandboxes (pods) may fork; default: none. */
   podPolicy?: PodPolicy;
+  /**
+   * All pools' VMs together at most (`forkd daemon --pool-budget-vms/--pool-budget-mib`;
+   * default FORKD_POOL_BUDGET_VMS/_MIB, else 8 VMs and 384 MiB; pool-budget.ts).
+   */
+  poolBudget?: PoolBudgetLimits;
 }
 
 /** The default pool size: FORKD_DEFAULT_POOL, else 2 (docs/snapshots.md "The VMM pool"). */
@@ -122,6 +129,8 @@ export class SnapshotManager implements SnapshotService {
       },
       (child: PreparedChild) => this.discard(child),
       this.log,
+      new PoolBudget(opts.poolBudget ?? poolBudgetFromEnv()),
+      async (child) => (await opts.limiter.usage(child.id))?.memoryBytes,
     );
   }
 
@@ -367,7 +376,18 @@ export class SnapshotManager implements SnapshotService {
     );
     const known = used.every((u) => u !== undefined);
     const memory = known ? used.reduce((sum, u) => sum + (u?.memoryBytes ?? 0), 0) : null;
-    return { ...this.pool.state(tag), memory_bytes: memory };
+    return { ...this.pool.state(tag), memory_bytes: memory, budget: this.poolBudget() };
+  }
+
+  /** The host-wide pool budget and what all pools take of it now. */
+  poolBudget(): PoolBudgetStateT {
+    const { vms, memoryBytes, limits } = this.pool.usage();
+    return {
+      vms: limits.vms,
+      memory_bytes: limits.memoryBytes,
+      used_vms: vms,
+      used_memory_bytes: memoryBytes,
+    };
   }
 
   /**

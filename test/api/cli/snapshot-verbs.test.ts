@@ -15,6 +15,7 @@ import { cliOverFakes, out } from '../../helpers/fake-cli.js';
 import { SEED } from '../../helpers/fake-services.js';
 
 const { fake, env, forkd, json } = cliOverFakes('forkd-cli-snap-');
+const MiB = 1024 * 1024;
 
 test('snapshot create: progress on stderr, a summary on stdout; --json the snapshot', async () => {
   fake.reset();
@@ -309,16 +310,22 @@ test('snapshot create says it started a pool and how to turn it off; ps counts p
   const pools = await forkd('ps', '--pool');
   assert.equal(pools.code, 0, pools.stderr);
   const [header, row] = out(pools).trimEnd().split('\n');
-  assert.match(header!, /^SNAPSHOT\s+READY\s+SIZE\s+KIND\s+MEMORY$/);
-  assert.match(row!, /^pooled\s+2\s+2\s+pre-warmed\s+32 MiB$/);
+  assert.match(header!, /^SNAPSHOT\s+READY\s+SIZE\s+HELD\s+KIND\s+MEMORY$/);
+  assert.match(row!, /^pooled\s+2\s+2\s+0\s+pre-warmed\s+32 MiB$/);
+  assert.match(
+    pools.stderr,
+    /^pool budget: 2 of 8 VMs, 32 MiB of 384 MiB; the least recently forked/m,
+  );
+  const budget = { vms: 8, memory_bytes: 384 * MiB, used_vms: 2, used_memory_bytes: 32 * MiB };
   assert.deepEqual(await json('ps', '--pool'), [
     {
       tag: 'pooled',
-      pool: { size: 2, ready: 2, prewarm: true, memory_bytes: 32 * 1024 * 1024 },
+      pool: { size: 2, ready: 2, prewarm: true, memory_bytes: 32 * MiB, held: 0, budget },
     },
   ]);
   const info = await forkd('snapshot', 'info', 'pooled');
   assert.match(out(info), /^pool\s+2 of 2 ready, pre-warmed, 32 MiB of host memory$/m);
+  assert.match(out(info), /^pool budget\s+2 of 8 VMs, 32 MiB of 384 MiB, all snapshots$/m);
   assert.equal((await forkd('snapshot', 'pool', 'pooled', '0')).code, 0);
   assert.doesNotMatch((await forkd('ps')).stderr, /pool VM/);
   fake.defaultPool = 0;

@@ -48,7 +48,7 @@ const INFO: SnapshotInfo = {
   logicalBytes: 100,
   physicalBytes: 40,
   childrenAlive: 2,
-  pool: { size: 2, ready: 1, prewarm: false, memoryBytes: null }, // an older daemon's
+  pool: { size: 2, ready: 1, prewarm: false, memoryBytes: null, held: 0 }, // an older daemon's
   depth: 0,
   ancestors: [],
   dependents: [],
@@ -208,7 +208,7 @@ test('verify, setPool, remove (force as a query), static remove, in-use refusal'
     problems: [{ file: 'memory', problem: 'missing' }],
   });
   assert.equal(fake.last('POST /v1/snapshots/:tag/verify')?.body.length, 0, 'verify has no body');
-  const pool = { size: 4, ready: 0, prewarm: false, memoryBytes: 0 };
+  const pool = { size: 4, ready: 0, prewarm: false, memoryBytes: 0, held: 0 }; // an older daemon's
   assert.deepEqual(await snap.setPool(4), pool);
   assert.deepEqual(sent('PUT /v1/snapshots/:tag/pool'), { size: 4 });
   assert.deepEqual(snap.info.pool, pool);
