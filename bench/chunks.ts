@@ -97,28 +97,29 @@ async function refs(a: BenchServices, b: BenchServices, ref: string) {
   await emptyNode(b);
 }
 
-/** Bytes and seconds of the branch's push and pull under each chunk size. */
-async function sizes(a: BenchServices, b: BenchServices, registry: string) {
+/**
+ * Bytes and seconds of the branch's push and pull under each chunk size, each size on a
+ * registry of its own (another's repositories would lend their chunks by mount).
+ */
+async function sizes(a: BenchServices, b: BenchServices) {
   for (const size of [1, 2, 4]) {
     process.env.FORKD_CHUNK_MIB = String(size);
-    const repo = `${registry}/bench/size${size}`;
-    const base = await timed(() => packsOf(a).push('base', `${repo}:base`));
-    const step = await timed(() => packsOf(a).push('step', `${repo}:step`));
-    await emptyNode(b);
-    await packsOf(b).pull({ reference: `${repo}:base` });
-    const f0 = fetched(b);
-    const pull = await timed(() => packsOf(b).pull({ reference: `${repo}:step` }));
-    row(
-      `${size} MiB chunks: push base`,
-      base.s,
-      `${mib(base.r.bytes_uploaded)} up, ${base.r.uploaded} blobs`,
-    );
-    row(
-      `${size} MiB chunks: push step`,
-      step.s,
-      `${mib(step.r.bytes_uploaded)} up, ${step.r.uploaded} blobs`,
-    );
-    row(`${size} MiB chunks: pull step (base here)`, pull.s, `${mib(fetched(b) - f0)} down`);
+    const reg = await startRegistry();
+    try {
+      const repo = `${reg.host}/bench/size${size}`;
+      const base = await timed(() => packsOf(a).push('base', `${repo}:base`));
+      const step = await timed(() => packsOf(a).push('step', `${repo}:step`));
+      await emptyNode(b);
+      await packsOf(b).pull({ reference: `${repo}:base` });
+      const f0 = fetched(b);
+      const pull = await timed(() => packsOf(b).pull({ reference: `${repo}:step` }));
+      const up = (r: typeof base.r) => `${mib(r.bytes_uploaded)} up, ${r.uploaded} blobs`;
+      row(`${size} MiB chunks: push base`, base.s, up(base.r));
+      row(`${size} MiB chunks: push step`, step.s, up(step.r));
+      row(`${size} MiB chunks: pull step (base here)`, pull.s, `${mib(fetched(b) - f0)} down`);
+    } finally {
+      await reg.stop();
+    }
   }
   delete process.env.FORKD_CHUNK_MIB;
   await emptyNode(b);
@@ -164,31 +165,30 @@ async function dataPages(path: string, pages: number): Promise<Uint8Array> {
   return out;
 }
 
-function summarize(label: string, present: Uint8Array, data: Uint8Array, chunkPages: number) {
+/** Chunks of `chunkPages` pages with a page read, and with data. */
+function chunksRead(present: Uint8Array, data: Uint8Array, chunkPages: number) {
+  let read = 0;
+  let withData = 0;
+  for (let c = 0; c * chunkPages < present.length; c++) {
+    const range = [c * chunkPages, Math.min(present.length, (c + 1) * chunkPages)] as const;
+    if (present.subarray(...range).some((x) => x)) read++;
+    if (data.subarray(...range).some((x) => x)) withData++;
+  }
+  return `${read}/${withData} (${((100 * read) / withData).toFixed(0)} %)`;
+}
+
+/** Pages read of the data, and chunks read at 1, 2 and 4 MiB. */
+function summarize(label: string, present: Uint8Array, data: Uint8Array) {
   let pages = 0;
   let dataN = 0;
-  let chunks = 0;
-  let dataChunks = 0;
-  for (let c = 0; c * chunkPages < present.length; c++) {
-    let hit = false;
-    let has = false;
-    for (let p = c * chunkPages; p < Math.min(present.length, (c + 1) * chunkPages); p++) {
-      if (present[p]) {
-        pages++;
-        hit = true;
-      }
-      if (data[p]) {
-        dataN++;
-        has = true;
-      }
-    }
-    if (hit) chunks++;
-    if (has) dataChunks++;
+  for (let p = 0; p < present.length; p++) {
+    pages += present[p]!;
+    dataN += data[p]!;
   }
+  const sizes = [1, 2, 4].map((n) => `${n}M ${chunksRead(present, data, (n * M) / 4096)}`);
   console.log(
     `  ${label.padEnd(28)} ${mib(pages * 4096).padStart(10)} of ${mib(dataN * 4096)} data ` +
-      `(${((100 * pages) / dataN).toFixed(1)} %); 2 MiB chunks ${chunks} of ${dataChunks} ` +
-      `(${((100 * chunks) / dataChunks).toFixed(1)} %)`,
+      `(${((100 * pages) / dataN).toFixed(1)} %); chunks read ${sizes.join(', ')}`,
   );
 }
 
@@ -211,9 +211,8 @@ async function touch(a: BenchServices) {
   const mapped = await memoryMapping(pid, a.p.snapshots);
   const pages = (mapped.end - mapped.start) / 4096;
   const data = await dataPages(mapped.path, pages);
-  const chunkPages = (2 * M) / 4096;
   const at = async (label: string) =>
-    summarize(label, await presentPages(pid, mapped.start, mapped.end), data, chunkPages);
+    summarize(label, await presentPages(pid, mapped.start, mapped.end), data);
   await at('answered (restore + agent)');
   await sleep(1000);
   await at('1 s later');
@@ -277,7 +276,7 @@ async function main(): Promise<void> {
     }
     if (ONLY.includes('sizes')) {
       console.log('chunk sizes (the branch over its pushed parent):');
-      await sizes(a, b, reg.host);
+      await sizes(a, b);
     }
     console.log(`done; ${(await run('uptime', [])).stdout.trim()}`);
   } finally {
