@@ -31,23 +31,27 @@ export interface DaemonProcess {
 
 /**
  * Start `forkd daemon ARGS…` on `home` and wait until it answers; `asUid` runs it as that
- * user (and group) with no supplementary groups, through setpriv (the pid stays the daemon's).
+ * user (and group) with no supplementary groups, through setpriv, and `netns` in that
+ * network namespace (a path), through nsenter (the mount namespace stays the host's); the
+ * pid stays the daemon's.
  */
 export async function startDaemon(
   home: TestHome,
   args: string[] = [],
   asUid?: number,
+  netns?: string,
 ): Promise<DaemonProcess> {
   const argv = [CLI, 'daemon', ...args];
   const drop =
     asUid === undefined ? [] : [`--reuid=${asUid}`, `--regid=${asUid}`, '--clear-groups'];
-  const child =
-    asUid === undefined
-      ? spawn(process.execPath, argv, { env: home.env, stdio: ['ignore', 'pipe', 'pipe'] })
-      : spawn('setpriv', [...drop, '--', process.execPath, ...argv], {
-          env: home.env,
-          stdio: ['ignore', 'pipe', 'pipe'],
-        });
+  const enter = netns === undefined ? [] : ['nsenter', `--net=${netns}`, '--'];
+  const cmd = [
+    ...enter,
+    ...(asUid === undefined ? [] : ['setpriv', ...drop, '--']),
+    process.execPath,
+    ...argv,
+  ];
+  const child = spawn(cmd[0]!, cmd.slice(1), { env: home.env, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   const keep = (chunk: Buffer) => (output = (output + chunk.toString('utf8')).slice(-OUTPUT_KEEP));
   child.stdout?.on('data', keep);

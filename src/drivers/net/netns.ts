@@ -23,6 +23,26 @@ export const VETH_PREFIX = 'fkdh-';
  * the pool of another one that is running (a second FORKD_HOME, a test's daemon).
  */
 export const NETNS_OWNERS = HOST_STATE_DIR;
+
+/**
+ * The namespaces each network service alive in this process holds (name → owner). Owner
+ * files name a pid, and two daemons' services in one process (a test's two nodes) share
+ * it: the second one's start-up sweep took the first one's pool for its own leftovers, and
+ * both then leased `fkd-0` (their DNS proxies collided on 10.231.0.1:53). Kept in memory so
+ * the owner file stays what every forkd version reads (a pid alone).
+ */
+const heldHere = new Map<string, string>();
+let ownerSeq = 0;
+
+/** A new owner for the namespaces a network service makes; {@link endOwner} when it closes. */
+export function newOwner(): string {
+  return `${process.pid}.${++ownerSeq}`;
+}
+
+/** The service closed: a later sweep in this process may take what it left. */
+export function endOwner(owner: string): void {
+  for (const [name, o] of heldHere) if (o === owner) heldHere.delete(name);
+}
 /** Every namespace's /30 comes out of this /16 (16 384 of them). */
 export const NETNS_SUBNET = '10.231.0.0/16';
 const MAX_INDEX = 16_383;
@@ -73,8 +93,8 @@ export function inNetns(ns: Netns, file: string, args: string[], input?: string)
  * under the host lock: another daemon's start-up sweep (also under it) would otherwise see
  * an ownerless namespace and delete it.
  */
-export async function createNetns(taken: Set<number>): Promise<Netns> {
-  const ns = await withHostLock(() => claimIndex(taken));
+export async function createNetns(taken: Set<number>, owner: string): Promise<Netns> {
+  const ns = await withHostLock(() => claimIndex(taken, owner));
   try {
     await wire(ns);
     return ns;
@@ -85,7 +105,7 @@ export async function createNetns(taken: Set<number>): Promise<Netns> {
 }
 
 /** Add the lowest free namespace and record this process as its owner (under the lock). */
-async function claimIndex(taken: Set<number>): Promise<Netns> {
+async function claimIndex(taken: Set<number>, owner: string): Promise<Netns> {
   for (let i = 0; i <= MAX_INDEX; i++) {
     if (taken.has(i) || existsSync(netnsOf(i).path)) continue;
     const ns = netnsOf(i);
@@ -95,7 +115,7 @@ async function claimIndex(taken: Set<number>): Promise<Netns> {
       continue; // a daemon of an older forkd (no lock) took it meanwhile
     }
     try {
-      await recordOwner(ns);
+      await recordOwner(ns, owner);
       return ns;
     } catch (e) {
       await deleteNetns(ns);
@@ -156,10 +176,12 @@ export async function deleteNetns(ns: Netns): Promise<void> {
   if (existsSync(ns.path)) await run('ip', ['netns', 'del', ns.name]).catch(() => undefined);
   await rm(join(NETNS_OWNERS, ns.name), { force: true });
   await rm(stateFile(ns), { force: true });
+  heldHere.delete(ns.name);
 }
 
-/** This process owns the namespace now (made it, or re-adopted its sandbox). */
-export async function recordOwner(ns: Netns): Promise<void> {
+/** `owner` ({@link newOwner}) of this process owns the namespace now (made it, or re-adopted its sandbox). */
+export async function recordOwner(ns: Netns, owner: string): Promise<void> {
+  heldHere.set(ns.name, owner);
   await mkdir(NETNS_OWNERS, { recursive: true, mode: 0o700 });
   await writeFile(join(NETNS_OWNERS, ns.name), `${process.pid}\n`);
 }
@@ -213,21 +235,28 @@ export async function ownerOf(ns: Netns): Promise<number | undefined> {
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;
 }
 
-/** True when another process that is still alive made the namespace (another daemon's). */
-export async function ownedByOther(ns: Netns): Promise<boolean> {
+/**
+ * True when another daemon that is still alive holds the namespace: another live process,
+ * or another network service of this process than `self` that has not closed.
+ */
+export async function ownedByOther(ns: Netns, self?: string): Promise<boolean> {
   const pid = await ownerOf(ns);
-  return pid !== undefined && pid !== process.pid && pidAlive(pid);
+  if (pid === undefined) return false;
+  if (pid !== process.pid) return pidAlive(pid);
+  const holder = heldHere.get(ns.name);
+  return holder !== undefined && holder !== self;
 }
 
 /**
  * Delete the namespaces no process runs in and no other live process owns (a dead daemon's
  * pool, sandboxes that ended while no daemon ran); `keepOwn` also keeps this process's
- * (a test's cleanup, while services of its own still run). Call under the host lock.
+ * (a test's cleanup, while services of its own still run); `self` is the sweeping
+ * service's owner. Call under the host lock.
  */
-export async function sweepNetns(opts: { keepOwn?: boolean } = {}): Promise<void> {
+export async function sweepNetns(opts: { keepOwn?: boolean; self?: string } = {}): Promise<void> {
   for (const index of await listNetns()) {
     const ns = netnsOf(index);
-    if (await ownedByOther(ns)) continue;
+    if (await ownedByOther(ns, opts.self)) continue;
     if (opts.keepOwn && (await ownerOf(ns)) === process.pid) continue;
     if (!(await netnsInUse(ns))) await deleteNetns(ns);
   }

@@ -26,7 +26,9 @@ import {
 import {
   createNetns,
   deleteNetns,
+  endOwner,
   netnsOfPid,
+  newOwner,
   netnsPids,
   readNetnsState,
   recordOwner,
@@ -104,6 +106,8 @@ export class NetworkService {
   private closed = false;
   private waker: Waker | undefined;
   private readonly resolved: ResolvedNames;
+  /** Who this service's namespaces belong to (the pid alone is shared by in-process daemons). */
+  private readonly owner = newOwner();
 
   constructor(private readonly opts: NetworkServiceOptions = {}) {
     this.log = opts.log ?? silentLog;
@@ -127,7 +131,7 @@ export class NetworkService {
     this.isolation = (await NetworkService.detect()).isolation;
     if (this.isolation !== 'netns') return;
     await withHostLock(async () => {
-      await sweepNetns();
+      await sweepNetns({ self: this.owner });
       if (await hostTableUnused()) await removeHostTable();
       await addUser();
       await installHostTable();
@@ -167,7 +171,7 @@ export class NetworkService {
       this.sandboxes.set(id, { mode, egress: OPEN_EGRESS, proxyDenied: 0, ports });
       return {};
     }
-    const ns = this.pool.shift() ?? (await createNetns(this.taken()));
+    const ns = this.pool.shift() ?? (await createNetns(this.taken(), this.owner));
     this.refill();
     const a: Attached = { mode, egress, ns, proxyDenied: 0, ports };
     this.sandboxes.set(id, a);
@@ -232,7 +236,7 @@ export class NetworkService {
         { sandbox: id },
         'no saved network state: its rules stay, its policy shows as open',
       );
-    await recordOwner(ns);
+    await recordOwner(ns, this.owner);
     const a: Attached = {
       mode: 'nat',
       egress: saved?.egress ?? OPEN_EGRESS,
@@ -424,6 +428,7 @@ export class NetworkService {
     await this.filling;
     for (const id of [...this.sandboxes.keys()]) await this.release(id);
     for (const ns of this.pool.splice(0)) await deleteNetns(ns);
+    endOwner(this.owner);
     await this.dropHostTableIfUnused();
   }
 
@@ -440,6 +445,7 @@ export class NetworkService {
     }
     this.sandboxes.clear();
     for (const ns of this.pool.splice(0)) await deleteNetns(ns);
+    endOwner(this.owner);
     await this.dropHostTableIfUnused();
   }
 
@@ -579,7 +585,7 @@ export class NetworkService {
     this.filling = (async () => {
       while (!this.closed && this.pool.length < (this.opts.poolSize ?? 2)) {
         try {
-          this.pool.push(await createNetns(this.taken()));
+          this.pool.push(await createNetns(this.taken(), this.owner));
         } catch (e) {
           this.log.warn({ err: e }, 'could not make a network namespace');
           return;

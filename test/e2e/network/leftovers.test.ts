@@ -3,7 +3,8 @@
  * the `inet forkd` table, IPv4 forwarding turned on) is undone by the next daemon's start
  * and close, and forwarding ends as the host had it; a daemon that stops leaves the table
  * to another that still runs. No VM: a process that starts the network service
- * (helpers/net-holder.ts) stands in for the daemon.
+ * (helpers/net-holder.ts) stands in for the daemon. Two network services in one process
+ * (two in-process daemons) keep each other's namespaces.
  */
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
@@ -68,4 +69,28 @@ test('a daemon that stops leaves the table to another that runs but has no names
   await next.start();
   await next.close();
   await assertNoNetworkLeft([holder.pid ?? -1]);
+});
+
+test('two daemons in one process (a test’s two nodes): the second’s start keeps the first’s pool', async () => {
+  const first = new NetworkService({ poolSize: 1 });
+  const second = new NetworkService({ poolSize: 1 });
+  try {
+    await first.start();
+    await first.lease('sbx-first', 'nat'); // waits for a namespace; the pool refills behind it
+    await second.start(); // its sweep used to delete `first`'s pool (same pid)
+    // Both lease: each its own namespace and DNS proxy (before: EADDRINUSE 10.231.0.x:53).
+    await first.lease('sbx-first-2', 'nat');
+    await second.lease('sbx-second', 'nat');
+    const owners = await Promise.all(
+      ['sbx-first', 'sbx-first-2', 'sbx-second'].map(async (id) => {
+        const s = id.startsWith('sbx-first') ? first : second;
+        return (await s.state(id)).isolation;
+      }),
+    );
+    assert.deepEqual(owners, ['netns', 'netns', 'netns']);
+  } finally {
+    await second.close();
+    await first.close();
+  }
+  await assertNoNetworkLeft();
 });

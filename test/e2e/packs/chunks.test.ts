@@ -1,7 +1,7 @@
 /**
  * Snapshots that travel as chunks, end to end (real VMs under TCG, Debian's
  * `docker-registry` on loopback): two nodes, A and B, each the daemon's services over its
- * own FORKD_HOME in this process (one network namespace: loopback; docs/packs.md says so).
+ * own FORKD_HOME in this process (loopback; nodes.test.ts has two daemon processes).
  * A makes a warm snapshot and pushes it; B forks it by reference with no pull (two forks at
  * once share one pull) and its child has A's warm state; A branches a child that wrote
  * 10 MiB and pushes the branch: uploaded and downloaded bytes stay within 2× of what the
@@ -74,7 +74,7 @@ before(async () => {
     {
       tag: 'base',
       image: 'busybox',
-      // No NIC: the two nodes share this host's network namespace and its sandbox slots.
+      // No NIC: not what this file tests (nodes.test.ts runs two daemons with one each).
       network: 'none',
       warm: ['echo warmed > /data.txt'],
       start: ['i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 1; done'],
