@@ -261,10 +261,19 @@ test('no daemon at the address: every client verb exits 5', async () => {
   }
 });
 
-/** Runs a shell line (async: the fake daemon answers from this very process). */
-function shell(line: string): Promise<{ status: number | null; stderr: string }> {
+/**
+ * Runs forkd with a stdout whose reader is already gone: the read end of its pipe is closed
+ * here before the child has even started Node, so its first write meets EPIPE (a `| head
+ * -c 0` races: a short output fits the pipe before head exits). Async: the fake daemon
+ * answers from this very process.
+ */
+function closedStdout(args: string[]): Promise<{ status: number | null; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn('bash', ['-c', line], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout.destroy();
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     child.on('error', reject);
@@ -275,8 +284,7 @@ function shell(line: string): Promise<{ status: number | null; stderr: string }>
 test('a closed stdout ends forkd quietly with 141, whatever the verb prints', async () => {
   fake.reset();
   for (const args of ['ps --all --json', '--help', 'snapshots', 'tree']) {
-    // `head -c 0` is gone before forkd writes a byte, so every write meets EPIPE.
-    const r = await shell(`set -o pipefail; "${process.execPath}" "${CLI}" ${args} | head -c 0`);
+    const r = await closedStdout(args.split(' '));
     assert.doesNotMatch(r.stderr, /EPIPE|\n\s+at /, args);
     assert.equal(r.status, EXIT.brokenPipe, args);
   }
