@@ -47,6 +47,7 @@ import type {
   ImageT,
   LineageT,
   LimitsRequestT,
+  SandboxNetworkT,
   SandboxT,
   SnapshotT,
 } from '../../src/contract/schemas.js';
@@ -85,7 +86,12 @@ interface LiveExec {
   killed?: string;
   stdin: Buffer[];
   eof: boolean;
+  /** The command ended: stdin and signals to it are exec_not_found. */
+  done?: boolean;
 }
+
+/** The users the fake guest's /etc/passwd knows (busybox's with an app user). */
+const GUEST_USERS: ReadonlySet<string> = new Set(['root', 'nobody', 'user', 'app']);
 
 const hex12 = (n: number) => n.toString(16).padStart(12, '0');
 const b64 = (s: string) => Buffer.from(s).toString('base64');
@@ -189,8 +195,14 @@ function fakeMemory(parent: string | null, depth: number): NonNullable<SnapshotT
   };
 }
 
-function fileStat(path: string, kind: FileStatT['kind'], size: number): FileStatT {
-  return { name: path.split('/').pop() ?? '', kind, size, mode: 0o644, mtime_ms: 0 };
+function fileStat(
+  path: string,
+  kind: FileStatT['kind'],
+  size: number,
+  owners?: boolean,
+): FileStatT {
+  const stat = { name: path.split('/').pop() ?? '', kind, size, mode: 0o644, mtime_ms: 0 };
+  return owners ? { ...stat, owner: 'root', group: 'root' } : stat;
 }
 
 /** A command whose last argument is `exit N` (`sh -c 'exit 3'`) exits N; others 0. */
@@ -305,7 +317,13 @@ export class FakeServices {
         const files = { files: 4, logical_bytes: 4096 };
         return { tag, file, bytes: 1024, chain: [tag], image: 'busybox', ...files };
       },
-      unpack: async (_file, opts) => install(opts?.tag, opts?.force),
+      // A file under /nonexistent stands for one the daemon host lacks.
+      unpack: async (file, opts) => {
+        if (file.startsWith('/nonexistent')) {
+          throw new ForkdError('bad_request', `no pack file ${file}`, { file });
+        }
+        return install(opts?.tag, opts?.force);
+      },
       push: async (tag, reference) => {
         this.usable(tag);
         const digest = `sha256:${'0'.repeat(64)}`;
@@ -335,8 +353,14 @@ export class FakeServices {
   /** A build that drains its context and reports one step (the real one: test/e2e/build/). */
   private buildService(): BuildService {
     return {
+      // A context that starts `not a tar` stands for one the host's tar refuses.
       build: async (query, context, _caller, onEvent = () => undefined) => {
-        for await (const chunk of context) void chunk;
+        const body = await drain(context);
+        if (body.subarray(0, 9).toString() === 'not a tar') {
+          const message =
+            'the build context is not a tar stream: tar: This does not look like a tar archive';
+          throw new ForkdError('bad_request', message, { field: 'context' });
+        }
         onEvent({ type: 'step', step: 1, total: 1, line: 2, instruction: 'RUN true' });
         onEvent({ type: 'step_done', step: 1, status: 'ran', duration_ms: 1, snapshot: 'b-1' });
         const config = { env: {}, ports: [], labels: {} };
@@ -358,23 +382,40 @@ export class FakeServices {
     return this.guestServer;
   }
 
+  /** Per sandbox: its egress policy and published ports, as the real network keeps them. */
+  private nets = new Map<string, SandboxNetworkT>();
+
+  private net(id: string): SandboxNetworkT {
+    this.sandbox(id);
+    let n = this.nets.get(id);
+    if (!n) {
+      const egress = { none: false, allow_internet: true, allow_out: [], deny_out: [] };
+      n = { mode: 'nat', isolation: 'netns', address: '10.0.2.15', egress, denied: 0, ports: [] };
+      this.nets.set(id, n);
+    }
+    return n;
+  }
+
   private networkService(): NetworkApi {
-    const state = () => ({
-      mode: 'nat' as const,
-      isolation: 'netns' as const,
-      address: '10.0.2.15',
-      egress: { none: false, allow_internet: true, allow_out: [], deny_out: [] },
-      denied: 0,
-      ports: [],
-    });
     return {
-      get: async (id) => (this.sandbox(id), state()),
-      patch: async (id) => (this.sandbox(id), state()),
-      publish: async (id, port, hostPort) => (
-        this.sandbox(id),
-        { port, host_port: hostPort ?? 40000, host: '127.0.0.1' }
-      ),
-      unpublish: async (id) => void this.sandbox(id),
+      get: async (id) => this.net(id),
+      // Merged over the current policy: the lists given replace theirs, `none` cuts all.
+      patch: async (id, egress) => {
+        const n = this.net(id);
+        n.egress =
+          egress === 'none' ? { ...n.egress, none: true } : { ...n.egress, none: false, ...egress };
+        return n;
+      },
+      publish: async (id, port, hostPort) => {
+        const published = { port, host_port: hostPort ?? 40000 + port, host: '127.0.0.1' };
+        const n = this.net(id);
+        n.ports = [...n.ports.filter((p) => p.port !== port), published];
+        return published;
+      },
+      unpublish: async (id, port) => {
+        const n = this.net(id);
+        n.ports = n.ports.filter((p) => p.port !== port);
+      },
       deniedCounts: async () => ({}),
       refusedCounts: async () => ({}),
       reach: async (id) => (this.sandbox(id), { host: '127.0.0.1', port: await this.guestPort() }),
@@ -405,6 +446,7 @@ export class FakeServices {
     ]);
     this.failingChildren.clear();
     this.diskBases.clear();
+    this.nets.clear();
     this.createAborted = false;
     this.defaultPool = 0;
     this.contexts?.reset();
@@ -532,7 +574,8 @@ export class FakeServices {
 
   private liveExec(id: string, execId: string): LiveExec {
     const ex = this.execs.get(execId);
-    if (!ex || ex.sandbox !== id) throw new ForkdError('exec_not_found', `no exec ${execId}`);
+    if (!ex || ex.sandbox !== id || ex.done)
+      throw new ForkdError('exec_not_found', `no exec ${execId}`);
     return ex;
   }
 
@@ -560,6 +603,9 @@ export class FakeServices {
       }
     } else if (cmd === 'silent') {
       while (!ex.killed) await sleep(this.streamDelayMs);
+    } else if (cmd === 'cat' && args.length === 0) {
+      while (!ex.eof && !ex.killed) await sleep(this.streamDelayMs);
+      if (!ex.killed) yield { type: 'stdout' as const, data: Buffer.concat(ex.stdin) };
     } else if (cmd === 'crash') {
       yield out('about to crash\n');
       throw new Error('agent socket /var/lib/forkd/sandboxes/sbx-1/agent.sock closed');
@@ -569,6 +615,7 @@ export class FakeServices {
         yield out(`${arg}\n`);
       }
     }
+    ex.done = true; // as the real one: a finished command takes no more stdin or signals
     yield {
       type: 'exit',
       exit_code: ex.killed ? null : exitCodeOf(req.argv),
@@ -589,6 +636,9 @@ export class FakeServices {
         const s = sandboxRecord(id, req.image ?? SEED.image, {
           ...res,
           labels: req.labels ?? {},
+          expires_at: req.timeout_s
+            ? new Date(Date.now() + req.timeout_s * 1000).toISOString()
+            : null,
           limits: fakeLimits(req.limits, res),
           idle: fakeIdle(req.idle),
         });
@@ -659,24 +709,44 @@ export class FakeServices {
         this.files.set(`${id}:${path}`, data);
         return data.length;
       },
-      statFile: async (id, path) => {
-        if (this.dirs.has(`${id}:${path}`)) return fileStat(path, 'dir', 4096);
-        return fileStat(path, 'file', this.file(id, path).length);
+      statFile: async (id, path, opts) => {
+        if (this.dirs.has(`${id}:${path}`)) return fileStat(path, 'dir', 4096, opts?.owners);
+        return fileStat(path, 'file', this.file(id, path).length, opts?.owners);
       },
-      listFiles: async (id, dir) => {
+      // Files and directories right under `dir`, as the agent lists them.
+      listFiles: async (id, dir, opts) => {
         this.running(id);
         const prefix = `${id}:${dir.replace(/\/$/, '')}/`;
-        return [...this.files]
-          .filter(([key]) => key.startsWith(prefix) && !key.slice(prefix.length).includes('/'))
-          .map(([key, data]) => fileStat(key.slice(id.length + 1), 'file', data.length));
+        const direct = (key: string) =>
+          key.startsWith(prefix) && !key.slice(prefix.length).includes('/');
+        const dirs = [...this.dirs].filter(direct);
+        return [
+          ...dirs.map((key) => fileStat(key.slice(id.length + 1), 'dir', 4096, opts?.owners)),
+          ...[...this.files]
+            .filter(([key]) => direct(key))
+            .map(([key, data]) =>
+              fileStat(key.slice(id.length + 1), 'file', data.length, opts?.owners),
+            ),
+        ];
       },
-      makeDir: async (id, path) => {
+      // With `parents`, every missing directory on the way (as mkdir -p).
+      makeDir: async (id, path, opts) => {
         this.running(id);
-        this.dirs.add(`${id}:${path}`);
+        const parts = path.split('/').filter(Boolean);
+        const upTo = opts.parents ? 1 : parts.length;
+        for (let n = upTo; n <= parts.length; n++) {
+          this.dirs.add(`${id}:/${parts.slice(0, n).join('/')}`);
+        }
       },
       guestUser: async (id, user) => {
         this.running(id);
         const name = user ?? 'root';
+        if (!GUEST_USERS.has(name)) {
+          throw new ForkdError('bad_request', `user ${name}: not in the guest's /etc/passwd`, {
+            field: 'user',
+            reason: 'no such user',
+          });
+        }
         const home = name === 'root' ? '/root' : `/home/${name}`;
         return {
           name,
@@ -686,9 +756,17 @@ export class FakeServices {
           cwd: home,
         };
       },
-      removeFile: async (id, path) => {
-        this.file(id, path);
-        this.files.delete(`${id}:${path}`);
+      // A directory goes with everything under it (`recursive`, as rm -r).
+      removeFile: async (id, path, opts) => {
+        const key = `${id}:${path}`;
+        if (!this.dirs.has(key) || !opts.recursive) {
+          this.file(id, path);
+          this.files.delete(key);
+          return;
+        }
+        const under = (k: string) => k === key || k.startsWith(`${key}/`);
+        for (const k of [...this.files.keys()]) if (under(k)) this.files.delete(k);
+        for (const k of [...this.dirs]) if (under(k)) this.dirs.delete(k);
       },
       consoleLog: async (id) => {
         this.running(id);
