@@ -30,7 +30,7 @@ async function withSandbox(s: Subject, fn: (id: string) => Promise<void>): Promi
 }
 
 export function guestCases(it: Case): void {
-  it('a sandbox is extended, limited and PATCHed in place; a stopped one refuses all three', async (s) => {
+  it('a sandbox is extended, limited and PATCHed in place; a stopped one refuses each change', async (s) => {
     const { sandboxes } = s.services;
     const sb = await sandboxes.create({ image: s.image, timeout_s: 120 }, caller);
     const at = (x: { expires_at: string | null }) => Date.parse(x.expires_at ?? '');
@@ -53,7 +53,11 @@ export function guestCases(it: Case): void {
     }
     await assert.rejects(sandboxes.extend(sb.id, 60), rejectsWith('sandbox_not_running'));
     await assert.rejects(sandboxes.setLimits(sb.id, {}), rejectsWith('sandbox_not_running'));
-    await assert.rejects(sandboxes.update(sb.id, {}), rejectsWith('sandbox_not_running'));
+    await assert.rejects(
+      sandboxes.update(sb.id, { timeout_s: 60 }),
+      rejectsWith('sandbox_not_running'),
+    );
+    assert.equal((await sandboxes.update(sb.id, {})).state, 'stopped', 'nothing to change');
   });
 
   it('a streamed command takes stdin to its end, is killed by a signal, and is gone after', (s) =>

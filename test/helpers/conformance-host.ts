@@ -5,6 +5,9 @@
  * VM at all; the network group shares one sandbox.
  */
 import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { caller, rejectsWith, type Case } from './conformance-kit.js';
 
@@ -67,15 +70,24 @@ export function hostCases(it: Case): void {
     }
   });
 
-  it('images are listed and inspected; unknown ones are image_not_found; a taken name needs force', async (s) => {
+  it('images are listed and inspected; unknown ones are image_not_found; a taken name needs force, a missing tree is bad_request', async (s) => {
     const { images } = s.services;
     assert.ok((await images.list()).some((i) => i.name === s.image));
     assert.equal((await images.get(s.image)).name, s.image);
     await assert.rejects(images.get('no-such-image'), rejectsWith('image_not_found'));
     await assert.rejects(images.remove('no-such-image'), rejectsWith('image_not_found'));
+    const tree = await mkdtemp(join(tmpdir(), 'forkd-conf-'));
+    try {
+      await assert.rejects(
+        images.create({ name: s.image, from_dir: tree }),
+        rejectsWith('name_taken'),
+      );
+    } finally {
+      await rm(tree, { recursive: true, force: true });
+    }
     await assert.rejects(
-      images.create({ name: s.image, from_dir: '/nonexistent-conf' }),
-      rejectsWith('name_taken'),
+      images.create({ name: 'conf-image', from_dir: '/nonexistent-conf' }),
+      rejectsWith('bad_request'),
     );
     const pruned = await images.prune();
     assert.deepEqual([typeof pruned.blobs, typeof pruned.bytes], ['number', 'number']);

@@ -662,7 +662,9 @@ export class FakeServices {
       },
       // As the real one: everything checked before anything changes.
       update: async (id, { timeout_s: timeoutS, limits, idle }) => {
-        const s = this.running(id, false); // a change does not wake it
+        // A change does not wake it; an empty one answers even a stopped sandbox as it is.
+        const empty = timeoutS === undefined && limits === undefined && idle === undefined;
+        const s = empty ? this.sandbox(id) : this.running(id, false);
         const policy = idle === undefined ? undefined : fakeIdleChange(s.idle, idle);
         if (limits) s.limits = fakeLimits(limits, s);
         if (policy) s.idle = policy;
@@ -1002,7 +1004,12 @@ export class FakeServices {
   private imageService(): ImageService {
     return {
       list: async () => [...this.images.values()],
+      // As the real one, the tree is checked first; a path under /nonexistent stands for a missing one.
       create: async (req) => {
+        if (req.from_dir.startsWith('/nonexistent')) {
+          const message = `${req.from_dir} is not a directory: pass the root of the tree to pack`;
+          throw new ForkdError('bad_request', message, { dir: req.from_dir });
+        }
         if (this.images.has(req.name) && !req.force) {
           throw new ForkdError('name_taken', `image ${req.name} exists: pass force`);
         }
