@@ -26,15 +26,6 @@ const HELPERS = ['contexts.reset', 'contexts.of', 'contexts.context', 'contexts.
 /** Fake methods without a conformance case, and why (docs in the case table). */
 const EXEMPT: Record<string, string> = {
   'audit.record': 'write-only: nothing a user of the services reads back',
-  'events.subscribe': 'the fake streams only what a test emits (fake.changes)',
-  'host.doctor': 'optional; the real one is wired by the daemon, not the services',
-  'host.benchResults': 'optional; the real one is wired by the daemon, not the services',
-  'images.pull': 'needs a registry (no network in tests; test/e2e/images uses a local one)',
-  'images.import': 'the real import reads an archive on the host (test/e2e/images)',
-  'images.login': 'needs a registry to check the credentials against',
-  'images.logout': 'needs a registry login first',
-  'packs.push': 'needs an OCI registry (test/e2e/packs runs a local one)',
-  'packs.pull': 'needs an OCI registry (test/e2e/packs runs a local one)',
 };
 
 test('every fake service method has a conformance case, or a reason in EXEMPT', () => {

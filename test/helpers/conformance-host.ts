@@ -12,6 +12,8 @@ import { Readable } from 'node:stream';
 import { caller, rejectsWith, type Case } from './conformance-kit.js';
 
 const NO_SANDBOX = 'sbx-0000000000fe';
+/** Loopback's discard port: no registry listens there (the fake treats it so too). */
+const NO_REGISTRY = '127.0.0.1:9';
 
 export function hostCases(it: Case): void {
   it('a network policy is patched at run time; a published port is listed, reached and withdrawn', async (s) => {
@@ -136,11 +138,42 @@ export function hostCases(it: Case): void {
     for (const call of calls) await assert.rejects(call(), rejectsWith('sandbox_not_found'));
   });
 
-  it('the host reports its QEMU, accelerator, sandbox counts and usage', async (s) => {
+  it('with no registry listening, login and pulls and pushes are registry_unreachable; logout is not', async (s) => {
+    const { images, packs } = s.services;
+    await assert.rejects(
+      images.login({ registry: NO_REGISTRY, username: 'conf', password: 'conf' }),
+      rejectsWith('registry_unreachable'),
+    );
+    await images.logout(NO_REGISTRY); // nothing to forget is no error
+    await assert.rejects(
+      images.pull({ reference: `${NO_REGISTRY}/conf/none:1` }),
+      rejectsWith('registry_unreachable'),
+    );
+    await assert.rejects(
+      images.import({ path: '/nonexistent-conf/image.tar' }),
+      rejectsWith('bad_request'),
+    );
+    if (!packs) return;
+    await assert.rejects(
+      packs.pull({ reference: `${NO_REGISTRY}/conf/none:1`, tag: 'conf-pulled' }),
+      rejectsWith('registry_unreachable'),
+    );
+    await assert.rejects(
+      packs.push(s.snapshot, `${NO_REGISTRY}/conf/pushed:1`),
+      rejectsWith('registry_unreachable'),
+    );
+  });
+
+  it('the host reports its QEMU, accelerator, sandbox counts, usage, doctor and bench results', async (s) => {
     const { host } = s.services;
     assert.equal(typeof (await host.qemuVersion()), 'string');
     assert.ok(['kvm', 'tcg'].includes(await host.accel()));
     for (const n of Object.values(host.sandboxCounts())) assert.equal(typeof n, 'number');
     assert.ok(Array.isArray(await host.sandboxUsage()));
+    if (host.doctor) {
+      const report = await host.doctor();
+      assert.deepEqual([typeof report.ok, Array.isArray(report.checks)], ['boolean', true]);
+    }
+    if (host.benchResults) assert.ok(Array.isArray(await host.benchResults()));
   });
 }

@@ -9,6 +9,7 @@
  * Method → case (cases in this file, conformance-guest.ts and conformance-host.ts):
  * | methods                                                      | case                                    |
  * | sandboxes.create/get/list/kill, exec                         | a created sandbox runs…; exec answers…  |
+ * | events.subscribe                                             | a subscriber sees a sandbox created…    |
  * | sandboxes.extend/setLimits/update/consoleLog/guestUser       | a sandbox is extended, limited, PATCHed |
  * | sandboxes.execStream/writeStdin/killExec                     | a streamed command takes stdin…         |
  * | sandboxes.writeFile/readFile/statFile/listFiles/removeFile    | files written are read back…            |
@@ -23,7 +24,8 @@
  * | packs.pack/unpack/cacheInfo/pruneCache                       | packs of unknown snapshots…             |
  * | builds.build/prune                                           | a build context that is not a tar…      |
  * | contexts.* (all eight)                                       | contexts belong to running sandboxes…   |
- * | host.qemuVersion/accel/sandboxCounts/sandboxUsage             | the host reports its QEMU…              |
+ * | host.qemuVersion/accel/sandboxCounts/sandboxUsage/doctor/bench | the host reports its QEMU…            |
+ * | images.login/logout/pull/import, packs.pull/push             | with no registry listening…             |
  */
 import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
@@ -74,6 +76,28 @@ export function conformance(kind: string, subject: () => Subject): void {
       await sandboxes.list({ state: 'running', label: { key: 'conf', value: 'life' } }),
       [],
     );
+  });
+
+  it('a subscriber sees a sandbox created and stopped, and nothing once it unsubscribed', async (s) => {
+    const { sandboxes, events } = s.services;
+    if (!events) return;
+    const seen: { id: string; op: string; state: string | null }[] = [];
+    const stop = events.subscribe((e) => seen.push({ id: e.id, op: e.op, state: e.state }));
+    const sb = await sandboxes.create({ image: s.image }, caller);
+    await sandboxes.kill(sb.id);
+    stop();
+    const mine = seen.filter((e) => e.id === sb.id);
+    assert.ok(
+      mine.some((e) => e.op === 'created'),
+      JSON.stringify(mine),
+    );
+    assert.ok(
+      mine.some((e) => e.op === 'updated' && e.state === 'stopped'),
+      JSON.stringify(mine),
+    );
+    const count = seen.length;
+    await sandboxes.kill((await sandboxes.create({ image: s.image }, caller)).id);
+    assert.equal(seen.length, count, 'unsubscribed');
   });
 
   it('exec answers with the exit code and output; a missing command is command_not_found', async (s) => {

@@ -93,6 +93,15 @@ interface LiveExec {
 /** The users the fake guest's /etc/passwd knows (busybox's with an app user). */
 const GUEST_USERS: ReadonlySet<string> = new Set(['root', 'nobody', 'user', 'app']);
 
+/** A registry on loopback's discard port stands for one nothing answers (as in conformance.ts). */
+function reachable(reference: string): void {
+  const registry = reference.split('/')[0] ?? '';
+  if (registry !== '127.0.0.1:9') return;
+  throw new ForkdError('registry_unreachable', `cannot reach the registry ${registry}`, {
+    registry,
+  });
+}
+
 const hex12 = (n: number) => n.toString(16).padStart(12, '0');
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 
@@ -326,11 +335,15 @@ export class FakeServices {
       },
       push: async (tag, reference) => {
         this.usable(tag);
+        reachable(reference);
         const digest = `sha256:${'0'.repeat(64)}`;
         const counts = { blobs: 5, uploaded: 5, skipped: 0, mounted: 0, bytes_uploaded: 4096 };
         return { reference: `${reference}@${digest}`, digest, ...counts };
       },
-      pull: async (req) => install(req.tag, req.force),
+      pull: async (req) => {
+        reachable(req.reference);
+        return install(req.tag, req.force);
+      },
       cacheInfo: async () => ({
         entries: [
           {
@@ -506,6 +519,13 @@ export class FakeServices {
     return s;
   }
 
+  /** A new sandbox row, written (and streamed to GET /v1/events) as the real store does. */
+  private added(s: SandboxT): void {
+    this.sandboxes.set(s.id, s);
+    this.changes.emit({ table: 'sandboxes', key: s.id, op: 'insert', state: 'starting' });
+    this.changes.emit({ table: 'sandboxes', key: s.id, op: 'update', state: s.state });
+  }
+
   /** Kill as the real service does: the row stays, `stopped` with reason `killed`. */
   private stop(id: string): void {
     const s = this.sandbox(id);
@@ -513,6 +533,7 @@ export class FakeServices {
     s.state = 'stopped';
     s.reason = 'killed';
     s.pid = null;
+    this.changes.emit({ table: 'sandboxes', key: id, op: 'update', state: 'stopped' });
     this.diskBases.delete(id);
   }
 
@@ -642,7 +663,7 @@ export class FakeServices {
           limits: fakeLimits(req.limits, res),
           idle: fakeIdle(req.idle),
         });
-        this.sandboxes.set(id, s);
+        this.added(s);
         return s;
       },
       list: async ({ state, label }) =>
@@ -865,7 +886,7 @@ export class FakeServices {
         limits,
         idle,
       });
-      this.sandboxes.set(id, child);
+      this.added(child);
       result.sandboxes.push(child);
     }
     return result;
@@ -1026,9 +1047,17 @@ export class FakeServices {
         return image;
       },
       pull: async (req, onProgress) => this.pullImage(req.reference, req.name, onProgress),
-      import: async (req, onProgress) => this.pullImage(req.path, req.name, onProgress),
+      // A path under /nonexistent stands for one the daemon host lacks.
+      import: async (req, onProgress) => {
+        if (req.path.startsWith('/nonexistent')) {
+          const message = `${req.path} does not exist: pass an OCI layout directory or an image tar`;
+          throw new ForkdError('bad_request', message, { path: req.path });
+        }
+        return this.pullImage(req.path, req.name, onProgress);
+      },
       prune: async () => ({ blobs: 0, bytes: 0 }),
       login: async (req) => {
+        reachable(req.registry);
         if (req.password !== 'secret') {
           throw new ForkdError('registry_unauthorized', `${req.registry} refused the credentials`);
         }
@@ -1044,6 +1073,7 @@ export class FakeServices {
     onProgress?: (e: { message: string; layer?: string; current?: number; total?: number }) => void,
   ): Promise<ImageT> {
     onProgress?.({ message: `resolving ${reference}` });
+    reachable(reference);
     if (reference.includes('missing')) {
       throw new ForkdError('reference_not_found', `no ${reference}: check the repository and tag`);
     }
