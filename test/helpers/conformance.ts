@@ -1,44 +1,58 @@
 /**
  * One conformance suite for the service interfaces (src/services/contracts.ts): the same
- * cases run against the fake services that back the API, CLI and SDK tests
+ * cases run against the fake services that back the API, CLI, SDK and MCP tests
  * (test/api/conformance.test.ts) and against the real services with real VMs
  * (test/e2e/services/conformance.test.ts), so the fake cannot drift from what the real
- * ones do. Each case states what a user of the API would see.
+ * ones do. Each case states what a user of the API would see. The API run lists the fake's
+ * methods no case calls (it must stay the documented few, EXEMPT in that test).
+ *
+ * Method → case (cases in this file, conformance-guest.ts and conformance-host.ts):
+ * | methods                                                      | case                                    |
+ * | sandboxes.create/get/list/kill, exec                         | a created sandbox runs…; exec answers…  |
+ * | events.subscribe                                             | a subscriber sees a sandbox created…    |
+ * | sandboxes.extend/setLimits/update/consoleLog/guestUser       | a sandbox is extended, limited, PATCHed |
+ * | sandboxes.execStream/writeStdin/killExec                     | a streamed command takes stdin…         |
+ * | sandboxes.writeFile/readFile/statFile/listFiles/removeFile    | files written are read back…            |
+ * | sandboxes.makeDir, statFile/listFiles owners, recursive rm   | directories are made with parents…      |
+ * | sandboxes.pty/ptySessions                                    | a terminal session echoes…              |
+ * | sandboxes.pause/resume                                       | a paused sandbox keeps its state…       |
+ * | snapshots.get/fork/remove, sandbox/snapshot not found        | forks run from…; unknown ids…           |
+ * | snapshots.list/verify/setPool/poolBudget/create/compact/lineage | a snapshot is listed, verifies…         |
+ * | branch.branch, snapshots.lineage                             | a branch is a snapshot of its source…   |
+ * | network.get/patch/publish/unpublish/reach/denied/refused      | a network policy is patched…            |
+ * | images.list/get/remove/create/prune/captureBootSnapshot      | images are listed and inspected…        |
+ * | packs.pack/unpack/cacheInfo/pruneCache                       | packs of unknown snapshots…             |
+ * | builds.build/prune                                           | a build context that is not a tar…      |
+ * | contexts.* (all eight)                                       | contexts belong to running sandboxes…   |
+ * | host.qemuVersion/accel/sandboxCounts/sandboxUsage/doctor/bench | the host reports its QEMU…            |
+ * | images.login/logout/pull/import, packs.pull/push             | with no registry listening…             |
  */
 import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
-import { isForkdError } from '../../src/errors.js';
-import type { Services } from '../../src/services/contracts.js';
+import { guestCases } from './conformance-guest.js';
+import { hostCases } from './conformance-host.js';
+import {
+  bytesOf,
+  caller,
+  recording,
+  rejectsWith,
+  text,
+  type Case,
+  type Subject,
+} from './conformance-kit.js';
 
-/** What a case needs: the services, an image to boot and a bootable snapshot of it. */
-export interface Subject {
-  services: Services;
-  image: string;
-  snapshot: string;
-}
-
-const caller = { principal: 'conformance' };
-const text = (b64: string) => Buffer.from(b64, 'base64').toString('utf8');
-
-async function bytesOf(stream: Readable): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const c of stream) chunks.push(Buffer.from(c as Buffer));
-  return Buffer.concat(chunks);
-}
-
-function rejectsWith(code: string) {
-  return (e: unknown) => {
-    assert.ok(isForkdError(e), `expected a catalog error ${code}, got ${String(e)}`);
-    assert.equal(e.code, code, e.message);
-    return true;
-  };
-}
+export type { Subject } from './conformance-kit.js';
 
 /** Register every case; `subject` is called once the test file's `before` has run. */
 export function conformance(kind: string, subject: () => Subject): void {
-  const it = (name: string, fn: (s: Subject) => Promise<void>) =>
-    test(`[${kind}] ${name}`, () => fn(subject()));
+  let recorded: Subject | undefined;
+  const it: Case = (name, fn) =>
+    test(`[${kind}] ${name}`, () => {
+      const s = subject();
+      recorded ??= { ...s, services: recording(s.services) };
+      return fn(recorded);
+    });
 
   it('a created sandbox runs, is listed by label, and stays listed as stopped once killed', async (s) => {
     const { sandboxes } = s.services;
@@ -62,6 +76,28 @@ export function conformance(kind: string, subject: () => Subject): void {
       await sandboxes.list({ state: 'running', label: { key: 'conf', value: 'life' } }),
       [],
     );
+  });
+
+  it('a subscriber sees a sandbox created and stopped, and nothing once it unsubscribed', async (s) => {
+    const { sandboxes, events } = s.services;
+    if (!events) return;
+    const seen: { id: string; op: string; state: string | null }[] = [];
+    const stop = events.subscribe((e) => seen.push({ id: e.id, op: e.op, state: e.state }));
+    const sb = await sandboxes.create({ image: s.image }, caller);
+    await sandboxes.kill(sb.id);
+    stop();
+    const mine = seen.filter((e) => e.id === sb.id);
+    assert.ok(
+      mine.some((e) => e.op === 'created'),
+      JSON.stringify(mine),
+    );
+    assert.ok(
+      mine.some((e) => e.op === 'updated' && e.state === 'stopped'),
+      JSON.stringify(mine),
+    );
+    const count = seen.length;
+    await sandboxes.kill((await sandboxes.create({ image: s.image }, caller)).id);
+    assert.equal(seen.length, count, 'unsubscribed');
   });
 
   it('exec answers with the exit code and output; a missing command is command_not_found', async (s) => {
@@ -172,4 +208,7 @@ export function conformance(kind: string, subject: () => Subject): void {
       await sandboxes.kill(source.id);
     }
   });
+
+  guestCases(it);
+  hostCases(it);
 }

@@ -47,6 +47,7 @@ import type {
   ImageT,
   LineageT,
   LimitsRequestT,
+  SandboxNetworkT,
   SandboxT,
   SnapshotT,
 } from '../../src/contract/schemas.js';
@@ -85,6 +86,20 @@ interface LiveExec {
   killed?: string;
   stdin: Buffer[];
   eof: boolean;
+  /** The command ended: stdin and signals to it are exec_not_found. */
+  done?: boolean;
+}
+
+/** The users the fake guest's /etc/passwd knows (busybox's with an app user). */
+const GUEST_USERS: ReadonlySet<string> = new Set(['root', 'nobody', 'user', 'app']);
+
+/** A registry on loopback's discard port stands for one nothing answers (as in conformance.ts). */
+function reachable(reference: string): void {
+  const registry = reference.split('/')[0] ?? '';
+  if (registry !== '127.0.0.1:9') return;
+  throw new ForkdError('registry_unreachable', `cannot reach the registry ${registry}`, {
+    registry,
+  });
 }
 
 const hex12 = (n: number) => n.toString(16).padStart(12, '0');
@@ -189,8 +204,14 @@ function fakeMemory(parent: string | null, depth: number): NonNullable<SnapshotT
   };
 }
 
-function fileStat(path: string, kind: FileStatT['kind'], size: number): FileStatT {
-  return { name: path.split('/').pop() ?? '', kind, size, mode: 0o644, mtime_ms: 0 };
+function fileStat(
+  path: string,
+  kind: FileStatT['kind'],
+  size: number,
+  owners?: boolean,
+): FileStatT {
+  const stat = { name: path.split('/').pop() ?? '', kind, size, mode: 0o644, mtime_ms: 0 };
+  return owners ? { ...stat, owner: 'root', group: 'root' } : stat;
 }
 
 /** A command whose last argument is `exit N` (`sh -c 'exit 3'`) exits N; others 0. */
@@ -305,14 +326,24 @@ export class FakeServices {
         const files = { files: 4, logical_bytes: 4096 };
         return { tag, file, bytes: 1024, chain: [tag], image: 'busybox', ...files };
       },
-      unpack: async (_file, opts) => install(opts?.tag, opts?.force),
+      // A file under /nonexistent stands for one the daemon host lacks.
+      unpack: async (file, opts) => {
+        if (file.startsWith('/nonexistent')) {
+          throw new ForkdError('bad_request', `no pack file ${file}`, { file });
+        }
+        return install(opts?.tag, opts?.force);
+      },
       push: async (tag, reference) => {
         this.usable(tag);
+        reachable(reference);
         const digest = `sha256:${'0'.repeat(64)}`;
         const counts = { blobs: 5, uploaded: 5, skipped: 0, mounted: 0, bytes_uploaded: 4096 };
         return { reference: `${reference}@${digest}`, digest, ...counts };
       },
-      pull: async (req) => install(req.tag, req.force),
+      pull: async (req) => {
+        reachable(req.reference);
+        return install(req.tag, req.force);
+      },
       cacheInfo: async () => ({
         entries: [
           {
@@ -335,8 +366,14 @@ export class FakeServices {
   /** A build that drains its context and reports one step (the real one: test/e2e/build/). */
   private buildService(): BuildService {
     return {
+      // A context that starts `not a tar` stands for one the host's tar refuses.
       build: async (query, context, _caller, onEvent = () => undefined) => {
-        for await (const chunk of context) void chunk;
+        const body = await drain(context);
+        if (body.subarray(0, 9).toString() === 'not a tar') {
+          const message =
+            'the build context is not a tar stream: tar: This does not look like a tar archive';
+          throw new ForkdError('bad_request', message, { field: 'context' });
+        }
         onEvent({ type: 'step', step: 1, total: 1, line: 2, instruction: 'RUN true' });
         onEvent({ type: 'step_done', step: 1, status: 'ran', duration_ms: 1, snapshot: 'b-1' });
         const config = { env: {}, ports: [], labels: {} };
@@ -358,23 +395,40 @@ export class FakeServices {
     return this.guestServer;
   }
 
+  /** Per sandbox: its egress policy and published ports, as the real network keeps them. */
+  private nets = new Map<string, SandboxNetworkT>();
+
+  private net(id: string): SandboxNetworkT {
+    this.sandbox(id);
+    let n = this.nets.get(id);
+    if (!n) {
+      const egress = { none: false, allow_internet: true, allow_out: [], deny_out: [] };
+      n = { mode: 'nat', isolation: 'netns', address: '10.0.2.15', egress, denied: 0, ports: [] };
+      this.nets.set(id, n);
+    }
+    return n;
+  }
+
   private networkService(): NetworkApi {
-    const state = () => ({
-      mode: 'nat' as const,
-      isolation: 'netns' as const,
-      address: '10.0.2.15',
-      egress: { none: false, allow_internet: true, allow_out: [], deny_out: [] },
-      denied: 0,
-      ports: [],
-    });
     return {
-      get: async (id) => (this.sandbox(id), state()),
-      patch: async (id) => (this.sandbox(id), state()),
-      publish: async (id, port, hostPort) => (
-        this.sandbox(id),
-        { port, host_port: hostPort ?? 40000, host: '127.0.0.1' }
-      ),
-      unpublish: async (id) => void this.sandbox(id),
+      get: async (id) => this.net(id),
+      // Merged over the current policy: the lists given replace theirs, `none` cuts all.
+      patch: async (id, egress) => {
+        const n = this.net(id);
+        n.egress =
+          egress === 'none' ? { ...n.egress, none: true } : { ...n.egress, none: false, ...egress };
+        return n;
+      },
+      publish: async (id, port, hostPort) => {
+        const published = { port, host_port: hostPort ?? 40000 + port, host: '127.0.0.1' };
+        const n = this.net(id);
+        n.ports = [...n.ports.filter((p) => p.port !== port), published];
+        return published;
+      },
+      unpublish: async (id, port) => {
+        const n = this.net(id);
+        n.ports = n.ports.filter((p) => p.port !== port);
+      },
       deniedCounts: async () => ({}),
       refusedCounts: async () => ({}),
       reach: async (id) => (this.sandbox(id), { host: '127.0.0.1', port: await this.guestPort() }),
@@ -405,6 +459,7 @@ export class FakeServices {
     ]);
     this.failingChildren.clear();
     this.diskBases.clear();
+    this.nets.clear();
     this.createAborted = false;
     this.defaultPool = 0;
     this.contexts?.reset();
@@ -464,6 +519,13 @@ export class FakeServices {
     return s;
   }
 
+  /** A new sandbox row, written (and streamed to GET /v1/events) as the real store does. */
+  private added(s: SandboxT): void {
+    this.sandboxes.set(s.id, s);
+    this.changes.emit({ table: 'sandboxes', key: s.id, op: 'insert', state: 'starting' });
+    this.changes.emit({ table: 'sandboxes', key: s.id, op: 'update', state: s.state });
+  }
+
   /** Kill as the real service does: the row stays, `stopped` with reason `killed`. */
   private stop(id: string): void {
     const s = this.sandbox(id);
@@ -471,6 +533,7 @@ export class FakeServices {
     s.state = 'stopped';
     s.reason = 'killed';
     s.pid = null;
+    this.changes.emit({ table: 'sandboxes', key: id, op: 'update', state: 'stopped' });
     this.diskBases.delete(id);
   }
 
@@ -543,7 +606,8 @@ export class FakeServices {
 
   private liveExec(id: string, execId: string): LiveExec {
     const ex = this.execs.get(execId);
-    if (!ex || ex.sandbox !== id) throw new ForkdError('exec_not_found', `no exec ${execId}`);
+    if (!ex || ex.sandbox !== id || ex.done)
+      throw new ForkdError('exec_not_found', `no exec ${execId}`);
     return ex;
   }
 
@@ -571,6 +635,9 @@ export class FakeServices {
       }
     } else if (cmd === 'silent') {
       while (!ex.killed) await sleep(this.streamDelayMs);
+    } else if (cmd === 'cat' && args.length === 0) {
+      while (!ex.eof && !ex.killed) await sleep(this.streamDelayMs);
+      if (!ex.killed) yield { type: 'stdout' as const, data: Buffer.concat(ex.stdin) };
     } else if (cmd === 'crash') {
       yield out('about to crash\n');
       throw new Error('agent socket /var/lib/forkd/sandboxes/sbx-1/agent.sock closed');
@@ -580,6 +647,7 @@ export class FakeServices {
         yield out(`${arg}\n`);
       }
     }
+    ex.done = true; // as the real one: a finished command takes no more stdin or signals
     yield {
       type: 'exit',
       exit_code: ex.killed ? null : exitCodeOf(req.argv),
@@ -600,10 +668,13 @@ export class FakeServices {
         const s = sandboxRecord(id, req.image ?? SEED.image, {
           ...res,
           labels: req.labels ?? {},
+          expires_at: req.timeout_s
+            ? new Date(Date.now() + req.timeout_s * 1000).toISOString()
+            : null,
           limits: fakeLimits(req.limits, res),
           idle: fakeIdle(req.idle),
         });
-        this.sandboxes.set(id, s);
+        this.added(s);
         return s;
       },
       list: async ({ state, label }) =>
@@ -623,7 +694,9 @@ export class FakeServices {
       },
       // As the real one: everything checked before anything changes.
       update: async (id, { timeout_s: timeoutS, limits, idle }) => {
-        const s = this.running(id, false); // a change does not wake it
+        // A change does not wake it; an empty one answers even a stopped sandbox as it is.
+        const empty = timeoutS === undefined && limits === undefined && idle === undefined;
+        const s = empty ? this.sandbox(id) : this.running(id, false);
         const policy = idle === undefined ? undefined : fakeIdleChange(s.idle, idle);
         if (limits) s.limits = fakeLimits(limits, s);
         if (policy) s.idle = policy;
@@ -670,24 +743,44 @@ export class FakeServices {
         this.files.set(`${id}:${path}`, data);
         return data.length;
       },
-      statFile: async (id, path) => {
-        if (this.dirs.has(`${id}:${path}`)) return fileStat(path, 'dir', 4096);
-        return fileStat(path, 'file', this.file(id, path).length);
+      statFile: async (id, path, opts) => {
+        if (this.dirs.has(`${id}:${path}`)) return fileStat(path, 'dir', 4096, opts?.owners);
+        return fileStat(path, 'file', this.file(id, path).length, opts?.owners);
       },
-      listFiles: async (id, dir) => {
+      // Files and directories right under `dir`, as the agent lists them.
+      listFiles: async (id, dir, opts) => {
         this.running(id);
         const prefix = `${id}:${dir.replace(/\/$/, '')}/`;
-        return [...this.files]
-          .filter(([key]) => key.startsWith(prefix) && !key.slice(prefix.length).includes('/'))
-          .map(([key, data]) => fileStat(key.slice(id.length + 1), 'file', data.length));
+        const direct = (key: string) =>
+          key.startsWith(prefix) && !key.slice(prefix.length).includes('/');
+        const dirs = [...this.dirs].filter(direct);
+        return [
+          ...dirs.map((key) => fileStat(key.slice(id.length + 1), 'dir', 4096, opts?.owners)),
+          ...[...this.files]
+            .filter(([key]) => direct(key))
+            .map(([key, data]) =>
+              fileStat(key.slice(id.length + 1), 'file', data.length, opts?.owners),
+            ),
+        ];
       },
-      makeDir: async (id, path) => {
+      // With `parents`, every missing directory on the way (as mkdir -p).
+      makeDir: async (id, path, opts) => {
         this.running(id);
-        this.dirs.add(`${id}:${path}`);
+        const parts = path.split('/').filter(Boolean);
+        const upTo = opts.parents ? 1 : parts.length;
+        for (let n = upTo; n <= parts.length; n++) {
+          this.dirs.add(`${id}:/${parts.slice(0, n).join('/')}`);
+        }
       },
       guestUser: async (id, user) => {
         this.running(id);
         const name = user ?? 'root';
+        if (!GUEST_USERS.has(name)) {
+          throw new ForkdError('bad_request', `user ${name}: not in the guest's /etc/passwd`, {
+            field: 'user',
+            reason: 'no such user',
+          });
+        }
         const home = name === 'root' ? '/root' : `/home/${name}`;
         return {
           name,
@@ -697,9 +790,17 @@ export class FakeServices {
           cwd: home,
         };
       },
-      removeFile: async (id, path) => {
-        this.file(id, path);
-        this.files.delete(`${id}:${path}`);
+      // A directory goes with everything under it (`recursive`, as rm -r).
+      removeFile: async (id, path, opts) => {
+        const key = `${id}:${path}`;
+        if (!this.dirs.has(key) || !opts.recursive) {
+          this.file(id, path);
+          this.files.delete(key);
+          return;
+        }
+        const under = (k: string) => k === key || k.startsWith(`${key}/`);
+        for (const k of [...this.files.keys()]) if (under(k)) this.files.delete(k);
+        for (const k of [...this.dirs]) if (under(k)) this.dirs.delete(k);
       },
       consoleLog: async (id) => {
         this.running(id);
@@ -796,7 +897,7 @@ export class FakeServices {
         limits,
         idle,
       });
-      this.sandboxes.set(id, child);
+      this.added(child);
       result.sandboxes.push(child);
     }
     return result;
@@ -938,7 +1039,12 @@ export class FakeServices {
   private imageService(): ImageService {
     return {
       list: async () => [...this.images.values()],
+      // As the real one, the tree is checked first; a path under /nonexistent stands for a missing one.
       create: async (req) => {
+        if (req.from_dir.startsWith('/nonexistent')) {
+          const message = `${req.from_dir} is not a directory: pass the root of the tree to pack`;
+          throw new ForkdError('bad_request', message, { dir: req.from_dir });
+        }
         if (this.images.has(req.name) && !req.force) {
           throw new ForkdError('name_taken', `image ${req.name} exists: pass force`);
         }
@@ -955,7 +1061,14 @@ export class FakeServices {
         return image;
       },
       pull: async (req, onProgress) => this.pullImage(req.reference, req.name, onProgress),
-      import: async (req, onProgress) => this.pullImage(req.path, req.name, onProgress),
+      // A path under /nonexistent stands for one the daemon host lacks.
+      import: async (req, onProgress) => {
+        if (req.path.startsWith('/nonexistent')) {
+          const message = `${req.path} does not exist: pass an OCI layout directory or an image tar`;
+          throw new ForkdError('bad_request', message, { path: req.path });
+        }
+        return this.pullImage(req.path, req.name, onProgress);
+      },
       captureBootSnapshot: async (name, req, onProgress) => {
         const image = this.images.get(name);
         if (!image) throw new ForkdError('image_not_found', `no image ${name}`);
@@ -967,6 +1080,7 @@ export class FakeServices {
       },
       prune: async () => ({ blobs: 0, bytes: 0 }),
       login: async (req) => {
+        reachable(req.registry);
         if (req.password !== 'secret') {
           throw new ForkdError('registry_unauthorized', `${req.registry} refused the credentials`);
         }
@@ -982,6 +1096,7 @@ export class FakeServices {
     onProgress?: (e: { message: string; layer?: string; current?: number; total?: number }) => void,
   ): Promise<ImageT> {
     onProgress?.({ message: `resolving ${reference}` });
+    reachable(reference);
     if (reference.includes('missing')) {
       throw new ForkdError('reference_not_found', `no ${reference}: check the repository and tag`);
     }
