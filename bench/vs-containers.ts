@@ -21,13 +21,12 @@ import { join } from 'node:path';
 import { HOST_BUSYBOX } from '../src/services/images/index.js';
 import { CLI, startDaemon, stopDaemon } from './daemon.js';
 import { makeBenchHome } from './home.js';
+import { PODMAN_ULIMITS, requireTools, unifiedHidden } from './podman.js';
 import { percentile } from './stats.js';
 
 const N = Number(process.argv[2] ?? 10);
 const IMAGE = 'localhost/forkd-bench-busybox:latest';
-/** Limits a container may set without privileges here (raising them is refused). */
-const PODMAN_RUN = ['run', '--rm', '--network', 'none', '--ulimit', 'nofile=1024:1024'];
-const PODMAN_LIMITS = ['--ulimit', 'nproc=4096:4096'];
+const PODMAN_RUN = ['run', '--rm', '--network', 'none'];
 
 /** Wall-clock ms of one command to its exit; it must print `hi`. */
 function timed(cmd: string, args: string[], env?: NodeJS.ProcessEnv): number {
@@ -40,14 +39,8 @@ function timed(cmd: string, args: string[], env?: NodeJS.ProcessEnv): number {
   return ms;
 }
 
-/** A shell in a private mount namespace without the hybrid cgroup2 mount (for crun). */
-function unifiedHidden(script: string): [string, string[]] {
-  const sh = `umount -l /sys/fs/cgroup/unified 2>/dev/null; ${script}`;
-  return ['unshare', ['--mount', '--propagation', 'private', 'sh', '-c', sh]];
-}
-
 const podmanArgs = (runtime: string[]) =>
-  [...runtime, ...PODMAN_RUN, ...PODMAN_LIMITS, IMAGE, '/bin/echo', 'hi'].join(' ');
+  [...runtime, ...PODMAN_RUN, ...PODMAN_ULIMITS, IMAGE, '/bin/echo', 'hi'].join(' ');
 
 /** The busybox image for podman, from the host's static busybox. */
 async function importImage(): Promise<void> {
@@ -72,11 +65,7 @@ function row(label: string, xs: number[]): void {
 }
 
 async function main(): Promise<void> {
-  for (const tool of ['podman', 'crun', 'runsc']) {
-    if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) {
-      throw new Error(`${tool} is not installed (bench-only: apt install podman crun runsc)`);
-    }
-  }
+  requireTools(['podman', 'crun', 'runsc']);
   console.log(
     `load average at start: ${loadavg()
       .map((l) => l.toFixed(2))
