@@ -215,7 +215,13 @@ async function runServer(f: Flags): Promise<void> {
       process.exit(0);
     }, 50);
   };
-  const service = new TaskService({ namespace: f.namespace, publisher, log, shutdown: stop });
+  const service = new TaskService({
+    namespace: f.namespace,
+    address: f.address,
+    publisher,
+    log,
+    shutdown: stop,
+  });
   service.reserve(f.id);
   const server = await serve(path, service.handlers(), (e) => log.write(`ttrpc: ${String(e)}`));
   process.on('SIGTERM', stop);
