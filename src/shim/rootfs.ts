@@ -11,6 +11,7 @@
  */
 import { Forkd, isForkdError } from '@forkd/sdk';
 import { execFile } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { grpcCall } from './grpc.js';
@@ -133,6 +134,18 @@ async function mountAll(mounts: Mount[], dir: string): Promise<void> {
       throw new TtrpcError(CODE.internal, `cannot mount the container's root on ${dir}: ${why}`);
     }
   }
+}
+
+/**
+ * Unmount what a lost shim left mounted on bundle `bundle`'s `rootfs` (it died importing
+ * the image): `delete` calls this, so a killed shim leaves no mount behind.
+ */
+export async function unmountLeft(bundle: string): Promise<void> {
+  const dir = join(bundle, 'rootfs');
+  const mounts = await readFile('/proc/self/mountinfo', 'utf8').catch(() => '');
+  // mountinfo's 5th field is the mount point (octal escapes for spaces: none in a bundle).
+  const n = mounts.split('\n').filter((l) => l.split(' ')[4] === dir).length;
+  for (let i = 0; i < n; i++) await run('umount', [dir]).catch(() => undefined);
 }
 
 /** Undo mountAll's `mounts` on `dir`, last first. */
