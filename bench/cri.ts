@@ -9,14 +9,14 @@
  *  - N pods at once (default 20): time until all run, memory per pod (QEMU RSS and PSS, and
  *    the shim's share);
  *  - ExecSync of `true` against `forkd exec`'s equivalent (the SDK on the same sandbox).
- * Usage: node dist/bench/cri.js [SEQUENTIAL=20] [COLD=5] [AT_ONCE=20] [PARTS]
+ * Usage: node dist/bench/cri.js [SEQUENTIAL=20] [COLD=20] [AT_ONCE=20] [PARTS]
  * PARTS (default all): a comma list of `shim` (the shim's RSS, memory, exec), `warm`,
  * `runc`, `cold`, `burst` (the pods at once), to run a part again alone.
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { loadavg } from 'node:os';
-import { Sandbox, Snapshot } from '@forkd/sdk';
+import { Forkd, Sandbox, Snapshot } from '@forkd/sdk';
 import { detectAccel } from '../src/drivers/qemu/accel.js';
 import { startContainerd, type Containerd } from '../test/helpers/containerd.js';
 import { CriClient, NAMESPACE, type PodConfig } from '../test/helpers/cri.js';
@@ -25,7 +25,7 @@ import { makeBenchHome } from './home.js';
 import { summary, timeSequential as timed } from './stats.js';
 
 const SEQUENTIAL = Number(process.argv[2] ?? 20);
-const COLD = Number(process.argv[3] ?? 5);
+const COLD = Number(process.argv[3] ?? 20);
 const AT_ONCE = Number(process.argv[4] ?? 20);
 const EXECS = 20;
 const TAG = 'bench-warm';
@@ -166,9 +166,13 @@ async function main(): Promise<void> {
       console.log(`RunPodSandbox → StartContainer, runc (Debian's): ${summary(runc)} (${load()})`);
     }
     if (PARTS.includes('cold')) {
+      // Since the eager boot snapshots (issue 33) a "cold" pod forks busybox's boot snapshot
+      // when one matches its size: say which this run measured.
+      const { bootSnapshots = [] } = await new Forkd({ url: daemon.url }).images.get('busybox');
+      const boot = bootSnapshots.some((b) => b.current) ? "busybox's boot snapshot" : 'a boot';
       const cold = await sequence(pods, 'cold', COLD);
       console.log(
-        `RunPodSandbox → StartContainer, no snapshot (busybox boot): ${summary(cold)} (${load()})`,
+        `RunPodSandbox → StartContainer, no annotation (busybox; ${boot}): ${summary(cold)} (${load()})`,
       );
     }
     if (PARTS.includes('burst')) await burst(daemon.url, pods);

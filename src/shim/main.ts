@@ -28,6 +28,7 @@ import { ShimLog } from './log.js';
 import { decode, encode, timestamp } from './proto.js';
 import { TaskService, LABEL, SHIM_SERVICE } from './task.js';
 import { serve, TtrpcClient } from './ttrpc.js';
+import { unmountLeft } from './rootfs.js';
 
 const NAME = 'containerd-shim-forkd-v2';
 /** Where `start` tells the serving shim which socket to listen on. */
@@ -215,7 +216,13 @@ async function runServer(f: Flags): Promise<void> {
       process.exit(0);
     }, 50);
   };
-  const service = new TaskService({ namespace: f.namespace, publisher, log, shutdown: stop });
+  const service = new TaskService({
+    namespace: f.namespace,
+    address: f.address,
+    publisher,
+    log,
+    shutdown: stop,
+  });
   service.reserve(f.id);
   const server = await serve(path, service.handlers(), (e) => log.write(`ttrpc: ${String(e)}`));
   process.on('SIGTERM', stop);
@@ -236,6 +243,7 @@ async function deleteTask(f: Flags): Promise<void> {
       `${NAME}: could not kill the sandbox of ${f.id}: ${(e as Error).message}\n`,
     );
   }
+  await unmountLeft(f.bundle);
   // The namespace's shim serves other tasks still: its socket goes only if it is dead.
   const path = socketPath(f);
   await withLock(path, async () => {

@@ -2,7 +2,8 @@
  * The protobuf messages the shim speaks, written here rather than vendored from upstream
  * `.proto` files (issue 30): ttrpc's request and response envelope, containerd's task
  * service v2 (`containerd.task.v2.Task`), its task events and the events service's
- * `Forward`. Field numbers follow containerd 1.6's protos; names stay snake_case, as on the
+ * `Forward`, and the two gRPC calls that tell which image snapshot a task's root is
+ * (containers' Get, snapshots' Stat; fields the shim reads only). Field numbers follow containerd 1.6's protos; names stay snake_case, as on the
  * wire's JSON twin, so a decoded message reads like the proto it came from.
  */
 import protobuf from 'protobufjs';
@@ -125,6 +126,24 @@ const root = protobuf.Root.fromJSON({
         StatsResponse: msg(['stats', 'google.protobuf.Any']),
         ConnectResponse: msg(['shim_pid', 'uint32'], ['task_pid', 'uint32'], ['version', 'string']),
         ShutdownRequest: msg(['id', 'string'], ['now', 'bool']),
+      },
+    },
+    containers: {
+      nested: {
+        GetContainerRequest: msg(['id', 'string']),
+        Container: msg(
+          ['image', 'string', 3],
+          ['snapshotter', 'string', 6],
+          ['snapshot_key', 'string', 7],
+        ),
+        GetContainerResponse: msg(['container', 'containers.Container']),
+      },
+    },
+    snapshots: {
+      nested: {
+        StatSnapshotRequest: msg(['snapshotter', 'string'], ['key', 'string']),
+        Info: msg(['name', 'string'], ['parent', 'string']),
+        StatSnapshotResponse: msg(['info', 'snapshots.Info']),
       },
     },
     /** `io.containerd.cgroups.v1`'s Metrics, the fields forkd measures. */

@@ -2,8 +2,9 @@
  * containerd's task service (`containerd.task.v2.Task`). A task started by `ctr` is one
  * forkd sandbox; a pod under CRI is one forkd sandbox for all its tasks (pod.ts), served by
  * one shim. Create of a task or of a pod's sandbox container makes the sandbox (forked from
- * the snapshot the `forkd.dev/snapshot` annotation names, else booted from the busybox
- * image) labelled with the containerd namespace and id, so `delete` run by a later shim
+ * the snapshot the `forkd.dev/snapshot` annotation names; else a task's root is its
+ * container's image, made a forkd image once per chain ID (rootfs.ts), and a task with no
+ * image or a pod's sandbox container boots the busybox image) labelled with the containerd namespace and id, so `delete` run by a later shim
  * finds it; an app container's Create joins its pod's sandbox. Processes and execs run in it
  * through the daemon; Delete of the task that made the sandbox kills it. The sandbox and its
  * processes live in the daemon: the shim keeps only what containerd asks back (pids, exit
@@ -30,6 +31,7 @@ import { TaskProcess, STATUS, type ProcessIO, type Running } from './process.js'
 import { decode, encode, timestamp } from './proto.js';
 import { CODE, TtrpcError, type Handler } from './ttrpc.js';
 import { cgroupMetrics, Watch } from './watch.js';
+import { RootfsImages, rootfsChainId, type Containerd, type Mount } from './rootfs.js';
 
 export const TASK_SERVICE = 'containerd.task.v2.Task';
 /** The shim's own service: `start` asks a running shim to keep a task's place. */
@@ -51,7 +53,7 @@ interface IdRequest {
 interface CreateRequest extends ProcessIO {
   id: string;
   bundle: string;
-  rootfs: unknown[];
+  rootfs: Mount[];
 }
 
 interface ExecRequest extends IdRequest, ProcessIO {
@@ -104,6 +106,8 @@ export function statusOf(e: unknown): unknown {
 
 export interface TaskServiceOptions {
   namespace: string;
+  /** containerd's gRPC socket (`-address`); empty: tasks without a snapshot boot busybox. */
+  address: string;
   publisher: Publisher;
   log: ShimLog;
   /** Called once Shutdown may end the shim. */
@@ -132,11 +136,13 @@ export class TaskService {
   /** Set once the shim ends: a `start` then makes a new one. */
   private ending = false;
   private readonly watch: Watch<Task>;
+  private readonly images: RootfsImages;
 
   constructor(private readonly o: TaskServiceOptions) {
     this.watch = new Watch(`${LABEL.namespace}=${o.namespace}`, WATCH_MS, (task, info) =>
       this.vmEnded(task, info),
     );
+    this.images = new RootfsImages(o.log.write);
   }
 
   /** Keep task `id`'s place until its Create (or RESERVE_MS): the shim does not end meanwhile. */
@@ -248,16 +254,35 @@ export class TaskService {
     const snapshot = bundle.annotations[SNAPSHOT_ANNOTATION];
     const ports = podPorts(bundle.annotations);
     const netns = pod && snapshot ? bundle.netns : undefined;
+    const image = snapshot || pod ? undefined : await this.rootImage(r);
     const sandbox = await Sandbox.create({
-      ...(snapshot ? { snapshot } : { image: 'busybox' }),
+      ...(snapshot ? { snapshot } : { image: image ?? 'busybox' }),
       ...(netns ? { netns, forwardPorts: ports } : {}),
       ...(bundle.limits ? { limits: bundle.limits } : {}),
       labels: { [LABEL.namespace]: this.o.namespace, [LABEL.id]: r.id },
     });
-    this.o.log.write(
-      `task ${r.id}: sandbox ${sandbox.id} ${snapshot ? `forked from ${snapshot}` : ''}`,
-    );
+    const from = snapshot ? `forked from ${snapshot}` : `from image ${image ?? 'busybox'}`;
+    this.o.log.write(`task ${r.id}: sandbox ${sandbox.id} ${from}`);
     return { id: r.id, bundle: r.bundle, sandbox, owner: true, init, execs: new Map() };
+  }
+
+  /**
+   * The forkd image of task `r`'s container image, made on its first use; undefined for a
+   * task containerd made from no image (`ctr run --rootfs DIR`).
+   */
+  private async rootImage(r: CreateRequest): Promise<string | undefined> {
+    if (!this.o.address) return undefined;
+    const c: Containerd = { address: this.o.address, namespace: this.o.namespace };
+    let chainId: string | undefined;
+    try {
+      chainId = await rootfsChainId(c, r.id);
+    } catch (e) {
+      throw new TtrpcError(
+        CODE.unavailable,
+        `cannot ask containerd which image task ${r.id} is made from: ${(e as Error).message}`,
+      );
+    }
+    return chainId && this.images.image(chainId, r.rootfs, r.bundle);
   }
 
   /** An app container of pod `pod`: a process in the pod's sandbox. */

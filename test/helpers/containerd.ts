@@ -20,7 +20,7 @@ import {
   symlink,
   writeFile,
 } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { shQuote } from '../../src/util/shell-words.js';
 import { Snapshot } from '@forkd/sdk';
@@ -54,6 +54,11 @@ export interface Containerd {
   ctrBackground(args: string[]): { output(): string; stop(): Promise<void> };
   /** With `cri`: the image the test's pods use, also the sandbox (pause) image. */
   image: string;
+  /**
+   * Build a busybox image (test/helpers/containerd.ts importTestImage) with `files` added
+   * (path → content) and import it as `ref` into namespace `ns` (`default`).
+   */
+  importImage(ref: string, files: Record<string, string>, ns?: string): Promise<void>;
   /** With `cri`: where CRI reads CNI network configs. */
   cniConfDir: string;
   /** containerd's log, for failure messages. */
@@ -174,6 +179,7 @@ export async function startContainerd(
         '/dev/null',
       ]),
     ctrBackground: (args) => background('ctr', ['--address', address, ...args]),
+    importImage: (ref, files, ns = 'default') => importTestImage(dir, ctr, { ref, ns, files }),
     output: () => log,
     restart: async () => {
       await end(child);
@@ -188,7 +194,7 @@ export async function startContainerd(
   };
   try {
     await waitReady(child, ctr, () => log);
-    if (opts.cri) await importTestImage(dir, ctr);
+    if (opts.cri) await importTestImage(dir, ctr, { ref: CRI_IMAGE, ns: 'k8s.io', files: {} });
   } catch (e) {
     await c.stop();
     throw e;
@@ -265,32 +271,38 @@ async function end(child: ChildProcess): Promise<void> {
 }
 
 /**
- * The pods' image, built here from the host's static busybox (Debian's busybox-static, a
- * dependency of setup.sh): `/bin/busybox` with `sh`, `sleep`, `true` and `echo`, and
- * `/pause`, which sleeps — enough for runc to run a pod of it (the bench's runc column);
- * a forkd pod runs the VM's root, not the image's. Saved as `docker save` does and
- * imported into CRI's namespace with ctr — from loopback only, nothing pulled.
+ * A test image, built here from the host's static busybox (Debian's busybox-static, a
+ * dependency of setup.sh): `/bin/busybox` with `sh`, `sleep`, `true`, `echo` and `cat`,
+ * `/pause`, which sleeps — enough for runc to run a pod of it (the bench's runc column) —
+ * and `files`. Saved as `docker save` does and imported into namespace `ns` with ctr — from
+ * loopback only, nothing pulled. The CRI tests' pods use one (CRI_IMAGE); a pod forked from
+ * a snapshot runs the VM's root, not the image's.
  */
 async function importTestImage(
   dir: string,
   ctr: (args: string[]) => Promise<CliResult>,
+  image: { ref: string; ns: string; files: Record<string, string> },
 ): Promise<void> {
-  const work = join(dir, 'image');
+  const work = await mkdtemp(join(dir, 'image-'));
   const root = join(work, 'root');
   await mkdir(join(root, 'bin'), { recursive: true });
   await copyFile(BUSYBOX, join(root, 'bin', 'busybox'));
   await chmod(join(root, 'bin', 'busybox'), 0o755);
-  for (const applet of ['sh', 'sleep', 'true', 'echo']) {
+  for (const applet of ['sh', 'sleep', 'true', 'echo', 'cat']) {
     await symlink('busybox', join(root, 'bin', applet));
   }
   await writeFile(join(root, 'pause'), '#!/bin/sh\nexec sleep 2147483647\n', { mode: 0o755 });
+  for (const [path, content] of Object.entries(image.files)) {
+    await mkdir(dirname(join(root, path)), { recursive: true });
+    await writeFile(join(root, path), content);
+  }
   const layer = await layerFromDir(join(work, 'root'), join(work, 'layer'), 'none');
   const img = ociImage([layer], { Cmd: ['/pause'], Env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin'] });
-  await writeDockerSave(join(work, 'save'), img, CRI_IMAGE);
+  await writeDockerSave(join(work, 'save'), img, image.ref);
   const tar = join(work, 'image.tar');
   const t = await run('tar', ['-C', join(work, 'save'), '-cf', tar, '.']);
   if (t.code !== 0) throw new Error(`tar of the test image: ${t.stderr}`);
-  const r = await ctr(['-n', 'k8s.io', 'images', 'import', tar]);
+  const r = await ctr(['-n', image.ns, 'images', 'import', tar]);
   if (r.code !== 0) throw new Error(`ctr images import: ${r.stderr}`);
 }
 

@@ -2,14 +2,17 @@
  * containerd-shim-forkd-v2 end to end through containerd's own client: a private
  * containerd (test/helpers/containerd.ts) runs tasks under `io.containerd.forkd.v2` on a
  * real forkd daemon, each task a real microVM (TCG here). One task boots the busybox image;
- * the others fork a warm snapshot (made once, in `before`) to save the boots. Every case
- * checks that its sandbox is gone, and the file that nothing at all is left.
+ * two run on their container's image (a busybox image with a file only it has, built and
+ * imported in `before`): the first imports it as a forkd image, the second finds that image
+ * (the daemon's image list is the evidence, no timing). The others fork a warm snapshot
+ * (made once, in `before`) to save the boots. Every case checks that its sandbox is gone,
+ * and the file that nothing at all is left (no mount either).
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Sandbox } from '@forkd/sdk';
+import { Forkd, Sandbox } from '@forkd/sdk';
 import { pidAlive } from '../../../src/util/pid.js';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
@@ -17,6 +20,9 @@ import { createWarmSnapshot, startContainerd, type Containerd } from '../../help
 
 const RUNTIME = ['--runtime', 'io.containerd.forkd.v2'];
 const WARM = 'shim-warm';
+/** The image tasks run on when they name no snapshot, and the file only it has. */
+const IMAGE = 'forkd.test/rooted:1';
+const MARKER = 'only in the rooted image';
 
 let home: TestHome;
 let daemon: DaemonProcess;
@@ -27,6 +33,7 @@ before(async () => {
   daemon = await startDaemon(home, ['--pod-snapshots', `${WARM},no-such-*`]);
   ctrd = await startContainerd(daemon.url);
   await createWarmSnapshot(daemon.url, WARM);
+  await ctrd.importImage(IMAGE, { '/etc/rooted': `${MARKER}\n` });
 });
 
 after(async () => {
@@ -294,4 +301,67 @@ test('a snapshot that does not exist fails the task with the reason', async () =
   assert.match(r.stderr, /no-such-snapshot/);
   assert.deepEqual(await sandboxesOf('nosnap'), []);
   await ctrd.ctr(['container', 'rm', 'nosnap']);
+});
+
+/** `ctr run --rm` of the test image as task `id` under the forkd runtime. */
+const runImage = (id: string, argv: string[]) =>
+  ctrd.ctr([
+    'run',
+    '--rm',
+    '--fifo-dir',
+    ctrd.fifoDir,
+    '--runtime',
+    'io.containerd.forkd.v2',
+    IMAGE,
+    id,
+    ...argv,
+  ]);
+
+/** The daemon's images made from containers' roots. */
+async function rootImages() {
+  const images = await new Forkd({ url: daemon.url }).images.list();
+  return images.filter((i) => i.name.startsWith('rootfs-'));
+}
+
+/** Mounts under the test containerd's directory (a rootfs the shim left mounted). */
+async function mountsLeft(): Promise<string[]> {
+  const mounts = await readFile('/proc/self/mountinfo', 'utf8');
+  return mounts.split('\n').filter((l) => l.includes(`${ctrd.dir}/`));
+}
+
+test("a task without a snapshot runs on its container's image as the VM's root", async (t) => {
+  const started = Date.now();
+  const r = await runImage('rooted-1', ['sh', '-c', 'cat /etc/rooted; exit 7']);
+  t.diagnostic(`ctr run → exit, importing the image: ${Date.now() - started} ms`);
+  assert.equal(r.stdout.toString(), `${MARKER}\n`, `${r.stderr}\n${ctrd.output()}`);
+  assert.equal(r.code, 7);
+  const images = await rootImages();
+  assert.equal(images.length, 1, JSON.stringify(images));
+  assert.match(images[0]?.name ?? '', /^rootfs-[0-9a-f]{56}$/);
+  // Made with its boot snapshot, so the next task of the image forks instead of booting.
+  const boot = images[0]?.bootSnapshots?.filter((b) => b.current) ?? [];
+  t.diagnostic(
+    `boot snapshots: ${JSON.stringify(images[0]?.bootSnapshots)} ${images[0]?.warnings}`,
+  );
+  assert.equal(boot.length, 1, JSON.stringify(images[0]));
+  assert.deepEqual(await mountsLeft(), []);
+  assert.deepEqual(await Sandbox.list({ url: daemon.url, state: 'running' }), []);
+});
+
+test('a second task of the same image uses the forkd image the first made', async (t) => {
+  const [before] = await rootImages();
+  assert.ok(before, 'the first test made the image');
+  const started = Date.now();
+  const r = await runImage('rooted-2', ['cat', '/etc/rooted']);
+  t.diagnostic(`ctr run → exit, image cached: ${Date.now() - started} ms`);
+  assert.equal(r.stdout.toString(), `${MARKER}\n`, `${r.stderr}\n${ctrd.output()}`);
+  assert.equal(r.code, 0);
+  const [sandbox] = await Sandbox.list({ url: daemon.url, label: 'containerd.io/id=rooted-2' });
+  t.diagnostic(`second sandbox: ${JSON.stringify(sandbox ?? 'gone')}`);
+  // The same image, not made again: one of them, created when the first task made it.
+  assert.deepEqual(
+    (await rootImages()).map((i) => [i.name, i.createdAt]),
+    [[before.name, before.createdAt]],
+  );
+  assert.deepEqual(await mountsLeft(), []);
 });
