@@ -9,34 +9,27 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Sandbox, Snapshot } from '@forkd/sdk';
+import { Sandbox } from '@forkd/sdk';
 import { loadE2b, type E2bModule } from '../../helpers/e2b-sdk.js';
 import { assertNoLeftovers, qemusUnder } from '../../helpers/home.js';
-import {
-  ADD_USER,
-  BASH_SHIM,
-  startE2bListener,
-  type E2bListener,
-} from '../../helpers/e2b-listener.js';
+import { makeUserTemplate, startE2bListener } from '../../helpers/e2b-listener.js';
 
-const TOKEN = 'e2b-halt-test-token-0123456789abcd';
 const TAG = 'e2b-halt';
 const BOOT_ID = 'cat /proc/sys/kernel/random/boot_id';
 
-let listener: E2bListener | undefined;
-let forkd: { url: string; token: string };
-let e2b: E2bModule;
+/** The daemon with its E2B listener and the `e2b` package, for the whole file. */
+const ctx = {} as { e2b: E2bModule; listener?: Awaited<ReturnType<typeof startE2bListener>> };
 
 before(async () => {
-  e2b = await loadE2b('e2b');
-  listener = await startE2bListener(TOKEN);
-  forkd = listener.forkd;
-  await Snapshot.create({ ...forkd, tag: TAG, warm: [BASH_SHIM, ADD_USER], user: 'user' });
+  ctx.e2b = await loadE2b('e2b');
+  ctx.listener = await startE2bListener('e2b-halt-test-token-0123456789abcd');
+  await makeUserTemplate(ctx.listener.forkd, TAG);
 });
 
-after(() => listener?.stop());
+after(() => ctx.listener?.stop());
 
 test('forkd: a halted sandbox keeps its disk, id, labels and env; its wake is a cold boot; killed, nothing is left', async () => {
+  const { forkd, home } = ctx.listener!;
   const sbx = await Sandbox.create({
     ...forkd,
     snapshot: TAG,
@@ -51,7 +44,7 @@ test('forkd: a halted sandbox keeps its disk, id, labels and env; its wake is a 
 
     const halted = await sbx.pause({ tier: 'halted' });
     assert.deepEqual([halted.state, halted.tier], ['running', 'halted']);
-    assert.deepEqual(await qemusUnder(listener!.home.dir), [], 'a halted sandbox has no QEMU');
+    assert.deepEqual(await qemusUnder(home.dir), [], 'a halted sandbox has no QEMU');
     await assert.rejects(sbx.pause({ tier: 'hibernated' }), /halted.*resume it first/);
 
     // Any request wakes it, as it wakes a paused or hibernated one: here a command.
@@ -76,11 +69,11 @@ test('forkd: a halted sandbox keeps its disk, id, labels and env; its wake is a 
     left.filter((s) => s.state === 'running'),
     [],
   );
-  await assertNoLeftovers(listener!.home);
+  await assertNoLeftovers(home);
 });
 
 test('e2b: pause({ keepMemory: false }) reboots on connect() under the same id and keeps the filesystem', async () => {
-  const sbx = await e2b.Sandbox.create(TAG, { timeoutMs: 300_000 });
+  const sbx = await ctx.e2b.Sandbox.create(TAG, { timeoutMs: 300_000 });
   try {
     const file = '/home/user/fs_only.txt';
     await sbx.files.write(file, 'filesystem only');
@@ -88,7 +81,7 @@ test('e2b: pause({ keepMemory: false }) reboots on connect() under the same id a
     assert.equal(await sbx.pause?.({ keepMemory: false }), true);
     assert.equal(await sbx.isRunning(), false);
     assert.equal((await sbx.getInfo()).state, 'paused');
-    const forkdView = await Sandbox.connect(`sbx-${sbx.sandboxId.slice(3)}`, forkd);
+    const forkdView = await Sandbox.connect(`sbx-${sbx.sandboxId.slice(3)}`, ctx.listener!.forkd);
     assert.equal(forkdView.info.tier, 'halted');
 
     const resumed = await sbx.connect();
