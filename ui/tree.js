@@ -38,7 +38,7 @@ const STYLE = [
     style: { shape: 'ellipse', 'background-color': '#27ae60' },
   },
   {
-    selector: 'node[tier = "paused"], node[tier = "hibernated"]',
+    selector: 'node[tier = "paused"], node[tier = "hibernated"], node[tier = "halted"]',
     style: { 'background-color': '#f2994a' },
   },
   {

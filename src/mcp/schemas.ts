@@ -84,7 +84,9 @@ export const SandboxOut = Type.Object({
   pid: Nullable(Type.Integer()),
   reason: opt(Type.String()),
   tier: opt(
-    Type.String({ description: 'running, paused or hibernated (parked: any call wakes it)' }),
+    Type.String({
+      description: 'running, paused, hibernated or halted (parked: any call wakes it)',
+    }),
   ),
   idle: opt(
     Type.Object({

@@ -170,7 +170,7 @@ export interface SandboxService {
    * Park a running sandbox (docs/idle.md): `paused` stops its QEMU (no CPU), `hibernated`
    * also captures it to disk and ends QEMU. Parking a parked sandbox answers it as it is.
    */
-  pause(id: string, opts?: { tier?: 'paused' | 'hibernated' }): Promise<SandboxT>;
+  pause(id: string, opts?: { tier?: 'paused' | 'hibernated' | 'halted' }): Promise<SandboxT>;
   /** Wake a parked sandbox (its guest clock is pushed forward); a running one is a no-op. */
   resume(id: string): Promise<SandboxT>;
 }

@@ -76,7 +76,7 @@ const at = (ms: number | undefined) => (ms === undefined ? undefined : timestamp
 /** Whether the daemon has the sandbox parked in an idle tier (its own word, never ours). */
 async function parked(sandbox: Sandbox): Promise<boolean> {
   const { tier } = await sandbox.refresh();
-  return tier === 'paused' || tier === 'hibernated';
+  return tier !== undefined && tier !== 'running';
 }
 
 /** The gRPC code of a daemon error's HTTP status (others: Unknown). */

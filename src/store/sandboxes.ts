@@ -40,7 +40,7 @@ export interface SandboxRow {
 }
 
 /** How awake a running sandbox is: QEMU running, stopped, or ended with the VM on disk. */
-export type SandboxTier = 'running' | 'paused' | 'hibernated';
+export type SandboxTier = 'running' | 'paused' | 'hibernated' | 'halted';
 
 /** When an idle sandbox parks itself, in seconds since its last request (null: never). */
 export interface StoredIdle {

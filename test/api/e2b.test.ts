@@ -450,16 +450,21 @@ test('signed URLs: a /files request with only a valid signature reaches its sand
   assert.equal((await app.inject({ method: 'GET', url: url(SEED.file, asWrite) })).statusCode, 401);
 });
 
-test('pause and resume map onto parking: 409 when already so; connect wakes a paused one', async () => {
+test('pause and resume map onto parking (keepMemory false: halted): 409 when already so; connect wakes a paused one', async () => {
   const pause = () => control({ method: 'POST', url: `/sandboxes/${ID}/pause` });
-  const fsOnly = await control({
-    method: 'POST',
-    url: `/sandboxes/${ID}/pause`,
-    payload: { memory: false },
-  });
-  assert.deepEqual([fsOnly.statusCode, /memory/.test(fsOnly.json().message)], [400, true]);
+  const pauseWith = (payload: Record<string, unknown>) =>
+    control({ method: 'POST', url: `/sandboxes/${ID}/pause`, payload });
+  const badBody = await pauseWith({ memory: 'no' });
+  assert.deepEqual([badBody.statusCode, /memory/.test(badBody.json().message)], [400, true]);
+  // pause({ keepMemory: false }): forkd's halted tier, held until connect() as a pause is.
+  assert.equal((await pauseWith({ memory: false })).statusCode, 204);
+  assert.deepEqual(callsOf('sandboxes', 'pause')[0], [SEED.sandbox, { tier: 'halted' }]);
+  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'paused');
+  assert.equal((await envd({ method: 'GET', url: '/health' })).statusCode, 502);
+  const booted = await control({ method: 'POST', url: `/sandboxes/${ID}/connect`, payload: {} });
+  assert.equal(booted.statusCode, 201);
   assert.equal((await pause()).statusCode, 204);
-  assert.deepEqual(callsOf('sandboxes', 'pause')[0], [SEED.sandbox]);
+  assert.deepEqual(callsOf('sandboxes', 'pause')[1], [SEED.sandbox, { tier: 'paused' }]);
   const again = await pause();
   assert.deepEqual([again.statusCode, again.json().code], [409, 409]);
   assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'paused');

@@ -6,7 +6,7 @@
  */
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Sandbox } from '@forkd/sdk';
+import { Sandbox, Snapshot } from '@forkd/sdk';
 import { startDaemon, type DaemonProcess } from './daemon-process.js';
 import { makeTestHome, type TestHome } from './home.js';
 import { freePort } from './ports.js';
@@ -26,6 +26,11 @@ export interface E2bListener {
   /** The forkd SDK's config for the same daemon. */
   forkd: { url: string; token: string };
   stop(): Promise<void>;
+}
+
+/** E2B's template as the tests make it: busybox with the bash shim and a `user` account. */
+export async function makeUserTemplate(forkd: E2bListener['forkd'], tag: string): Promise<void> {
+  await Snapshot.create({ ...forkd, tag, warm: [BASH_SHIM, ADD_USER], user: 'user' });
 }
 
 /** Start a daemon with the E2B listener and point the `e2b` SDK at it. */

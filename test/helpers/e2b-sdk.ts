@@ -111,7 +111,7 @@ export interface E2bSandbox {
     lifecycle?: { onTimeout: string; autoResume: boolean };
   }>;
   kill(): Promise<boolean>;
-  pause?(): Promise<boolean>;
+  pause?(opts?: { keepMemory?: boolean }): Promise<boolean>;
   fork?(opts?: { count?: number; timeoutMs?: number }): Promise<(E2bSandbox | Error)[]>;
   betaPause?(): Promise<boolean>;
 }

@@ -243,8 +243,10 @@ class Sandbox(Remote[SandboxInfo]):
         request_timeout: Optional[float] = None,
     ) -> SandboxInfo:
         """Park it (docs/idle.md): ``"paused"`` (default) stops its VM, so it uses no CPU;
-        ``"hibernated"`` puts it on disk and ends its VM, so it uses no memory either. Any
-        request wakes it; ``info.tier`` says where it is. ``Sandbox.pause(id)`` works by id.
+        ``"hibernated"`` puts it on disk and ends its VM, so it uses no memory either;
+        ``"halted"`` keeps only its disk (its guest syncs, its VM ends) and its wake is a cold
+        boot on that disk. Any request wakes it; ``info.tier`` says where it is.
+        ``Sandbox.pause(id)`` works by id.
 
         ``sbx.pause(tier="hibernated")``"""
         return _tier_move(self, "pause", compact(tier=tier), url, token, request_timeout)

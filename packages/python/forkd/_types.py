@@ -64,7 +64,7 @@ class SandboxInfo:
     #: While it runs, what it asks that the host does not enforce (``network``, ``names``,
     #: ``limits``, ``confinement``; a daemon started with ``--accept-unenforced``).
     unenforced: Optional[List[str]] = None
-    #: How awake it is: ``running``, ``paused`` or ``hibernated`` (docs/idle.md).
+    #: How awake it is: ``running``, ``paused``, ``hibernated`` or ``halted`` (docs/idle.md).
     tier: Optional[str] = None
     #: While it runs, when it parks itself: ``{"pause_after_s", "hibernate_after_s",
     #: "source"}`` (None: never; ``source`` ``sandbox`` or ``daemon``; docs/idle.md).

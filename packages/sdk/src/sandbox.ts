@@ -432,14 +432,19 @@ export class Sandbox {
 
   /**
    * Park it (docs/idle.md): `paused` (default) stops its VM, so it uses no CPU; `hibernated`
-   * also writes it to disk and ends its VM, so it holds no memory. Any later request (a
-   * command, a file, code) wakes it transparently; so does {@link Sandbox.resume}.
+   * also writes it to disk and ends its VM, so it holds no memory; `halted` keeps only its
+   * disk (its guest syncs, its VM ends), and its wake is a cold boot on that disk: files
+   * stay, processes and memory do not. Any later request (a command, a file, code) wakes it
+   * transparently; so does {@link Sandbox.resume}.
    *
    * @example
    * await sbx.pause(); // no CPU until the next request
    * await sbx.pause({ tier: 'hibernated' }); // no memory either
+   * await sbx.pause({ tier: 'halted' }); // only the disk: the next request reboots it
    */
-  async pause(opts: CallOptions & { tier?: 'paused' | 'hibernated' } = {}): Promise<SandboxInfo> {
+  async pause(
+    opts: CallOptions & { tier?: 'paused' | 'hibernated' | 'halted' } = {},
+  ): Promise<SandboxInfo> {
     this.current = await tierMove(
       this.client,
       this.id,

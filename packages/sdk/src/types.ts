@@ -14,13 +14,14 @@
 export type SandboxState = 'starting' | 'running' | 'stopped' | 'dead';
 
 /**
- * How awake a running sandbox is (docs/idle.md): `paused` (its VM stopped: no CPU) or
- * `hibernated` (on disk: no memory); its `state` stays `running`, and any request wakes it.
+ * How awake a running sandbox is (docs/idle.md): `paused` (its VM stopped: no CPU),
+ * `hibernated` (on disk: no memory) or `halted` (only its disk kept: the wake is a cold
+ * boot); its `state` stays `running`, and any request wakes it.
  *
  * @example
  * if (sbx.info.tier !== 'running') await sbx.resume();
  */
-export type SandboxTier = 'running' | 'paused' | 'hibernated';
+export type SandboxTier = 'running' | 'paused' | 'hibernated' | 'halted';
 
 /**
  * When a sandbox parks itself after its last request (docs/idle.md), asked for on create or

@@ -27,8 +27,8 @@ import { e2bError, fromE2bId, toE2bId } from './wire.js';
 export const ENVD_VERSION = '0.6.4';
 /** The SDK's own default when a create names no timeout. */
 const DEFAULT_TIMEOUT_S = 300;
-/** Parked (paused or hibernated) is E2B's `paused`; a request wakes it either way. */
-const isPaused = (s: SandboxT): boolean => s.tier === 'paused' || s.tier === 'hibernated';
+/** Parked (paused, hibernated or halted) is E2B's `paused`. */
+const isPaused = (s: SandboxT): boolean => s.tier !== 'running';
 
 type Body = Record<string, unknown>;
 
@@ -453,14 +453,14 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
 
   app.post('/sandboxes/:sandboxID/pause', { config }, async (request, reply) => {
     const s = await liveSandbox(ctx, request);
-    // pause({ keepMemory: false }): E2B reboots it from its disk; forkd's pause keeps memory.
-    if (bodyOf(request).memory === false) {
-      throw bad('memory', 'false is not supported by forkd: a paused sandbox keeps its memory');
-    }
+    // pause({ keepMemory: false }) keeps only the disk: forkd's halted tier (a cold boot on resume).
+    const memory = bodyOf(request).memory;
+    if (memory !== undefined && typeof memory !== 'boolean')
+      throw bad('memory', 'must be a boolean');
     if (isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already paused`);
     }
-    await sandboxes.pause(s.id);
+    await sandboxes.pause(s.id, { tier: memory === false ? 'halted' : 'paused' });
     ctx.pauses.hold(s.id);
     return reply.code(204).send();
   });

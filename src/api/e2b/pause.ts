@@ -45,7 +45,7 @@ export class PauseGate {
       this.forget(id);
       return false;
     }
-    return s?.tier === 'paused' || s?.tier === 'hibernated';
+    return s?.tier !== 'running';
   }
 
   forget(id: string): void {

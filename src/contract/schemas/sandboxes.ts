@@ -19,10 +19,15 @@ export const SandboxState = Type.Union(
 
 /** How awake a running sandbox is (docs/idle.md); `state` stays `running` while it is parked. */
 export const SandboxTier = Type.Union(
-  [Type.Literal('running'), Type.Literal('paused'), Type.Literal('hibernated')],
+  [
+    Type.Literal('running'),
+    Type.Literal('paused'),
+    Type.Literal('hibernated'),
+    Type.Literal('halted'),
+  ],
   {
     description:
-      'running | paused (QEMU stopped: no CPU) | hibernated (captured to disk, no QEMU); any request wakes it',
+      'running | paused (QEMU stopped: no CPU) | hibernated (captured to disk, no QEMU) | halted (only its disk kept: a wake boots it cold); any request wakes it',
   },
 );
 export type SandboxTierT = Static<typeof SandboxTier>;
@@ -393,8 +398,9 @@ export const SandboxParams = Type.Object({ id: SandboxId }, strict);
 export const PauseSandbox = Type.Object(
   {
     tier: Type.Optional(
-      Type.Union([Type.Literal('paused'), Type.Literal('hibernated')], {
-        description: 'paused (default): QEMU stopped; hibernated: captured to disk, QEMU ended',
+      Type.Union([Type.Literal('paused'), Type.Literal('hibernated'), Type.Literal('halted')], {
+        description:
+          'paused (default): QEMU stopped; hibernated: captured to disk, QEMU ended; halted: guest synced, QEMU ended, only the disk kept (the wake is a cold boot)',
       }),
     ),
   },

@@ -38,6 +38,9 @@ export interface HibernationImage {
 /** The network part of an image, from the network service. */
 export type NetImage = Pick<HibernationImage, 'egress' | 'ports'>;
 
+/** The file in a sandbox's directory that records its halt (halt.ts). */
+export const HALT_FILE = 'halted.json';
+
 /** The files of a sandbox's hibernation, inside its directory. */
 export function hibernationFiles(dir: string) {
   const d = join(dir, 'hibernated');
@@ -51,11 +54,13 @@ export function hibernationFiles(dir: string) {
 
 /**
  * A sandbox's RAM base: its hibernation's memory once it has been hibernated (the restored
- * QEMU maps it), else its snapshot's memory, or /dev/zero.
+ * QEMU maps it), else /dev/zero once it was halted (booted cold since: halt.ts), else its
+ * snapshot's memory, or /dev/zero.
  */
 export function ramBaseOf(p: Paths, row: { dir: string; snapshot: string | null }): string {
   const memory = hibernationFiles(row.dir).memory;
-  return existsSync(memory) ? memory : memPathOf(p, row.snapshot);
+  if (existsSync(memory)) return memory;
+  return existsSync(join(row.dir, HALT_FILE)) ? '/dev/zero' : memPathOf(p, row.snapshot);
 }
 
 /** A capture that is done but not yet in place: its QEMU is stopped and may end. */

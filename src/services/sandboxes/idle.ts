@@ -3,12 +3,13 @@
  * parked sandbox first (`awake`), a sweep each second parks the ones nobody used for their
  * idle time whose guest stayed quiet, and a hibernation goes to disk and comes back with
  * its network, cgroup and published ports. tiers.ts holds the moves themselves and the
- * rules; hibernate.ts the capture and the restore.
+ * rules; hibernate.ts the capture and the restore; halt.ts the halt and the cold boot.
  */
 import { ForkdError } from '../../errors.js';
 import type { VmHandle } from '../../drivers/vmm.js';
 import { OPEN_EGRESS } from '../network/policy.js';
 import type { Endings } from './ending.js';
+import { Halts, readHalt } from './halt.js';
 import { captureToDisk, readImage, restoreFromDisk, type NetImage } from './hibernate.js';
 import type { AwakeLive, Live } from './live.js';
 import type { SandboxParts } from './parts.js';
@@ -31,6 +32,7 @@ const IDLE_SWEEP_MS = 1000;
 export class IdleTiers {
   private timer: NodeJS.Timeout | undefined;
   private sweeping = false;
+  private readonly halts: Halts;
 
   constructor(
     private readonly p: SandboxParts,
@@ -41,7 +43,17 @@ export class IdleTiers {
       /** How long a restore may wait for the guest agent. */
       agentTimeoutMs: number;
     },
-  ) {}
+  ) {
+    this.halts = new Halts(
+      p,
+      endings,
+      {
+        netImage: (id) => this.netImage(id),
+        republish: (id, vm, image) => this.republish(id, vm, image),
+      },
+      opts.agentTimeoutMs,
+    );
+  }
 
   /** Sweep each second: a sandbox may have a policy of its own whatever the daemon's defaults. */
   start(): void {
@@ -67,24 +79,29 @@ export class IdleTiers {
     return live as AwakeLive;
   }
 
-  /** Park a running sandbox on request (a hibernation refuses while a stream is under way). */
-  async park(id: string, to: 'paused' | 'hibernated'): Promise<void> {
+  /**
+   * Park a running sandbox on request (a hibernation or a halt refuses while a stream is
+   * under way; a halted sandbox is resumed before any other tier).
+   */
+  async park(id: string, to: 'paused' | 'hibernated' | 'halted'): Promise<void> {
     const live = this.p.table.running(id);
-    if (to === 'hibernated' && live.busy > 0) {
+    refuseFromHalted(live, to);
+    if (to !== 'paused' && live.busy > 0) {
       throw new ForkdError(
         'bad_request',
-        `sandbox ${id} has a command, upload or terminal under way: its stream would end with the QEMU; pause it, or hibernate it once they are done`,
+        `sandbox ${id} has a command, upload or terminal under way: its stream would end with the QEMU; pause it, or hibernate or halt it once they are done`,
         { id, tier: to },
       );
     }
     await this.move(live, to);
   }
 
-  /** After a daemon restart a hibernated sandbox's published ports listen again. */
-  async holdParkedPorts(id: string, dir: string): Promise<void> {
+  /** After a daemon restart a hibernated or halted sandbox's published ports listen again. */
+  async holdParkedPorts(id: string, dir: string, tier: SandboxTier): Promise<void> {
     const network = this.p.network;
     if (!network) return;
-    const image = await readImage(dir).catch(() => undefined);
+    const read = tier === 'halted' ? readHalt : readImage;
+    const image = await read(dir).catch(() => undefined);
     if (!image?.ports.length) return;
     await network.holdParked(
       id,
@@ -140,7 +157,12 @@ export class IdleTiers {
   }
 
   private move(live: Live, to: SandboxTier): Promise<void> {
-    const moves = { hibernate: () => this.hibernate(live), restore: () => this.restore(live) };
+    const moves = {
+      hibernate: () => this.hibernate(live),
+      restore: () => this.restore(live),
+      halt: () => this.halts.halt(live),
+      reboot: () => this.halts.reboot(live),
+    };
     return moveTo(live, to, moves, (tier) => {
       this.p.table.rows.update(live.id, { tier, pid: live.vm?.pid ?? null });
     });
@@ -242,6 +264,16 @@ export class IdleTiers {
         );
     }
   }
+}
+
+/** A halted sandbox has no memory to pause or capture: only a wake (or a halt) is asked of it. */
+function refuseFromHalted(live: Live, to: SandboxTier): void {
+  if (live.tier !== 'halted' || to === 'halted') return;
+  throw new ForkdError(
+    'bad_request',
+    `sandbox ${live.id} is halted (only its disk is kept): resume it first (\`forkd resume ${live.id}\`, a cold boot), then park it as ${to}`,
+    { id: live.id, tier: live.tier },
+  );
 }
 
 async function cpuMark(live: Live): Promise<CpuMark | undefined> {

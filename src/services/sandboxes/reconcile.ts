@@ -17,6 +17,8 @@ import { AgentClient } from '../../drivers/agent/client.js';
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
 import type { Limiter } from '../limits.js';
 import { connectGuest, OWNER_FILE, sandboxVmSpec } from './sandbox.js';
+import { wasHalted } from './halt.js';
+import { onDisk } from './tiers.js';
 import { commitStaged, discardStaged, hibernationFiles, ramBaseOf } from './hibernate.js';
 import { keepConsoleLog, removeLeftovers } from './leftovers.js';
 import type { ServiceLog } from '../log.js';
@@ -68,7 +70,7 @@ export async function reconcile(ctx: ReconcileContext): Promise<ReconcileReport>
 
 /** Re-adopt one starting/running row, or bury it. True when it runs again. */
 async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean> {
-  if (row.state === 'running' && row.tier === 'hibernated') return holdHibernated(ctx, row);
+  if (row.state === 'running' && onDisk(row.tier)) return holdOnDisk(ctx, row);
   const pid = row.pid ?? (await vmm().readPid(row.dir));
   if (pid === undefined || !(await vmm().isVmOf(pid, row.dir))) {
     const when = row.state === 'starting' ? 'during its boot, ' : '';
@@ -99,23 +101,26 @@ async function recover(ctx: ReconcileContext, row: SandboxRow): Promise<boolean>
 }
 
 /**
- * A hibernated sandbox is held again while its capture is complete (its image is written
- * last). The tier is recorded before its QEMU ends and the staged capture takes its names,
- * so a daemon that died in between left a QEMU (stopped, captured: ended now) or staged
- * files (put in place now).
+ * A hibernated or halted sandbox is held again while what its wake needs is complete (a
+ * capture's image is written last; a halt's record is written before its QEMU ends). The
+ * tier is recorded before its QEMU ends (and a staged capture takes its names), so a daemon
+ * that died in between left a QEMU (stopped: ended now) or staged files (put in place now).
  */
-async function holdHibernated(ctx: ReconcileContext, row: SandboxRow): Promise<boolean> {
+async function holdOnDisk(ctx: ReconcileContext, row: SandboxRow): Promise<boolean> {
+  const halted = row.tier === 'halted';
   const pid = row.pid ?? (await vmm().readPid(row.dir));
   if (pid !== undefined) await vmm().killVerified(pid, row.dir);
-  await commitStaged(row.dir);
-  await ctx.limiter.remove(row.id); // a hibernated sandbox has no cgroup until its wake
-  if (!existsSync(hibernationFiles(row.dir).image)) {
-    await bury(ctx, row, 'hibernated, but its capture is missing from its directory');
+  if (!halted) await commitStaged(row.dir);
+  await ctx.limiter.remove(row.id); // no cgroup until its wake
+  const kept = halted ? wasHalted(row.dir) : existsSync(hibernationFiles(row.dir).image);
+  if (!kept) {
+    const what = halted ? 'its halt record' : 'its capture';
+    await bury(ctx, row, `${row.tier}, but ${what} is missing from its directory`);
     return false;
   }
   // A pid left in the row is of the QEMU it had (a crash before the tier's move finished).
   await ctx.adoptHibernated(ctx.rows.update(row.id, { pid: null }) as SandboxRow);
-  ctx.log.info({ sandbox: row.id }, 'hibernated sandbox held again');
+  ctx.log.info({ sandbox: row.id, tier: row.tier }, 'parked sandbox held again');
   return true;
 }
 

@@ -155,7 +155,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       adopt: (row, vm, agent) => this.endings.register(row, vm, agent),
       adoptHibernated: async (row) => {
         this.table.hold(row);
-        await this.tiers.holdParkedPorts(row.id, row.dir);
+        await this.tiers.holdParkedPorts(row.id, row.dir, row.tier);
       },
       adoptNetwork: async (row, vm) => this.opts.network?.adopt(row.id, vm),
     });
@@ -278,7 +278,10 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return (await this.tiers.awake(id)).agent;
   }
 
-  async pause(id: string, opts: { tier?: 'paused' | 'hibernated' } = {}): Promise<SandboxT> {
+  async pause(
+    id: string,
+    opts: { tier?: 'paused' | 'hibernated' | 'halted' } = {},
+  ): Promise<SandboxT> {
     await this.tiers.park(id, opts.tier ?? 'paused');
     return this.get(id);
   }

@@ -2,7 +2,8 @@
  * Idle tiers of a sandbox (docs/idle.md): park it (QMP `stop`: its vCPUs use no CPU,
  * memory and devices stay), hibernate it (captured to disk, its QEMU ended: hibernate.ts)
  * and wake it (`cont`, or a restore from disk; then the guest's wall clock is pushed to the
- * host's, since the guest's clock stood still meanwhile). Moves of one sandbox run one
+ * host's, since the guest's clock stood still meanwhile); halt it (only its disk kept: its
+ * QEMU ends, a wake boots it cold on that disk: halt.ts). Moves of one sandbox run one
  * after another, so a wake racing a pause always ends awake.
  */
 import type { AgentClient } from '../../drivers/agent/client.js';
@@ -15,7 +16,7 @@ export type { SandboxTier } from '../../store/sandboxes.js';
 /** The part of a sandbox its tier moves touch. */
 export interface Parkable {
   readonly id: string;
-  /** Its QEMU and agent session; none while it is hibernated. */
+  /** Its QEMU and agent session; none while it is hibernated or halted. */
   vm: VmHandle | undefined;
   agent: AgentClient | undefined;
   tier: SandboxTier;
@@ -66,6 +67,15 @@ export interface DiskMoves {
   hibernate(sb: Parkable): Promise<void>;
   /** A new QEMU restored from its capture, running, clock pushed: `vm` and `agent` set. */
   restore(sb: Parkable): Promise<void>;
+  /** Sync its guest's disk and end its QEMU (or drop its capture): only its disk is kept. */
+  halt(sb: Parkable): Promise<void>;
+  /** A new QEMU booted cold on its disk, running: `vm` and `agent` set. */
+  reboot(sb: Parkable): Promise<void>;
+}
+
+/** The tiers with no QEMU: a wake starts a new one (a restore, or a cold boot). */
+export function onDisk(tier: SandboxTier): boolean {
+  return tier === 'hibernated' || tier === 'halted';
 }
 
 /** A Parkable's starting fields. */
@@ -174,7 +184,7 @@ export function idleWire(
  * → paused (from running). Both count from its last request.
  */
 export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTier | null {
-  if (sb.tier === 'hibernated' || sb.queued > 0 || sb.busy > 0 || sb.connections > 0) {
+  if (onDisk(sb.tier) || sb.queued > 0 || sb.busy > 0 || sb.connections > 0) {
     return null;
   }
   const idleMs = now - sb.lastUsed;
@@ -231,8 +241,10 @@ export function moveTo(
 
 async function step(sb: Parkable, to: SandboxTier, disk: DiskMoves): Promise<void> {
   if (to === 'hibernated') return disk.hibernate(sb);
-  if (sb.tier === 'hibernated') {
-    await disk.restore(sb); // comes up running, its clock pushed
+  if (to === 'halted') return disk.halt(sb);
+  if (onDisk(sb.tier)) {
+    // comes up running, its clock pushed (a cold boot sets it)
+    await (sb.tier === 'halted' ? disk.reboot(sb) : disk.restore(sb));
     if (to === 'paused') await liveVm(sb).pause();
     return;
   }
@@ -240,7 +252,7 @@ async function step(sb: Parkable, to: SandboxTier, disk: DiskMoves): Promise<voi
   await wakeGuest(liveVm(sb), sb.agent as AgentClient);
 }
 
-/** Its QEMU; a sandbox that is not hibernated always has one. */
+/** Its QEMU; a sandbox that is not hibernated or halted always has one. */
 export function liveVm(sb: Parkable): VmHandle {
   if (sb.vm) return sb.vm;
   throw new ForkdError('internal', `sandbox ${sb.id} has no QEMU (tier ${sb.tier})`, {

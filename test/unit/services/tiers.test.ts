@@ -5,7 +5,8 @@
  * it from running or paused), and the idle policy parks only a sandbox with nothing under
  * way after its time, hibernating it once its hibernate-after time has passed. A sandbox's
  * own policy is filled in from the daemon's defaults, 0 or null meaning never, and refused
- * when its hibernation would not come after its pause.
+ * when its hibernation would not come after its pause. A halted one boots cold on its wake
+ * and is never parked by the idle policy.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -39,6 +40,14 @@ function diskLog(log: string[]): DiskMoves {
     restore: async (sb) => {
       log.push('restore');
       sb.vm = ended; // stands in for the new QEMU
+    },
+    halt: async (sb) => {
+      log.push(`halt from ${sb.tier}`);
+      [ended, sb.vm] = [sb.vm ?? ended, undefined];
+    },
+    reboot: async (sb) => {
+      log.push('cold boot');
+      sb.vm = ended;
     },
   };
 }
@@ -215,4 +224,27 @@ test('a changed policy (PATCH) keeps the times left out as they are now; a bad o
     /900 \(its current policy\) must be larger than idle\.pause_after_s 900:/,
   );
   refused(null, { pause_after_s: 400 }, /300 \(the daemon's default\) must be larger/);
+});
+
+test('a halt from running or hibernated, its wake a cold boot; the idle policy leaves it halted', async () => {
+  const { sb, log } = standIn();
+  const disk = diskLog(log);
+  await moveTo(sb, 'halted', disk, () => undefined);
+  assert.equal(sb.vm, undefined);
+  await moveTo(sb, 'paused', disk, () => undefined);
+  await moveTo(sb, 'hibernated', disk, () => undefined);
+  await moveTo(sb, 'halted', disk, () => undefined);
+  await moveTo(sb, 'running', disk, () => undefined);
+  assert.deepEqual(log, [
+    'halt from running',
+    'cold boot',
+    'stop',
+    'capture from paused',
+    'halt from hibernated',
+    'cold boot',
+  ]);
+  sb.tier = 'halted';
+  sb.lastUsed = 0;
+  assert.equal(idleMove(sb, { pauseAfterS: 1, hibernateAfterS: 2 }, Date.now()), null);
+  assert.equal(needsWake(sb), true);
 });
