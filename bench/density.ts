@@ -17,7 +17,9 @@
  *        [--ksm-wait 300] [--ksm-scans 3] [--breakdown] [--paused] [--python]
  * `--check`: exit 1 when PSS per idle child at N = 10 grew more than 10 % over the figure
  * recorded in bench/results/density-baseline.json for the same settings (run it before a
- * release); `--record` writes the figures of this run there.
+ * release); `--record` writes the figures of this run there. `--inflate MIB`: every child
+ * writes MIB MiB of fresh guest memory before PSS is read (a deliberately inflated child:
+ * `--check --inflate 4` must exit 1, which shows the check catches a grown child).
  * `--python`: the children of a Python parent (forkd-test-python, a Python context with
  * numpy imported and a 1M-element array made: the warm parent of a code-interpreter agent)
  * instead of busybox ones.
@@ -45,6 +47,11 @@ const KSM_SCANS = Number(opt('--ksm-scans', '3'));
 const STEP = 10;
 /** Idle children are paused (the idle policy's first tier) instead of running. */
 const PAUSED = args.includes('--paused');
+/** MiB of guest memory each child writes before PSS is read (the check's self-test). */
+const INFLATE_MIB = Number(opt('--inflate', '0'));
+if (INFLATE_MIB && args.includes('--record')) {
+  throw new Error('--record with --inflate: an inflated child is no baseline');
+}
 
 /** The warm parent the children are forked from. */
 const PARENT = args.includes('--python')
@@ -102,7 +109,9 @@ const GROWTH_ALLOWED = 0.1;
 function baselineKey(mib: number, n: number, paused: boolean): string {
   const t = vmTuning();
   const parent = args.includes('--python') ? 'python' : 'busybox';
-  return `${parent} ${mib}MiB n=${n} ${paused ? 'paused' : 'running'} tb=${t.tbMiB} merge=${t.merge} hugepages=${t.hugePages}`;
+  // Settings added after the first figures were recorded appear only when not the default.
+  const capstone = t.disassembler ? ' capstone=on' : '';
+  return `${parent} ${mib}MiB n=${n} ${paused ? 'paused' : 'running'} tb=${t.tbMiB} merge=${t.merge} hugepages=${t.hugePages}${capstone}`;
 }
 
 /**
@@ -185,19 +194,27 @@ async function fork(env: BenchServices, tag: string, n: number): Promise<string[
  * on 2 cores while the later batches fork.
  */
 async function forkIdle(env: BenchServices, tag: string, n: number): Promise<string[]> {
-  if (!PAUSED) return fork(env, tag, n);
+  if (!PAUSED && !INFLATE_MIB) return fork(env, tag, n);
   const ids: string[] = [];
   try {
     for (let done = 0; done < n; done += STEP) {
       const batch = await fork(env, tag, Math.min(STEP, n - done));
       ids.push(...batch);
-      await Promise.all(batch.map((id) => env.sandboxes.pause(id)));
+      if (INFLATE_MIB) await Promise.all(batch.map((id) => inflate(env, id)));
+      if (PAUSED) await Promise.all(batch.map((id) => env.sandboxes.pause(id)));
     }
   } catch (e) {
     await killAll(env, ids);
     throw e;
   }
   return ids;
+}
+
+/** Make a child hold INFLATE_MIB MiB more: random bytes in its tmpfs (guest RAM it writes). */
+async function inflate(env: BenchServices, id: string): Promise<void> {
+  const cmd = `head -c ${INFLATE_MIB * 1048576} /dev/urandom > /dev/shm/inflate`;
+  const r = await env.sandboxes.exec(id, { argv: ['sh', '-c', cmd] });
+  if (r.exit_code !== 0) throw new Error(`inflating ${id} exited ${r.exit_code}`);
 }
 
 async function execTrue(env: BenchServices, id: string): Promise<number> {
@@ -372,7 +389,7 @@ async function main() {
       for (const n of NS) {
         const ids = await forkIdle(env, tag, n);
         try {
-          const what = PAUSED ? 'idle children, paused' : 'idle children, running';
+          const what = `idle children, ${PAUSED ? 'paused' : 'running'}${INFLATE_MIB ? `, each inflated by ${INFLATE_MIB} MiB` : ''}`;
           const { text, perChild } = await idlePss(await pids(env, ids));
           console.log(`${mib} MiB guest, N=${n} ${what}: ${text}`);
           if (n === 10 && !(await againstBaseline(baselineKey(mib, n, PAUSED), perChild))) {

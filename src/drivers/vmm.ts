@@ -158,6 +158,17 @@ export interface VmConfinement {
 }
 
 /** One running VM: the handle services keep in their live table. */
+/** What a VM's threads did with the host's CPU so far, in seconds (their schedstat). */
+export interface CpuTimes {
+  /** Time its threads ran, summed. */
+  ranS: number;
+  /**
+   * Per thread (by id), the time it ran or waited runnable: a thread with a job is runnable
+   * all the time however crowded the host, an idle one only at its wakeups.
+   */
+  runnableS: Record<string, number>;
+}
+
 export interface VmHandle {
   readonly spec: VmSpec;
   /** The host pid of the VMM process. */
@@ -173,8 +184,8 @@ export interface VmHandle {
   saveDeviceState(file: string): Promise<void>;
   /** Whether the process is gone, asked of the kernel. */
   gone(): Promise<boolean>;
-  /** CPU time its threads ran or waited runnable, in seconds; undefined once gone. */
-  cpuDemand(): Promise<number | undefined>;
+  /** CPU time its threads ran and waited runnable, in seconds; undefined once gone. */
+  cpuTimes(): Promise<CpuTimes | undefined>;
   waitExit(): Promise<VmExit>;
   /** Load the device state handed over at start into a VM waiting for it. */
   restore(timeoutMs?: number): Promise<void>;

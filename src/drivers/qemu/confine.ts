@@ -19,7 +19,7 @@ import { chmod, chown, readdir, readFile, readlink, stat } from 'node:fs/promise
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import type { VmSpec } from './cmdline.js';
-import { QEMU_EXEC_BINARY } from './tuning.js';
+import { QEMU_EXEC_BINARY, qemuLibsDir } from './tuning.js';
 
 /** How sandboxes' QEMU is confined; the daemon sets it once (`--confine`, FORKD_CONFINE). */
 export interface ConfineSetting {
@@ -120,11 +120,15 @@ export interface VmConfinement {
 }
 
 /** The files a VM's jail holds, each at its host path (native/jail.c adds QEMU's own). */
-export function jailArgs(spec: Pick<VmSpec, 'dir' | 'memPath' | 'disk' | 'boot'>): string[] {
+export function jailArgs(
+  spec: Pick<VmSpec, 'dir' | 'memPath' | 'disk' | 'boot'>,
+  libs = qemuLibsDir(),
+): string[] {
   const args = ['--jail', '--rw', spec.dir];
   // QEMU 7.2 opens its memory file read-write (mapped private, never written through).
   if (!spec.memPath.startsWith('/dev/')) args.push('--rw', spec.memPath);
   if (spec.boot) args.push('--ro', spec.boot.kernel, '--ro', spec.boot.initramfs);
+  if (libs) args.push('--ro', libs); // the libraries QEMU loads instead of /usr's (tuning.ts)
   return [...args, '--chain', spec.disk];
 }
 

@@ -11,7 +11,11 @@
  *    code held it in 2 MiB pages (-5.8 MiB PSS per idle child without; bench/density.ts).
  *  - one malloc arena (glibc's arena_max=1): QEMU's threads otherwise each dirty an arena
  *    of their own for a few allocations (-1.2 MiB per child, exec latency unchanged).
+ *  - no capstone: QEMU loads an empty libcapstone (native/capstone-stub.c, through
+ *    LD_LIBRARY_PATH) instead of the disassembler it uses only for debug logs, whose
+ *    relocated tables cost every child 1.3 MiB (FORKD_QEMU_DISASSEMBLER=on keeps it).
  */
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { repoRoot } from '../../config.js';
 import { ForkdError } from '../../errors.js';
@@ -25,6 +29,8 @@ export interface VmTuning {
   merge: MergeMode;
   /** Transparent huge pages for QEMU's own memory (off unless FORKD_QEMU_HUGE_PAGES=on). */
   hugePages: boolean;
+  /** QEMU's real capstone disassembler (off unless FORKD_QEMU_DISASSEMBLER=on). */
+  disassembler: boolean;
 }
 
 /**
@@ -36,6 +42,9 @@ export const DEFAULT_TB_MIB = 64;
 
 export const QEMU_EXEC_BINARY =
   process.env.FORKD_QEMU_EXEC_BIN ?? join(repoRoot(), 'native', 'build', 'forkd-qemu-exec');
+
+/** Where the empty libcapstone.so.4 is (native/capstone-stub.c), found before the system's. */
+export const QEMU_LIBS_DIR = join(repoRoot(), 'native', 'build', 'qemu-libs');
 
 /** `--tcg-tb-mib`: a whole number of MiB from 1 to 1024, or `default` (QEMU's own). */
 export function parseTbMiB(text: string, what = '--tcg-tb-mib'): number | null {
@@ -68,6 +77,7 @@ export function tuningFromEnv(env: NodeJS.ProcessEnv = process.env): VmTuning {
       ? parseMerge(env.FORKD_MERGE_MEMORY, 'FORKD_MERGE_MEMORY')
       : 'off',
     hugePages: env.FORKD_QEMU_HUGE_PAGES === 'on',
+    disassembler: env.FORKD_QEMU_DISASSEMBLER === 'on',
   };
 }
 
@@ -96,8 +106,30 @@ export function launcherPrefix(t: VmTuning = tuning, jail: string[] = []): strin
   return flags.length ? [QEMU_EXEC_BINARY, ...flags, '--'] : [];
 }
 
-/** QEMU's environment: the daemon's, with glibc's malloc held to one arena. */
-export function qemuEnv(env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+/** Whether a libraries directory holds the stub, asked once per directory. */
+const libsBuilt = new Map<string, boolean>();
+
+/**
+ * The directory of libraries QEMU loads in place of the system's (the empty capstone), or
+ * none: asked for the real one, or not built (QEMU then loads the system's, as before).
+ */
+export function qemuLibsDir(t: VmTuning = tuning, dir = QEMU_LIBS_DIR): string | null {
+  if (t.disassembler) return null;
+  let built = libsBuilt.get(dir);
+  if (built === undefined) libsBuilt.set(dir, (built = existsSync(join(dir, 'libcapstone.so.4'))));
+  return built ? dir : null;
+}
+
+/**
+ * QEMU's environment: the daemon's, with glibc's malloc held to one arena and the empty
+ * capstone found first.
+ */
+export function qemuEnv(
+  env: NodeJS.ProcessEnv = process.env,
+  libs = qemuLibsDir(),
+): NodeJS.ProcessEnv {
   const tunables = [env.GLIBC_TUNABLES, 'glibc.malloc.arena_max=1'].filter(Boolean).join(':');
-  return { ...env, GLIBC_TUNABLES: tunables };
+  if (!libs) return { ...env, GLIBC_TUNABLES: tunables };
+  const path = [libs, env.LD_LIBRARY_PATH].filter(Boolean).join(':');
+  return { ...env, GLIBC_TUNABLES: tunables, LD_LIBRARY_PATH: path };
 }

@@ -12,7 +12,7 @@ import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
 import { confineVm, type VmConfinement } from './confine.js';
 import { QmpClient } from './qmp.js';
 import { launcherPrefix, qemuEnv, vmTuning } from './tuning.js';
-import type { VmExit, VmHandle } from '../vmm.js';
+import type { CpuTimes, VmExit, VmHandle } from '../vmm.js';
 
 /** The fd number a restore's device state has inside QEMU (see {@link Vm.start}). */
 export const INCOMING_FD = 3;
@@ -191,23 +191,24 @@ export class Vm implements VmHandle {
   }
 
   /**
-   * The CPU QEMU wanted so far, in seconds: the time its threads ran plus the time they
-   * waited runnable (schedstat of each of its threads), so a busy guest on a crowded host still
-   * shows as busy; undefined once it is gone.
+   * The CPU time QEMU's threads ran and waited runnable so far (schedstat of each thread),
+   * so the idle policy can tell a busy guest on a crowded host; undefined once it is gone.
    */
-  async cpuDemand(): Promise<number | undefined> {
+  async cpuTimes(): Promise<CpuTimes | undefined> {
     const tasks = await readdir(`/proc/${this.pid}/task`).catch(() => undefined);
     if (!tasks) return undefined;
-    const each = await Promise.all(
+    const times: CpuTimes = { ranS: 0, runnableS: {} };
+    await Promise.all(
       tasks.map(async (t) => {
         const text = await readFile(`/proc/${this.pid}/task/${t}/schedstat`, 'utf8').catch(
           () => '',
         );
         const [run = 0, wait = 0] = text.split(' ').map(Number);
-        return run + wait;
+        times.ranS += run / 1e9;
+        times.runnableS[t] = (run + wait) / 1e9;
       }),
     );
-    return each.reduce((a, b) => a + b, 0) / 1e9;
+    return times;
   }
 
   /** Resolves when QEMU exits, however that happens. */

@@ -277,6 +277,6 @@ function refuseFromHalted(live: Live, to: SandboxTier): void {
 }
 
 async function cpuMark(live: Live): Promise<CpuMark | undefined> {
-  const cpuS = await live.vm?.cpuDemand();
-  return cpuS === undefined ? undefined : { at: Date.now(), cpuS };
+  const times = await live.vm?.cpuTimes();
+  return times && { at: Date.now(), ...times };
 }

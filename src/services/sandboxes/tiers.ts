@@ -9,7 +9,7 @@
 import type { AgentClient } from '../../drivers/agent/client.js';
 import { ForkdError } from '../../errors.js';
 import type { SandboxTier, StoredIdle } from '../../store/sandboxes.js';
-import type { VmHandle } from '../../drivers/vmm.js';
+import type { CpuTimes, VmHandle } from '../../drivers/vmm.js';
 
 export type { SandboxTier } from '../../store/sandboxes.js';
 
@@ -33,32 +33,47 @@ export interface Parkable {
    */
   connections: number;
   /**
-   * Its QEMU's CPU demand when the sweep first saw it after its last request: the idle
+   * Its QEMU's CPU use when the sweep first saw it after its last request: the idle
    * policy parks only a guest that stayed quiet since (a job it runs keeps it awake).
    */
   quiet?: CpuMark;
 }
 
-/** The CPU seconds a QEMU wanted so far (ran or waited runnable), at a moment (ms). */
-export interface CpuMark {
+/** The CPU a QEMU's threads used so far (ran, waited runnable), at a moment (ms). */
+export interface CpuMark extends CpuTimes {
   at: number;
-  cpuS: number;
 }
 
 /**
- * Above this share of a core since its last request, a guest is working, not idle. Its
- * QEMU's demand (ran + waited runnable), measured at load 27 on 2 cores: idle 0.10 (0.014
- * ran), a guest running one busy loop 1.65 (it is always runnable, however crowded).
+ * Above this share of a core run since its last request, a guest is working, not idle (a
+ * build, a training loop, a server under load it started itself); idle, its QEMU runs a few
+ * hundredths of a core (0.014–0.05 at load 12–27 on 2 cores).
  */
 export const BUSY_GUEST_SHARE = 0.5;
 
 /**
- * Whether a guest worked on its own since `mark` (a share of a core above
- * BUSY_GUEST_SHARE), so the idle policy leaves it awake and counts it as used now.
+ * Runnable (ran or waited for a core) this share of the time, a thread has a job: a busy
+ * guest's vCPU thread is runnable all the time however crowded the host (0.999–1.0 measured
+ * at load 12–40), an idle guest's busiest thread only at its wakeups (0.25–0.5 there).
+ */
+export const ALWAYS_RUNNABLE = 0.9;
+
+/**
+ * Whether a guest worked on its own since `mark`, so the idle policy leaves it awake and
+ * counts it as used now: its QEMU ran more than BUSY_GUEST_SHARE of a core, or one of its
+ * threads was runnable nearly all the time (a guest whose job gets little CPU on a crowded
+ * host). The time an idle guest's threads wait for a core is not work: each of its timer
+ * ticks waits behind every runnable task, and summed over its threads that wait passed half
+ * a core from load 15 on (bench/results/idle-quiet-2026-12-04.txt), so it never parked.
  */
 export function guestWorked(mark: CpuMark, now: CpuMark): boolean {
   const secs = (now.at - mark.at) / 1000;
-  return secs > 0 && (now.cpuS - mark.cpuS) / secs > BUSY_GUEST_SHARE;
+  if (secs <= 0) return false;
+  if ((now.ranS - mark.ranS) / secs > BUSY_GUEST_SHARE) return true;
+  return Object.entries(now.runnableS).some(([tid, s]) => {
+    const was = mark.runnableS[tid];
+    return was !== undefined && (s - was) / secs > ALWAYS_RUNNABLE;
+  });
 }
 
 /** How a sandbox goes to disk and comes back (the service's: it owns files, network, cgroup). */

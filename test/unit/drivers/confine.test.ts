@@ -65,12 +65,17 @@ test('a jail gets its directory and memory file read-write, kernel files read-on
   const dir = '/h/sandboxes/sbx-1';
   const disk = `${dir}/overlay.qcow2`;
   const boot = { kernel: '/h/kernel/vmlinux', initramfs: '/h/kernel/initramfs' };
-  assert.deepEqual(jailArgs({ dir, memPath: '/dev/zero', disk, boot }), [
+  assert.deepEqual(jailArgs({ dir, memPath: '/dev/zero', disk, boot }, null), [
     ...['--jail', '--rw', dir, '--ro', boot.kernel, '--ro', boot.initramfs],
     ...['--chain', disk],
   ]);
   const memPath = '/h/snapshots/base/memory';
-  assert.deepEqual(jailArgs({ dir, memPath, disk }), [
+  assert.deepEqual(jailArgs({ dir, memPath, disk }, null), [
     ...['--jail', '--rw', dir, '--rw', memPath, '--chain', disk],
+  ]);
+  // The empty capstone QEMU loads instead of /usr's is bound read-only too.
+  assert.deepEqual(jailArgs({ dir, memPath, disk }, '/r/native/build/qemu-libs'), [
+    ...['--jail', '--rw', dir, '--rw', memPath, '--ro', '/r/native/build/qemu-libs'],
+    ...['--chain', disk],
   ]);
 });

@@ -12,6 +12,8 @@ import {
   parseTbMiB,
   QEMU_EXEC_BINARY,
   qemuEnv,
+  qemuLibsDir,
+  QEMU_LIBS_DIR,
   tuningFromEnv,
 } from '../../../src/drivers/qemu/tuning.js';
 
@@ -33,20 +35,26 @@ test('flags and environment parse; bad values name the flag', () => {
   }
   assert.equal(parseMerge('same-layout'), 'same-layout');
   assert.throws(() => parseMerge('yes'), /--merge-memory must be one of off, on, same-layout/);
-  assert.deepEqual(tuningFromEnv({}), { tbMiB: DEFAULT_TB_MIB, merge: 'off', hugePages: false });
+  assert.deepEqual(tuningFromEnv({}), {
+    tbMiB: DEFAULT_TB_MIB,
+    merge: 'off',
+    hugePages: false,
+    disassembler: false,
+  });
   assert.deepEqual(
     tuningFromEnv({
       FORKD_TCG_TB_MIB: 'default',
       FORKD_MERGE_MEMORY: 'on',
       FORKD_QEMU_HUGE_PAGES: 'on',
+      FORKD_QEMU_DISASSEMBLER: 'on',
     }),
-    { tbMiB: null, merge: 'on', hugePages: true },
+    { tbMiB: null, merge: 'on', hugePages: true, disassembler: true },
   );
   assert.throws(() => tuningFromEnv({ FORKD_MERGE_MEMORY: 'all' }), /FORKD_MERGE_MEMORY/);
 });
 
 test('the launcher turns huge pages off unless asked, and merging on when asked', () => {
-  const t = { tbMiB: null, hugePages: false } as const;
+  const t = { tbMiB: null, hugePages: false, disassembler: false } as const;
   assert.deepEqual(launcherPrefix({ ...t, merge: 'off' }), [QEMU_EXEC_BINARY, '--no-thp', '--']);
   assert.deepEqual(launcherPrefix({ ...t, merge: 'on', hugePages: true }), [
     QEMU_EXEC_BINARY,
@@ -63,10 +71,23 @@ test('the launcher turns huge pages off unless asked, and merging on when asked'
 });
 
 test("QEMU's environment keeps the daemon's and adds one malloc arena", () => {
-  assert.equal(qemuEnv({ PATH: '/bin' }).GLIBC_TUNABLES, 'glibc.malloc.arena_max=1');
-  assert.equal(qemuEnv({ PATH: '/bin' }).PATH, '/bin');
+  assert.equal(qemuEnv({ PATH: '/bin' }, null).GLIBC_TUNABLES, 'glibc.malloc.arena_max=1');
+  assert.equal(qemuEnv({ PATH: '/bin' }, null).PATH, '/bin');
+  assert.equal(qemuEnv({ PATH: '/bin' }, null).LD_LIBRARY_PATH, undefined);
   assert.equal(
-    qemuEnv({ GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }).GLIBC_TUNABLES,
+    qemuEnv({ GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }, null).GLIBC_TUNABLES,
     'glibc.pthread.rseq=0:glibc.malloc.arena_max=1',
   );
+});
+
+test('QEMU finds the empty capstone first, unless asked for the real disassembler', () => {
+  assert.equal(qemuEnv({}, '/r/libs').LD_LIBRARY_PATH, '/r/libs');
+  assert.equal(
+    qemuEnv({ LD_LIBRARY_PATH: '/opt/lib' }, '/r/libs').LD_LIBRARY_PATH,
+    '/r/libs:/opt/lib',
+  );
+  const off = { tbMiB: 64, merge: 'off', hugePages: false, disassembler: false } as const;
+  assert.equal(qemuLibsDir(off), QEMU_LIBS_DIR, 'the stub is built by npm run build');
+  assert.equal(qemuLibsDir({ ...off, disassembler: true }), null);
+  assert.equal(qemuLibsDir(off, '/nonexistent'), null, 'not built: the system library');
 });

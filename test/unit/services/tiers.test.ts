@@ -146,11 +146,23 @@ test('the idle policy parks a sandbox with nothing under way after its time', as
   assert.equal(idleMove(sb, after(10, 60), t1 + 1e9), null, 'already hibernated');
 });
 
-test('a guest that used more than a share of a core since its last request worked on its own', () => {
-  const mark = { at: 0, cpuS: 10 };
-  assert.equal(guestWorked(mark, { at: 60_000, cpuS: 16 }), false, '10 % of a core: idle ticks');
-  assert.equal(guestWorked(mark, { at: 60_000, cpuS: 70 }), true, 'a whole core: a job');
-  assert.equal(guestWorked(mark, { at: 0, cpuS: 11 }), false, 'no time passed: nothing to tell');
+test('a guest that ran more than half a core since its last request worked on its own', () => {
+  const mark = { at: 0, ranS: 10, runnableS: { 1: 10 } };
+  const at = (ranS: number) => ({ at: 60_000, ranS, runnableS: { 1: ranS } });
+  assert.equal(guestWorked(mark, at(16)), false, '10 % of a core: idle ticks');
+  assert.equal(guestWorked(mark, at(70)), true, 'a whole core: a job');
+  assert.equal(guestWorked(mark, { ...at(11), at: 0 }), false, 'no time passed: nothing to tell');
+});
+
+test('on a crowded host waiting is no work, but a thread runnable all the time is', () => {
+  // Measured at load 27 (bench/results/idle-quiet-2026-12-04.txt), over 10 s.
+  const mark = { at: 0, ranS: 0, runnableS: { 1: 0, 2: 0, 3: 0 } };
+  const idle = { at: 10_000, ranS: 0.49, runnableS: { 1: 4.44, 2: 0.65, 3: 0 } };
+  assert.equal(guestWorked(mark, idle), false, 'idle: its threads waited 0.5 of a core');
+  const busy = { at: 10_000, ranS: 2.36, runnableS: { 1: 9.99, 2: 5.37, 3: 0 } };
+  assert.equal(guestWorked(mark, busy), true, 'a busy loop: its vCPU always runnable');
+  const fresh = { ...busy, runnableS: { 4: 9.99 } };
+  assert.equal(guestWorked(mark, fresh), false, 'a thread born since is not compared');
 });
 
 test("a sandbox's idle policy: the daemon's defaults fill what it leaves out; 0 and null are never", () => {
