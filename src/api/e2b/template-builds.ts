@@ -62,8 +62,8 @@ export class TemplateBuilds {
   request(template: TemplateRequest): { templateID: string; buildID: string } {
     if (!this.services.builds) {
       throw new ForkdError(
-        'unsupported',
-        'this daemon has no build service: template builds are not offered',
+        'not_found',
+        'this daemon offers no template builds (it has no build service)',
       );
     }
     this.templates.set(template.name, template);

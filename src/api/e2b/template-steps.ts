@@ -42,7 +42,7 @@ export interface TranslatedBuild {
 const HASH = /^[0-9a-f]{64}$/;
 
 function unsupported(what: string, hint: string): ForkdError {
-  return new ForkdError('unsupported', `${what} is not supported by forkd's E2B listener: ${hint}`);
+  return new ForkdError('bad_request', `${what} is not supported by forkd's E2B listener: ${hint}`);
 }
 
 function bad(field: string, reason: string): ForkdError {

@@ -52,7 +52,7 @@ export function parseTemplateRequest(body: Body): TemplateRequest {
   const extra = [...(tag ? [tag] : []), ...tags].filter((t) => t !== 'default');
   if (extra.length) {
     throw new ForkdError(
-      'unsupported',
+      'bad_request',
       `template tags (${extra.join(', ').slice(0, 100)}) are not supported by forkd's E2B listener: a name is one snapshot tag; build under a name of its own (${name}-${String(extra[0]).slice(0, 20)})`,
     );
   }

@@ -118,12 +118,12 @@ test('what cannot map is refused, naming it', () => {
     assert.throws(fn, (e: unknown) => isForkdError(e) && e.code === code && re.test(e.message));
   refused(
     () => parseTemplateStart({ fromImage: 'x', fromImageRegistry: { type: 'aws' } }),
-    'unsupported',
+    'bad_request',
     /registry credentials.*forkd login/,
   );
   refused(
     () => translate(start({ steps: [{ type: 'ARG', args: ['A'], force: false }] }), 'root'),
-    'unsupported',
+    'bad_request',
     /template step ARG/,
   );
   refused(
