@@ -8,6 +8,7 @@
  * The E2B step a forkd step came from is kept, so a failure points at the SDK's step.
  */
 import { ForkdError } from '../../errors.js';
+import { bad, optString, type Body } from './control.js';
 
 /** One step of the request as the SDK sends it. */
 export interface E2bStep {
@@ -43,10 +44,6 @@ const HASH = /^[0-9a-f]{64}$/;
 
 function unsupported(what: string, hint: string): ForkdError {
   return new ForkdError('bad_request', `${what} is not supported by forkd's E2B listener: ${hint}`);
-}
-
-function bad(field: string, reason: string): ForkdError {
-  return new ForkdError('bad_request', `${field}: ${reason}`, { field, reason });
 }
 
 /** A file hash of the SDK (sha256 hex); anything else never names a stored file. */
@@ -164,15 +161,6 @@ export function translate(req: E2bTemplateStart, baseUser: string): TranslatedBu
     noCache: req.force,
     ...(noCacheFrom !== undefined ? { noCacheFrom } : {}),
   };
-}
-
-type Body = Record<string, unknown>;
-
-function optString(body: Body, field: string): string | undefined {
-  const v = body[field];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'string') throw bad(field, 'must be a string');
-  return v;
 }
 
 function parseStep(v: unknown, i: number): E2bStep {

@@ -8,30 +8,17 @@
  * the build publishes, so `Sandbox.create(name)` forks it. docs/e2b.md "Template.build".
  */
 import { timingSafeEqual } from 'node:crypto';
-import type { FastifyRequest } from 'fastify';
 import type { Readable } from 'node:stream';
 import { NAME_RULE } from '../../contract/rules.js';
 import { ForkdError } from '../../errors.js';
 import type { Api } from '../types.js';
 import type { E2bContext } from './app.js';
+import { bad, bodyOf, type Body } from './control.js';
 import { TemplateBuilds, type TemplateRequest } from './template-builds.js';
 import { checkHash, parseTemplateStart } from './template-steps.js';
 
-type Body = Record<string, unknown>;
-
 /** The SDK reads at most this many log entries per poll, and polls until none come. */
 const LOG_PAGE = 100;
-
-function bad(field: string, reason: string): ForkdError {
-  return new ForkdError('bad_request', `${field}: ${reason}`, { field, reason });
-}
-
-function bodyOf(request: FastifyRequest): Body {
-  const b = request.body;
-  if (b === undefined || b === null) return {};
-  if (typeof b !== 'object' || Array.isArray(b)) throw bad('body', 'must be a JSON object');
-  return b as Body;
-}
 
 function optInt(body: Body, field: string): number | undefined {
   const v = body[field];
