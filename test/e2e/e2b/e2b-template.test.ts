@@ -49,7 +49,14 @@ function webTemplate() {
 
 async function build(t: ReturnType<typeof webTemplate>, alias: string): Promise<string[]> {
   const logs: string[] = [];
-  await e2b.Template.build(t, { alias, onBuildLogs: (e) => void logs.push(e.message) });
+  await e2b.Template.build(t, { alias, onBuildLogs: (e) => void logs.push(e.message) }).catch(
+    (e: unknown) => {
+      // The SDK's BuildError carries the user's frame as its stack: say the message too.
+      if (e instanceof Error)
+        e.stack = `${e.name}: ${e.message}\n${logs.slice(-15).join('\n')}\n${e.stack}`;
+      throw e;
+    },
+  );
   return logs;
 }
 
