@@ -136,11 +136,16 @@ async function loadTransport(opts: DaemonOptions) {
 /** The E2B-compatible listener, listening (docs/e2b.md). */
 async function listenE2b(
   services: Services,
+  home: string,
   at: { host: string; port: number },
   tokens: Map<string, string> | undefined,
   logLevel: LogLevel | undefined,
 ): Promise<{ app: FastifyInstance; address: { host: string; port: number } }> {
-  const app = await buildE2bApp(services, { tokens, logger: fastifyLoggerOptions(logLevel) });
+  const app = await buildE2bApp(services, {
+    tokens,
+    logger: fastifyLoggerOptions(logLevel),
+    templateFiles: join(home, 'e2b-template-files'),
+  });
   await app.listen({ host: at.host, port: at.port });
   const addr = app.server.address();
   const address = typeof addr === 'object' && addr ? { host: addr.address, port: addr.port } : at;
@@ -189,7 +194,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
     });
     await installMcp(app, { daemonUrl: `unix:${run.socket}` });
     const tcpAddress = await listeners.listen(app, run.socket, tcp);
-    const e2bListener = e2b && (await listenE2b(services.services, e2b, tokens, opts.logLevel));
+    const e2bListener =
+      e2b && (await listenE2b(services.services, p.home, e2b, tokens, opts.logLevel));
     e2bApp = e2bListener?.app;
     log.info(
       { socket: run.socket, tcp: tcpAddress, tls: Boolean(tcp?.tls), e2b: e2bListener?.address },

@@ -122,7 +122,36 @@ export interface E2bPtyHandle {
   wait(): Promise<unknown>;
   disconnect(): Promise<void>;
 }
+/** The `Template()` builder (what the template test uses of it). */
+export interface E2bTemplateBuilder {
+  fromTemplate(name: string): E2bTemplateBuilder;
+  fromImage(ref: string, credentials?: { username: string; password: string }): E2bTemplateBuilder;
+  copy(src: string, dest: string, opts?: { user?: string; mode?: number }): E2bTemplateBuilder;
+  runCmd(cmd: string | string[], opts?: { user?: string }): E2bTemplateBuilder;
+  setEnvs(envs: Record<string, string>): E2bTemplateBuilder;
+  setWorkdir(dir: string): E2bTemplateBuilder;
+  setUser(user: string): E2bTemplateBuilder;
+  setStartCmd(cmd: string, ready: unknown): E2bTemplateBuilder;
+  skipCache(): E2bTemplateBuilder;
+}
+export interface E2bBuildOptions {
+  alias?: string;
+  cpuCount?: number;
+  memoryMB?: number;
+  onBuildLogs?: (entry: { level: string; message: string }) => void;
+}
 export interface E2bModule {
+  Template: ((opts?: { fileContextPath?: string }) => E2bTemplateBuilder) & {
+    build(
+      t: E2bTemplateBuilder,
+      nameOrOpts: string | E2bBuildOptions,
+      opts?: E2bBuildOptions,
+    ): Promise<{ templateId: string; buildId: string }>;
+    exists(name: string): Promise<boolean>;
+  };
+  waitForPort(port: number): unknown;
+  waitForFile(path: string): unknown;
+  BuildError: new (...a: never[]) => Error;
   Sandbox: {
     create(template: string, opts?: Record<string, unknown>): Promise<E2bSandbox>;
     connect(id: string, opts?: Record<string, unknown>): Promise<E2bSandbox>;

@@ -8,6 +8,8 @@
  * back; the services decide. docs/e2b.md is the user's side of it.
  */
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import Fastify, {
   type FastifyInstance,
   type FastifyReply,
@@ -23,6 +25,7 @@ import { controlRoutes } from './control.js';
 import { filesystemRoutes } from './filesystem.js';
 import { installPauseGate, PauseGate } from './pause.js';
 import { processRoutes } from './process.js';
+import { templateRoutes } from './templates.js';
 import { installSignedUrls } from './signing.js';
 import { CONNECT_STATUS, connectError, e2bError, fromE2bId, toE2bId } from './wire.js';
 
@@ -35,6 +38,8 @@ export interface E2bAppOptions {
   /** forkd's tokens (token → id): an E2B API key must be one of them. */
   tokens?: Map<string, string>;
   logger?: FastifyServerOptions['logger'];
+  /** Where Template.build's uploaded COPY archives are kept (default: under the temp dir). */
+  templateFiles?: string;
 }
 
 /** Which side of E2B a route belongs to, for auth and the error shape. */
@@ -255,5 +260,7 @@ export async function buildE2bApp(
   for (const routes of [controlRoutes, processRoutes, filesystemRoutes]) {
     await app.register(routes, { ctx });
   }
+  const filesDir = opts.templateFiles ?? join(tmpdir(), 'forkd-e2b-template-files');
+  await app.register(templateRoutes, { ctx, filesDir });
   return app as unknown as FastifyInstance;
 }

@@ -30,20 +30,20 @@ const DEFAULT_TIMEOUT_S = 300;
 /** Parked (paused, hibernated or halted) is E2B's `paused`. */
 const isPaused = (s: SandboxT): boolean => s.tier !== 'running';
 
-type Body = Record<string, unknown>;
+export type Body = Record<string, unknown>;
 
-function bad(field: string, reason: string): ForkdError {
+export function bad(field: string, reason: string): ForkdError {
   return new ForkdError('bad_request', `${field}: ${reason}`, { field, reason });
 }
 
-function bodyOf(request: FastifyRequest): Body {
+export function bodyOf(request: FastifyRequest): Body {
   const b = request.body;
   if (b === undefined || b === null) return {};
   if (typeof b !== 'object' || Array.isArray(b)) throw bad('body', 'must be a JSON object');
   return b as Body;
 }
 
-function optString(body: Body, field: string): string | undefined {
+export function optString(body: Body, field: string): string | undefined {
   const v = body[field];
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'string') throw bad(field, 'must be a string');
