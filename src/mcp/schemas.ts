@@ -7,7 +7,7 @@
  * call carries in its structuredContent.
  */
 import Type, { type TInteger, type TObject, type TProperties, type TSchema } from 'typebox';
-import { ContextName } from '../contract/eval.js';
+import { ContextName } from '../contract/contexts.js';
 import { Env, GuestPath, ImageName, Labels, SnapshotTag } from '../contract/schemas.js';
 import {
   FORK_MAX,
@@ -156,6 +156,34 @@ function outcome(success: TObject): Record<string, unknown> {
 
 // ---- the tools' schemas ----------------------------------------------------------------
 
+/** sandbox_eval (and its alias sandbox_run_code): code evaluated in a context. */
+const EVAL = {
+  input: input({
+    sandboxId,
+    code: Type.String({ minLength: 1, maxLength: 1048576, description: 'Python source to run' }),
+    context: opt(ContextName),
+    timeoutMs: opt(int(LIMITS.execTimeoutMs, 'interrupt the code after this long (ms)')),
+  }),
+  output: Type.Object({
+    text: Nullable(Type.String({ description: "the last expression's value (text/plain)" })),
+    results: Type.Array(
+      Type.Object({
+        isMainResult: Type.Boolean(),
+        data: Type.Record(Type.String(), Type.Unknown(), {
+          description: 'MIME type → value (images base64, application/json parsed)',
+        }),
+      }),
+    ),
+    stdout: Type.String(),
+    stderr: Type.String(),
+    error: Nullable(
+      Type.Object({ name: Type.String(), value: Type.String(), traceback: Type.String() }),
+    ),
+    executionCount: Type.Integer(),
+    durationMs: Type.Number(),
+  }),
+};
+
 export const SCHEMAS = {
   sandbox_create: {
     input: input({
@@ -215,32 +243,9 @@ export const SCHEMAS = {
       stderr: Type.String(),
     }),
   },
-  sandbox_run_code: {
-    input: input({
-      sandboxId,
-      code: Type.String({ minLength: 1, maxLength: 1048576, description: 'Python source to run' }),
-      context: opt(ContextName),
-      timeoutMs: opt(int(LIMITS.execTimeoutMs, 'interrupt the code after this long (ms)')),
-    }),
-    output: Type.Object({
-      text: Nullable(Type.String({ description: "the last expression's value (text/plain)" })),
-      results: Type.Array(
-        Type.Object({
-          isMainResult: Type.Boolean(),
-          data: Type.Record(Type.String(), Type.Unknown(), {
-            description: 'MIME type → value (images base64, application/json parsed)',
-          }),
-        }),
-      ),
-      stdout: Type.String(),
-      stderr: Type.String(),
-      error: Nullable(
-        Type.Object({ name: Type.String(), value: Type.String(), traceback: Type.String() }),
-      ),
-      executionCount: Type.Integer(),
-      durationMs: Type.Number(),
-    }),
-  },
+  sandbox_eval: EVAL,
+  /** The former name of sandbox_eval, kept as an alias. */
+  sandbox_run_code: EVAL,
   files_read: {
     input: input({ sandboxId, path: GuestPath, encoding: opt(encoding) }),
     output: Type.Object({

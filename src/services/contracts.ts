@@ -58,7 +58,7 @@ import type {
   EvalForkResultT,
   EvalRequestT,
   ExecutionT,
-} from '../contract/eval.js';
+} from '../contract/contexts.js';
 
 /** Who asked: `unix` for the local socket, else the token's id. For the audit log. */
 export interface Caller {

@@ -38,7 +38,7 @@ from ._commands import (
     check_foreground,
     spec_and_output,
 )
-from ._eval import Contexts
+from ._contexts import Contexts
 from ._files import Files, FileStream
 from ._offload import dual, method, offload, on_loop, static
 from ._pty import Pty, PtyHandle
@@ -322,9 +322,11 @@ class AsyncSandbox(_AsyncRemote[SandboxInfo]):
     logs = dual(Sandbox.logs)
     branch = dual(Sandbox.branch, _branch)
     refresh = method(Sandbox.refresh)
-    #: ``Sandbox.run_code``, awaited; ``on_…`` callbacks run on this loop. Cancelling the
+    #: ``Sandbox.eval``, awaited; ``on_…`` callbacks run on this loop. Cancelling the
     #: task does not stop the code: ``await sbx.contexts.interrupt(name)`` does.
-    run_code = method(Sandbox.run_code)
+    eval = method(Sandbox.eval)
+    #: ``eval`` under its E2B name, kept as an alias.
+    run_code = eval
     eval_fork = method(Sandbox.eval_fork)
 
     async def __aenter__(self) -> AsyncSandbox:

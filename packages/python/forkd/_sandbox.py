@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Uni
 from ._catalog import SandboxNotFoundError
 from ._client import Forkd, Remote, target_of
 from ._commands import Commands
-from ._eval import (
+from ._contexts import (
     Contexts,
     EvalCallbacks,
     EvalForkResult,
@@ -21,7 +21,7 @@ from ._eval import (
     OnResult,
     OnText,
     eval_fork,
-    run_code,
+    eval_code,
 )
 from ._files import Files
 from ._pty import Pty
@@ -298,7 +298,7 @@ class Sandbox(Remote[SandboxInfo]):
         body = compact(tag=tag, fork=fork, labels=labels, no_wait=no_wait, mode=mode, idle=idle_body(idle))
         return branch_sandbox(client, sandbox_id, body)
 
-    def run_code(
+    def eval(
         self,
         code: str,
         *,
@@ -314,11 +314,14 @@ class Sandbox(Remote[SandboxInfo]):
         ``on_…`` callback the eval streams: each is called as the code prints or yields a
         result; a callback that raises stops the eval (the code is interrupted).
 
-        ``sbx.run_code("import numpy; numpy.arange(4).sum()").text  # '6'``"""
+        ``sbx.eval("import numpy; numpy.arange(4).sum()").text  # '6'``"""
         callbacks = EvalCallbacks(on_stdout, on_stderr, on_result, on_error)
-        return run_code(
+        return eval_code(
             self._client.transport, sandbox_path(self.id), code, context, timeout_ms, callbacks
         )
+
+    #: ``eval`` under the name E2B's code interpreter uses, kept as an alias (docs/eval.md).
+    run_code = eval
 
     def eval_fork(
         self,

@@ -8,10 +8,10 @@ import { Commands } from './commands.js';
 import {
   Contexts,
   evalFork,
-  runCode,
+  evalCode,
   type EvalForkResult,
   type Execution,
-  type RunCodeOptions,
+  type EvalOptions,
 } from './contexts.js';
 import { Forkd, type CallOptions } from './client.js';
 import type { ClientConfig } from './config.js';
@@ -198,15 +198,26 @@ export class Sandbox {
   }
 
   /**
-   * Run code in a warm interpreter that keeps its state between calls (default context
-   * `python`, created on first use); forks of the sandbox inherit it.
+   * Eval code in a context: a warm interpreter that keeps its state between calls (default
+   * context `python`, created on first use); forks of the sandbox inherit it.
    *
    * @example
-   * await sbx.runCode('import numpy as np; a = np.arange(3)');
-   * console.log((await sbx.runCode('a.sum()')).text); // '3'
+   * await sbx.eval('import numpy as np; a = np.arange(3)');
+   * console.log((await sbx.eval('a.sum()')).text); // '3'
    */
-  runCode(code: string, opts?: RunCodeOptions): Promise<Execution> {
-    return runCode(this.client.transport, sandboxPath(this.id), code, opts);
+  eval(code: string, opts?: EvalOptions): Promise<Execution> {
+    return evalCode(this.client.transport, sandboxPath(this.id), code, opts);
+  }
+
+  /**
+   * The same as {@link Sandbox.eval}, under the name E2B's code interpreter uses (kept as
+   * an alias; docs/eval.md).
+   *
+   * @example
+   * console.log((await sbx.runCode('6 * 7')).text); // '42'
+   */
+  runCode(code: string, opts?: EvalOptions): Promise<Execution> {
+    return this.eval(code, opts);
   }
 
   /**
