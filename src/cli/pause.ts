@@ -1,5 +1,5 @@
 /**
- * `forkd pause ID [--hibernate]`: park a sandbox (docs/idle.md). Paused, its QEMU is stopped
+ * `forkd pause ID [--hibernate]`: pause a sandbox (docs/idle.md). Paused, its QEMU is stopped
  * and uses no CPU; hibernated, it is on disk and holds no memory. The next request wakes it.
  * Prints `ID TIER`, or `--json` (the REST API's Sandbox).
  */

@@ -44,7 +44,7 @@ const idleAfter = (what: string) =>
       description: `${what} after this long without a request (ms, rounded up to seconds); 0 or null: never; default: the daemon's`,
     }),
   );
-/** When a sandbox parks itself while nobody uses it (the SDK's IdleOptions; docs/idle.md). */
+/** When a sandbox is paused while nobody uses it (the SDK's IdleOptions; docs/idle.md). */
 const idle = opt(
   Type.Object(
     {
@@ -54,7 +54,7 @@ const idle = opt(
     {
       ...strict,
       description:
-        'park the sandbox when idle, to save the host CPU and memory; any later call wakes it transparently',
+        'pause the sandbox when idle, to save the host CPU and memory; any later call wakes it transparently',
     },
   ),
 );
@@ -84,7 +84,9 @@ export const SandboxOut = Type.Object({
   pid: Nullable(Type.Integer()),
   reason: opt(Type.String()),
   tier: opt(
-    Type.String({ description: 'running, paused or hibernated (parked: any call wakes it)' }),
+    Type.String({
+      description: 'running, paused or hibernated (paused or hibernated: any call wakes it)',
+    }),
   ),
   idle: opt(
     Type.Object({

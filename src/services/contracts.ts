@@ -129,7 +129,7 @@ export interface SandboxService {
   setLimits(id: string, req: LimitsRequestT): Promise<SandboxT>;
   /**
    * PATCH: limits, idle policy and timeout together; a refused request changes nothing.
-   * An idle time left out keeps its value; a parked sandbox keeps its tier (docs/idle.md).
+   * An idle time left out keeps its value; a paused sandbox keeps its tier (docs/idle.md).
    */
   update(id: string, patch: PatchSandboxT): Promise<SandboxT>;
   kill(id: string): Promise<void>;
@@ -167,11 +167,11 @@ export interface SandboxService {
   /** The terminal sessions its guest holds (GET /pty without an upgrade). */
   ptySessions(id: string): Promise<PtySessionT[]>;
   /**
-   * Park a running sandbox (docs/idle.md): `paused` stops its QEMU (no CPU), `hibernated`
-   * also captures it to disk and ends QEMU. Parking a parked sandbox answers it as it is.
+   * Pause a running sandbox (docs/idle.md): `paused` stops its QEMU (no CPU), `hibernated`
+   * also captures it to disk and ends QEMU. Pausing a paused sandbox answers it as it is.
    */
   pause(id: string, opts?: { tier?: 'paused' | 'hibernated' }): Promise<SandboxT>;
-  /** Wake a parked sandbox (its guest clock is pushed forward); a running one is a no-op. */
+  /** Wake a paused sandbox (its guest clock is pushed forward); a running one is a no-op. */
   resume(id: string): Promise<SandboxT>;
 }
 

@@ -332,7 +332,7 @@ test('snapshot tools: create with progress, list, fork, branch, lineage, remove'
   });
 });
 
-test('idle on sandbox_create, sandbox_fork and sandbox_branch: the children park as asked', async () => {
+test('idle on sandbox_create, sandbox_fork and sandbox_branch: the children pause as asked', async () => {
   fake.reset();
   type Out = { idle: { pauseAfterMs: number | null; source: string }; tier: string };
   const idle = { pauseAfterMs: 30_000, hibernateAfterMs: null };

@@ -502,7 +502,7 @@ export class FakeServices {
     return s;
   }
 
-  /** A sandbox that runs, woken if parked (a killed one keeps its row, as `stopped`). */
+  /** A sandbox that runs, woken if paused (a killed one keeps its row, as `stopped`). */
   private running(id: string, wake = true): SandboxT {
     const s = this.sandbox(id);
     if (s.state === 'running' && wake) s.tier = 'running';

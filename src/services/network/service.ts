@@ -3,7 +3,7 @@
  * user networking otherwise), a small pool of namespaces made ahead so a fork
  * does not wait for one, each sandbox's policy (enforced in its namespace, changed at run
  * time), its DNS proxy and name proxy (TLS SNI / HTTP Host), its denial count, and its
- * published ports. A published port's connection wakes a parked sandbox first (the sandbox
+ * published ports. A published port's connection wakes a paused sandbox first (the sandbox
  * service's waker); a hibernated one keeps its host listeners while its namespace goes, and
  * gets them back on its wake.
  */
@@ -141,7 +141,7 @@ export class NetworkService {
 
   /**
    * How a published port's connection gets a sandbox's QEMU, awake: the sandbox service
-   * wakes a parked sandbox (and counts the connection as a request). Without one the VM
+   * wakes a paused sandbox (and counts the connection as a request). Without one the VM
    * the port was published on is used.
    */
   setWaker(wake: Waker): void {
@@ -161,7 +161,7 @@ export class NetworkService {
     mode: NetworkMode,
     egress: Egress = NO_EGRESS,
   ): Promise<VmNet | undefined> {
-    // A hibernated sandbox waking up keeps the host listeners it held while parked.
+    // A hibernated sandbox waking up keeps the host listeners it held while paused.
     const ports = this.sandboxes.get(id)?.ports ?? new PortForwards();
     if (mode === 'none') {
       this.sandboxes.set(id, { mode, egress: NO_EGRESS, proxyDenied: 0, ports });

@@ -121,8 +121,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
       this.get(id),
     );
     this.io = new GuestIo(this.parts, (id) => this.tiers.awake(id), opts.maxExecs ?? 256);
-    // A published port's connection is a request: it wakes a parked sandbox first, and
-    // keeps it from being parked while it is open.
+    // A published port's connection is a request: it wakes a paused sandbox first, and
+    // keeps it from being paused while it is open.
     network?.setWaker(async (id) => {
       const live = await this.tiers.awake(id);
       return { vm: live.vm, release: holdConnection(live) };
@@ -273,7 +273,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return this.io.slot();
   }
 
-  /** The agent session of a running sandbox (woken if parked), for services that talk to its guest. */
+  /** The agent session of a running sandbox (woken if paused), for services that talk to its guest. */
   async agentOf(id: string): Promise<AgentClient> {
     return (await this.tiers.awake(id)).agent;
   }

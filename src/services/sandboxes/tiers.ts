@@ -1,5 +1,5 @@
 /**
- * Idle tiers of a sandbox (docs/idle.md): park it (QMP `stop`: its vCPUs use no CPU,
+ * Idle tiers of a sandbox (docs/idle.md): pause it (QMP `stop`: its vCPUs use no CPU,
  * memory and devices stay), hibernate it (captured to disk, its QEMU ended: hibernate.ts)
  * and wake it (`cont`, or a restore from disk; then the guest's wall clock is pushed to the
  * host's, since the guest's clock stood still meanwhile). Moves of one sandbox run one
@@ -13,7 +13,7 @@ import type { VmHandle } from '../../drivers/vmm.js';
 export type { SandboxTier } from '../../store/sandboxes.js';
 
 /** The part of a sandbox its tier moves touch. */
-export interface Parkable {
+export interface Tiered {
   readonly id: string;
   /** Its QEMU and agent session; none while it is hibernated. */
   vm: VmHandle | undefined;
@@ -33,7 +33,7 @@ export interface Parkable {
   connections: number;
   /**
    * Its QEMU's CPU demand when the sweep first saw it after its last request: the idle
-   * policy parks only a guest that stayed quiet since (a job it runs keeps it awake).
+   * policy pauses only a guest that stayed quiet since (a job it runs keeps it awake).
    */
   quiet?: CpuMark;
 }
@@ -63,15 +63,15 @@ export function guestWorked(mark: CpuMark, now: CpuMark): boolean {
 /** How a sandbox goes to disk and comes back (the service's: it owns files, network, cgroup). */
 export interface DiskMoves {
   /** Capture it (running or paused) to disk and end its QEMU: `vm` and `agent` go. */
-  hibernate(sb: Parkable): Promise<void>;
+  hibernate(sb: Tiered): Promise<void>;
   /** A new QEMU restored from its capture, running, clock pushed: `vm` and `agent` set. */
-  restore(sb: Parkable): Promise<void>;
+  restore(sb: Tiered): Promise<void>;
 }
 
-/** A Parkable's starting fields. */
-export function parkable(
+/** A Tiered's starting fields. */
+export function tieredStart(
   tier: SandboxTier,
-): Pick<Parkable, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy' | 'connections'> {
+): Pick<Tiered, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy' | 'connections'> {
   return {
     tier,
     lastUsed: Date.now(),
@@ -82,7 +82,7 @@ export function parkable(
   };
 }
 
-/** When the idle policy parks a sandbox, in seconds without a request (null: never). */
+/** When the idle policy pauses a sandbox, in seconds without a request (null: never). */
 export interface IdleAfter {
   pauseAfterS: number | null;
   hibernateAfterS: number | null;
@@ -145,7 +145,7 @@ export function changeIdle(
   return resolveIdle(req, idleAfterOf(own, defaults), whose) as StoredIdle;
 }
 
-/** The times a sandbox parks at: its own policy, else the daemon's defaults. */
+/** The times a sandbox is paused at: its own policy, else the daemon's defaults. */
 export function idleAfterOf(own: StoredIdle | null | undefined, defaults: IdleAfter): IdleAfter {
   if (!own) return defaults;
   return { pauseAfterS: own.pause_after_s, hibernateAfterS: own.hibernate_after_s };
@@ -173,7 +173,7 @@ export function idleWire(
  * `hibernateAfterS` seconds → hibernated (from running or paused), else for `pauseAfterS`
  * → paused (from running). Both count from its last request.
  */
-export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTier | null {
+export function idleMove(sb: Tiered, after: IdleAfter, now: number): SandboxTier | null {
   if (sb.tier === 'hibernated' || sb.queued > 0 || sb.busy > 0 || sb.connections > 0) {
     return null;
   }
@@ -187,7 +187,7 @@ export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTi
 }
 
 /** Count a connection as open until the returned (idempotent) release; then it was the last use. */
-export function holdConnection(sb: Parkable): () => void {
+export function holdConnection(sb: Tiered): () => void {
   sb.connections++;
   let released = false;
   return () => {
@@ -199,7 +199,7 @@ export function holdConnection(sb: Parkable): () => void {
 }
 
 /** Count `p` as a request under way until it settles (then it counts as the last use). */
-export function busyWhile<T>(sb: Parkable, p: Promise<T>): Promise<T> {
+export function busyWhile<T>(sb: Tiered, p: Promise<T>): Promise<T> {
   sb.busy++;
   return p.finally(() => {
     sb.busy--;
@@ -212,7 +212,7 @@ export function busyWhile<T>(sb: Parkable, p: Promise<T>): Promise<T> {
  * store) once it is there. A move to where it already is does nothing.
  */
 export function moveTo(
-  sb: Parkable,
+  sb: Tiered,
   to: SandboxTier,
   disk: DiskMoves,
   onMoved: (tier: SandboxTier) => void,
@@ -229,7 +229,7 @@ export function moveTo(
   return settled;
 }
 
-async function step(sb: Parkable, to: SandboxTier, disk: DiskMoves): Promise<void> {
+async function step(sb: Tiered, to: SandboxTier, disk: DiskMoves): Promise<void> {
   if (to === 'hibernated') return disk.hibernate(sb);
   if (sb.tier === 'hibernated') {
     await disk.restore(sb); // comes up running, its clock pushed
@@ -241,15 +241,15 @@ async function step(sb: Parkable, to: SandboxTier, disk: DiskMoves): Promise<voi
 }
 
 /** Its QEMU; a sandbox that is not hibernated always has one. */
-export function liveVm(sb: Parkable): VmHandle {
+export function liveVm(sb: Tiered): VmHandle {
   if (sb.vm) return sb.vm;
   throw new ForkdError('internal', `sandbox ${sb.id} has no QEMU (tier ${sb.tier})`, {
     id: sb.id,
   });
 }
 
-/** Whether a request must wait for a move (it is parked, or a move is under way). */
-export function needsWake(sb: Parkable): boolean {
+/** Whether a request must wait for a move (it is paused, or a move is under way). */
+export function needsWake(sb: Tiered): boolean {
   return sb.tier !== 'running' || sb.queued > 0;
 }
 
