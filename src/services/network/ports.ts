@@ -90,7 +90,7 @@ export class PortForwards {
   }
 
   /** Its QEMU ended (hibernated): the forwards went with it, the host listeners stay. */
-  park(): void {
+  hibernate(): void {
     this.inners.clear();
     this.vm = undefined;
   }

@@ -376,10 +376,10 @@ export class NetworkService {
    * A sandbox hibernates: its namespace and DNS proxy go with its QEMU, its published
    * ports' host listeners stay (a connection wakes it); its next lease takes them back.
    */
-  async park(id: string): Promise<void> {
+  async hibernate(id: string): Promise<void> {
     const a = this.sandboxes.get(id);
     if (!a) return;
-    a.ports.park();
+    a.ports.hibernate();
     await this.dropNamespace(id, a);
     this.sandboxes.set(id, { mode: a.mode, egress: a.egress, proxyDenied: 0, ports: a.ports });
   }
@@ -396,7 +396,7 @@ export class NetworkService {
    * After a daemon restart, a hibernated sandbox's published ports listen again on their
    * host ports (a connection wakes it); a port taken meanwhile is dropped (logged).
    */
-  async holdParked(id: string, mode: NetworkMode, egress: Egress, ports: PublishedPort[]) {
+  async holdHibernated(id: string, mode: NetworkMode, egress: Egress, ports: PublishedPort[]) {
     const a: Attached = { mode, egress, proxyDenied: 0, ports: new PortForwards() };
     this.sandboxes.set(id, a);
     for (const p of ports) {

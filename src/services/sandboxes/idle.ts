@@ -67,8 +67,8 @@ export class IdleTiers {
     return live as AwakeLive;
   }
 
-  /** Park a running sandbox on request (a hibernation refuses while a stream is under way). */
-  async park(id: string, to: 'paused' | 'hibernated'): Promise<void> {
+  /** Pause a running sandbox on request (a hibernation refuses while a stream is under way). */
+  async pause(id: string, to: 'paused' | 'hibernated'): Promise<void> {
     const live = this.p.table.running(id);
     if (to === 'hibernated' && live.busy > 0) {
       throw new ForkdError(
@@ -81,12 +81,12 @@ export class IdleTiers {
   }
 
   /** After a daemon restart a hibernated sandbox's published ports listen again. */
-  async holdParkedPorts(id: string, dir: string): Promise<void> {
+  async holdHibernatedPorts(id: string, dir: string): Promise<void> {
     const network = this.p.network;
     if (!network) return;
     const image = await readImage(dir).catch(() => undefined);
     if (!image?.ports.length) return;
-    await network.holdParked(
+    await network.holdHibernated(
       id,
       image.nic ? 'nat' : 'none',
       image.egress ?? OPEN_EGRESS,
@@ -107,12 +107,12 @@ export class IdleTiers {
   private sweep(): void {
     if (this.sweeping) return;
     this.sweeping = true;
-    Promise.all(this.p.table.all().map((live) => this.parkIfIdle(live)))
+    Promise.all(this.p.table.all().map((live) => this.pauseIfIdle(live)))
       .catch((e: unknown) => this.p.log.warn({ err: e }, 'idle sweep failed'))
       .finally(() => (this.sweeping = false));
   }
 
-  private async parkIfIdle(live: Live): Promise<void> {
+  private async pauseIfIdle(live: Live): Promise<void> {
     const { table, log } = this.p;
     const after = idleAfterOf(table.rows.get(live.id)?.idle, this.opts.defaults);
     if (after.pauseAfterS === null && after.hibernateAfterS === null) return;
@@ -184,7 +184,7 @@ export class IdleTiers {
       void this.endings.end(live.id, 'dead', `its hibernation could not be written: ${why}`);
       throw e;
     }
-    await this.p.network?.park(live.id); // its published ports keep listening
+    await this.p.network?.hibernate(live.id); // its published ports keep listening
     await this.p.limiter.remove(live.id);
   }
 
@@ -223,7 +223,7 @@ export class IdleTiers {
       this.endings.watch(live, vm);
       await this.republish(live.id, vm, image);
     } catch (e) {
-      await network?.park(live.id); // still hibernated: its ports keep listening
+      await network?.hibernate(live.id); // still hibernated: its ports keep listening
       await limiter.remove(live.id);
       throw e;
     }

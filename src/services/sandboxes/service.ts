@@ -155,7 +155,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       adopt: (row, vm, agent) => this.endings.register(row, vm, agent),
       adoptHibernated: async (row) => {
         this.table.hold(row);
-        await this.tiers.holdParkedPorts(row.id, row.dir);
+        await this.tiers.holdHibernatedPorts(row.id, row.dir);
       },
       adoptNetwork: async (row, vm) => this.opts.network?.adopt(row.id, vm),
     });
@@ -279,7 +279,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   async pause(id: string, opts: { tier?: 'paused' | 'hibernated' } = {}): Promise<SandboxT> {
-    await this.tiers.park(id, opts.tier ?? 'paused');
+    await this.tiers.pause(id, opts.tier ?? 'paused');
     return this.get(id);
   }
 
