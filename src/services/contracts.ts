@@ -344,7 +344,7 @@ export interface Services {
   audit: AuditLog;
   host: HostInfo;
   /** Absent when the daemon runs without networking (every sandbox is `none`). */
-  network?: NetworkApi;
+  network?: NetworkService;
   /** Builds from a Dockerfile (absent: not offered). */
   builds?: BuildService;
   /** Portable snapshots: pack, unpack, push, pull (absent: not offered). */
@@ -360,7 +360,7 @@ export interface EventService {
 }
 
 /** A running sandbox's network: its policy, its published ports, the daemon's way in. */
-export interface NetworkApi {
+export interface NetworkService {
   get(id: string): Promise<SandboxNetworkT>;
   /** Change the egress policy at run time (merged over the current one). */
   patch(id: string, egress: EgressPolicyT): Promise<SandboxNetworkT>;

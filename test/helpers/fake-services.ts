@@ -32,7 +32,7 @@ import type {
   ExecStream,
   ForkOutcome,
   ImageService,
-  NetworkApi,
+  NetworkService,
   PackService,
   BuildService,
   SandboxService,
@@ -409,7 +409,7 @@ export class FakeServices {
     return n;
   }
 
-  private networkService(): NetworkApi {
+  private networkService(): NetworkService {
     return {
       get: async (id) => this.net(id),
       // Merged over the current policy: the lists given replace theirs, `none` cuts all.

@@ -97,7 +97,7 @@ export type Waker = (id: string) => Promise<{ vm: VmHandle; release: () => void 
 /** The least TTL an address learned from DNS keeps its place in a set. */
 const MIN_DNS_TTL_S = 60;
 
-export class NetworkService {
+export class NetworkManager {
   private readonly log: ServiceLog;
   private readonly sandboxes = new Map<string, Attached>();
   private readonly pool: Netns[] = [];
@@ -128,7 +128,7 @@ export class NetworkService {
    * host's own.
    */
   async start(): Promise<void> {
-    this.isolation = (await NetworkService.detect()).isolation;
+    this.isolation = (await NetworkManager.detect()).isolation;
     if (this.isolation !== 'netns') return;
     await withHostLock(async () => {
       await sweepNetns({ self: this.owner });

@@ -31,7 +31,7 @@ import type {
 } from '../contracts.js';
 import { Limiter } from '../limits.js';
 import { KeyedLock } from '../../util/keyed-lock.js';
-import type { NetworkService } from '../network/service.js';
+import type { NetworkManager } from '../network/service.js';
 import { Endings } from './ending.js';
 import { ExpiryTimers } from './expiry.js';
 import { GuestIo } from './guest-io.js';
@@ -63,7 +63,7 @@ export interface SandboxServiceOptions {
   /** Stopped and dead rows are forgotten this long after they ended (default 24 h). */
   retainEndedMs?: number;
   /** Namespaces, policies and ports; without it every sandbox has network `none`. */
-  network?: NetworkService;
+  network?: NetworkManager;
   /** The cgroups of sandboxes (default: this home's, with the automatic defaults). */
   limiter?: Limiter;
   /** Pause a sandbox after this many seconds without a request (0 or none: never; docs/idle.md). */
