@@ -83,7 +83,7 @@ export interface SandboxCreateOptions extends SandboxOptions {
   egress?: EgressPolicy;
   /** Caps on its QEMU on the host; a fork inherits its snapshot's (docs/limits.md). */
   limits?: LimitsOptions;
-  /** When it parks itself after its last request; a fork does not inherit it (docs/idle.md). */
+  /** When it pauses itself after its last request; a fork does not inherit it (docs/idle.md). */
   idle?: IdleOptions;
   /**
    * A fork only (of a snapshot with network nat): run its QEMU in this network namespace (a
@@ -413,14 +413,14 @@ export class Sandbox {
   }
 
   /**
-   * Change when it parks itself (docs/idle.md), at once: times left out keep their value
+   * Change when it pauses itself (docs/idle.md), at once: times left out keep their value
    * (its own, or the daemon's defaults it follows until now), 0 or null is never; `null`
-   * for the whole policy makes it follow the daemon's defaults again. A parked sandbox
-   * stays parked; the new times count from now. Kept across a daemon restart.
+   * for the whole policy makes it follow the daemon's defaults again. A paused sandbox
+   * stays paused; the new times count from now. Kept across a daemon restart.
    *
    * @example
    * await sbx.setIdle({ pauseAfterMs: 30_000 }); // paused after 30 s without a request
-   * await sbx.setIdle({ pauseAfterMs: 0, hibernateAfterMs: 0 }); // never parked
+   * await sbx.setIdle({ pauseAfterMs: 0, hibernateAfterMs: 0 }); // never paused
    * await sbx.setIdle(null); // the daemon's --pause-idle-after / --hibernate-idle-after
    */
   async setIdle(idle: IdleOptions | null, opts: CallOptions = {}): Promise<SandboxInfo> {
@@ -442,7 +442,7 @@ export class Sandbox {
   }
 
   /**
-   * Park it (docs/idle.md): `paused` (default) stops its VM, so it uses no CPU; `hibernated`
+   * Pause it (docs/idle.md): `paused` (default) stops its VM, so it uses no CPU; `hibernated`
    * also writes it to disk and ends its VM, so it holds no memory. Any later request (a
    * command, a file, code) wakes it transparently; so does {@link Sandbox.resume}.
    *
@@ -462,7 +462,7 @@ export class Sandbox {
   }
 
   /**
-   * Wake it if it is parked (its guest clock is set to now); a running sandbox is left as it is.
+   * Wake it if it is paused (its guest clock is set to now); a running sandbox is left as it is.
    *
    * @example
    * await sbx.resume();
