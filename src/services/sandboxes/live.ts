@@ -51,6 +51,13 @@ export class LiveTable {
     throw notRunning(this.row(id));
   }
 
+  /** The row of a sandbox that may still change: starting or running (`sandbox_not_running` otherwise). */
+  active(id: string): SandboxRow {
+    const row = this.row(id);
+    if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
+    return row;
+  }
+
   get(id: string): Live | undefined {
     return this.held.get(id);
   }
