@@ -60,8 +60,10 @@ struct stat;
 void msg_stat_extras(struct msg *m, const char *path, const struct stat *st);
 void handle_xattr_set(const struct request *rq);
 
+/* spawn.c: keeps the fd limit children start with (once, before the agent raises its own). */
+void spawn_init(void);
+
 /* exec.c: the loop's side. */
-void exec_init(void);
 void exec_poll(struct pollset *ps);
 void exec_tick(int64_t now);
 void exec_reap(void);
@@ -73,11 +75,12 @@ void files_poll(struct pollset *ps);
 void files_tick(void);
 void files_session_end(void);
 
-/* exec.c, shared with other families: signal names, and a spawn with the exec rules (argv,
- * env, cwd, user of the request) onto one fd as stdin/stdout/stderr; -1 once it replied. */
+/* signals.c: signal names ("SIGTERM"); -1 for an unknown one. */
 int signal_number(const char *name);
 const char *signal_name(int sig, char *buf, size_t len);
-pid_t exec_spawn_on(const struct request *rq, int fd, bool ctty);
+/* spawn.c, for other families: a spawn with the exec rules (argv, env, cwd, user of the
+ * request) onto one fd as stdin/stdout/stderr; -1 once it replied. */
+pid_t spawn_on_fd(const struct request *rq, int fd, bool ctty);
 
 /* pty.c: terminal sessions, which outlive a host session (PROTOCOL.md "pty_open"). */
 void handle_pty_open(const struct request *rq);

@@ -1,101 +1,13 @@
-/* json.c — JSON reader and writer. The reader enforces MAX_DEPTH as it descends, so deep
- * input costs neither stack nor memory; strings must be valid UTF-8 as RFC 8259 asks. */
+/* json.c — the JSON reader. It enforces MAX_DEPTH as it descends, so deep input costs neither
+ * stack nor memory; strings must be valid UTF-8 as RFC 8259 asks. Nodes live in the request's
+ * arena (json_arena.c); the writer is jbuf.c. */
 #include "json.h"
 
 #include "agent.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct arena_block {
-	struct arena_block *next;
-	size_t used, cap;
-	_Alignas(16) char data[];
-};
-
-/* The largest block a parse may keep for the next one (an upload chunk's string fits). */
-#define SPARE_MAX (512 * 1024)
-
-/* One freed block kept for reuse: every upload chunk parses a 256 KiB string, and a fresh
- * allocation each time cost its page faults again, which under TCG are dear. */
-static struct arena_block *spare;
-
-static struct arena_block *new_block(size_t cap)
-{
-	if (spare && spare->cap >= cap) {
-		struct arena_block *b = spare;
-		spare = NULL;
-		return b;
-	}
-	struct arena_block *b = malloc(sizeof *b + cap);
-	if (b)
-		b->cap = cap;
-	return b;
-}
-
-static void *arena_alloc(struct json_arena *a, size_t n)
-{
-	n = (n + 15) & ~(size_t)15;
-	struct arena_block *b = a->head;
-	if (!b || b->cap - b->used < n) {
-		b = new_block(n > 65536 ? n : 65536);
-		if (!b)
-			return NULL;
-		b->next = a->head;
-		b->used = 0;
-		a->head = b;
-	}
-	void *p = b->data + b->used;
-	b->used += n;
-	return p;
-}
-
-void json_arena_free(struct json_arena *a)
-{
-	while (a->head) {
-		struct arena_block *b = a->head;
-		a->head = b->next;
-		if (b->cap <= SPARE_MAX && (!spare || b->cap > spare->cap)) {
-			free(spare);
-			spare = b;
-		} else {
-			free(b);
-		}
-	}
-}
-
-size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0];
-	if (c < 0x80)
-		return 1;
-	size_t len;
-	unsigned min;
-	unsigned cp;
-	if (c >= 0xC2 && c <= 0xDF) {
-		len = 2, min = 0x80, cp = c & 0x1F;
-	} else if (c >= 0xE0 && c <= 0xEF) {
-		len = 3, min = 0x800, cp = c & 0x0F;
-	} else if (c >= 0xF0 && c <= 0xF4) {
-		len = 4, min = 0x10000, cp = c & 0x07;
-	} else {
-		return 0;
-	}
-	if (n < len)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3F);
-	}
-	if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-		return 0;
-	return len;
-}
-
-/* ---- reader ---- */
 
 struct parser {
 	const char *s, *end;
@@ -119,7 +31,7 @@ static void skip_ws(struct parser *p)
 
 static struct json *node(struct parser *p, enum json_type t)
 {
-	struct json *v = arena_alloc(p->a, sizeof *v);
+	struct json *v = json_arena_alloc(p->a, sizeof *v);
 	if (!v) {
 		fail(p, JSON_NO_MEMORY);
 		return NULL;
@@ -255,7 +167,7 @@ static bool parse_plain_string(struct parser *p, const char **out, size_t *out_l
 	if (q >= p->end || *q != '"')
 		return false;
 	size_t n = (size_t)(q - p->s - 1);
-	char *buf = arena_alloc(p->a, n + 1);
+	char *buf = json_arena_alloc(p->a, n + 1);
 	if (!buf) {
 		fail(p, JSON_NO_MEMORY);
 		return false;
@@ -281,7 +193,7 @@ static bool parse_string(struct parser *p, const char **out, size_t *out_len)
 		q += (*q == '\\') ? 2 : 1;
 	if (q >= p->end)
 		return false;
-	char *buf = arena_alloc(p->a, (size_t)(q - p->s) + 1);
+	char *buf = json_arena_alloc(p->a, (size_t)(q - p->s) + 1);
 	if (!buf) {
 		fail(p, JSON_NO_MEMORY);
 		return false;
@@ -532,91 +444,4 @@ bool json_int(const struct json *v, int64_t *out)
 		return false;
 	*out = (int64_t)d;
 	return true;
-}
-
-/* ---- writer ---- */
-
-bool jbuf_reserve(struct jbuf *b, size_t extra)
-{
-	if (b->oom)
-		return false;
-	if (b->cap - b->len >= extra)
-		return true;
-	size_t cap = b->cap ? b->cap : 256;
-	while (cap - b->len < extra)
-		cap *= 2;
-	char *p = realloc(b->p, cap);
-	if (!p) {
-		b->oom = true;
-		return false;
-	}
-	b->p = p;
-	b->cap = cap;
-	return true;
-}
-
-void jbuf_put(struct jbuf *b, const void *s, size_t n)
-{
-	if (!jbuf_reserve(b, n))
-		return;
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-}
-
-void jbuf_puts(struct jbuf *b, const char *s)
-{
-	jbuf_put(b, s, strlen(s));
-}
-
-void jbuf_int(struct jbuf *b, int64_t v)
-{
-	char tmp[24];
-	int n = snprintf(tmp, sizeof tmp, "%lld", (long long)v);
-	jbuf_put(b, tmp, (size_t)n);
-}
-
-void jbuf_string(struct jbuf *b, const char *s, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-	/* Worst case: every byte becomes a 6-byte escape. */
-	if (!jbuf_reserve(b, n * 6 + 2))
-		return;
-	char *o = b->p + b->len;
-	*o++ = '"';
-	const unsigned char *u = (const unsigned char *)s;
-	for (size_t i = 0; i < n;) {
-		unsigned char c = u[i];
-		if (c >= 0x80) {
-			size_t len = utf8_seq_len(u + i, n - i);
-			if (len == 0) {
-				memcpy(o, "\\ufffd", 6);
-				o += 6;
-				i++;
-			} else {
-				memcpy(o, u + i, len);
-				o += len;
-				i += len;
-			}
-			continue;
-		}
-		i++;
-		if (c == '"' || c == '\\') {
-			*o++ = '\\';
-			*o++ = (char)c;
-		} else if (c == '\n') {
-			*o++ = '\\', *o++ = 'n';
-		} else if (c == '\r') {
-			*o++ = '\\', *o++ = 'r';
-		} else if (c == '\t') {
-			*o++ = '\\', *o++ = 't';
-		} else if (c < 0x20 || c == 0x7F) {
-			*o++ = '\\', *o++ = 'u', *o++ = '0', *o++ = '0';
-			*o++ = hex[c >> 4];
-			*o++ = hex[c & 15];
-		} else {
-			*o++ = (char)c;
-		}
-	}
-	*o++ = '"';
-	b->len = (size_t)(o - b->p);
 }

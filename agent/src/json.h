@@ -1,4 +1,5 @@
-/* json.h — a small JSON reader (into an arena, depth-limited) and writer (into a growable buffer). */
+/* json.h — a small JSON reader (json.c, into an arena: json_arena.c, depth-limited) and writer
+ * (jbuf.c, into a growable buffer); UTF-8 checks in utf8.c. */
 #ifndef FORKD_JSON_H
 #define FORKD_JSON_H
 
@@ -40,6 +41,8 @@ struct json_arena {
 /* Parses exactly one value filling text; NULL and *err on failure. Nodes live in the arena. */
 struct json *json_parse(struct json_arena *a, const char *text, size_t len, enum json_error *err);
 void json_arena_free(struct json_arena *a);
+/* n bytes, 16-aligned, freed with the arena; NULL when out of memory. */
+void *json_arena_alloc(struct json_arena *a, size_t n);
 
 /* The member named key, or NULL. */
 const struct json *json_get(const struct json *obj, const char *key);

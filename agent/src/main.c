@@ -152,7 +152,7 @@ static void __attribute__((noreturn)) run_pid1(void)
 	agent_mode = MODE_PID1;
 	pid1_setup();
 	setup_signals();
-	exec_init();
+	spawn_init();
 	struct channel *ch = channel_virtio_open(PORT_NAME, PORT_WAIT_MS);
 	for (;;) {
 		serve(ch);
@@ -165,7 +165,7 @@ static int run_listen(const char *path)
 	agent_mode = MODE_LISTEN;
 	ensure_std_fds();
 	setup_signals();
-	exec_init();
+	spawn_init();
 	/* As root on a developer's host, `configure hostname` must not rename the host. */
 	if (geteuid() == 0 && unshare(CLONE_NEWUTS) < 0)
 		agent_log("unshare(CLONE_NEWUTS): %s", strerror(errno));
@@ -187,7 +187,7 @@ static int run_virtio(const char *name)
 	agent_mode = MODE_VIRTIO;
 	ensure_std_fds();
 	setup_signals();
-	exec_init();
+	spawn_init();
 	serve(channel_virtio_open(name, PORT_WAIT_MS));
 	return 0;
 }

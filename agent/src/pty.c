@@ -285,7 +285,7 @@ void handle_pty_open(const struct request *rq)
 	fcntl(master, F_SETFD, FD_CLOEXEC);
 	fcntl(slave, F_SETFD, FD_CLOEXEC);
 	fcntl(master, F_SETFL, O_NONBLOCK);
-	pid_t pid = exec_spawn_on(rq, slave, true);
+	pid_t pid = spawn_on_fd(rq, slave, true);
 	close(slave);
 	if (pid < 0) {
 		close(master);

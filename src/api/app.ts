@@ -20,7 +20,7 @@ import { installOpenApi } from './openapi.js';
 import { installStrictInput } from './strict.js';
 import { branchRoutes } from './routes/branch.js';
 import { execRoutes } from './routes/exec.js';
-import { evalRoutes } from './routes/eval.js';
+import { contextRoutes } from './routes/contexts.js';
 import { fileRoutes } from './routes/files.js';
 import { hostRoutes } from './routes/host.js';
 import { imageRoutes } from './routes/images.js';
@@ -138,7 +138,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
     snapshotRoutes,
     branchRoutes,
     networkRoutes,
-    evalRoutes,
+    contextRoutes,
     ptyRoutes,
     packRoutes,
     buildRoutes,

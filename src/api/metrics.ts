@@ -16,7 +16,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import Type from 'typebox';
 import type {
   HostInfo,
-  NetworkApi,
+  NetworkService,
   PackService,
   SandboxUsageT,
   Services,
@@ -48,7 +48,7 @@ function sandboxGauge(registry: Registry, host: HostInfo): Gauge<'state'> {
 }
 
 /** Egress denials per running sandbox (bounded by the sandboxes running; gone ones drop). */
-function deniedGauge(registry: Registry, network: NetworkApi): void {
+function deniedGauge(registry: Registry, network: NetworkService): void {
   new Gauge({
     name: 'forkd_sandbox_egress_denied',
     help: 'Connections and DNS queries a running sandbox was refused, by sandbox',
@@ -67,7 +67,7 @@ function deniedGauge(registry: Registry, network: NetworkApi): void {
  * pass (ech, h2c, hello, name_address, name_denied…), DNS names refused, UDP on an
  * inspected port (quic) and the rest of the filter's (filter).
  */
-function refusedGauge(registry: Registry, network: NetworkApi): void {
+function refusedGauge(registry: Registry, network: NetworkService): void {
   new Gauge({
     name: 'forkd_sandbox_egress_refused',
     help: 'Connections and DNS queries a running sandbox was refused, by sandbox and reason',

@@ -106,7 +106,7 @@ async function runOne(
     void sandbox.contexts.interrupt(o.context ?? 'python').catch(() => undefined);
   process.on('SIGINT', interrupt);
   try {
-    const x = await sandbox.runCode(code, {
+    const x = await sandbox.eval(code, {
       context: o.context,
       timeoutMs: o.timeoutMs,
       ...(o.json

@@ -46,7 +46,7 @@ export function parseIdleFlags(flags: IdleFlags): IdleOptions | undefined {
   return { pauseAfterMs: ms(pause), hibernateAfterMs: ms(hibernate) };
 }
 
-/** `pause 60s, hibernate 900s (daemon)`; `never` when it is never parked; `-` when unknown. */
+/** `pause 60s, hibernate 900s (daemon)`; `never` when it is never paused; `-` when unknown. */
 export function formatIdle(idle: SandboxIdle | undefined): string {
   if (!idle) return '-';
   const part = (what: string, ms: number | null) => (ms === null ? [] : [`${what} ${ms / 1000}s`]);

@@ -14,11 +14,11 @@ export function register(cmd: Command): void {
 
 /** The images under this host's FORKD_HOME, read without a daemon. */
 async function localImages(): Promise<ImageT[]> {
-  const [{ paths }, { ImageStore }] = await Promise.all([
+  const [{ paths }, { ImageManager }] = await Promise.all([
     import('../config.js'),
     import('../services/local.js'),
   ]);
-  return new ImageStore(paths()).list();
+  return new ImageManager(paths()).list();
 }
 
 /** The listing shared by `forkd images` and `forkd image ls`. */

@@ -180,10 +180,10 @@ const VERBS: Verb[] = [
   },
   {
     name: 'pause',
-    summary: 'park a sandbox: stop its VM (no CPU), or --hibernate it to disk; requests wake it',
+    summary: 'pause a sandbox: stop its VM (no CPU), or --hibernate it to disk; requests wake it',
     load: () => import('./pause.js'),
   },
-  { name: 'resume', summary: 'wake a parked sandbox', load: () => import('./resume.js') },
+  { name: 'resume', summary: 'wake a paused sandbox', load: () => import('./resume.js') },
   {
     name: 'ui',
     summary: 'print (or open) the URL of the web UI; serves it locally for a unix-socket daemon',

@@ -1,6 +1,6 @@
 /**
  * `forkd pause ID [--tier paused|hibernated|halted]` (`--hibernate` = `--tier hibernated`):
- * park a sandbox (docs/idle.md). Paused, its QEMU is stopped and uses no CPU; hibernated, it
+ * pause a sandbox (docs/idle.md). Paused, its QEMU is stopped and uses no CPU; hibernated, it
  * is on disk and holds no memory; halted, only its disk is kept (the wake boots it cold).
  * The next request wakes it.
  * Prints `ID TIER`, or `--json` (the REST API's Sandbox).

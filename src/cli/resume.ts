@@ -1,5 +1,5 @@
 /**
- * `forkd resume ID`: wake a parked sandbox now (any request would too; docs/idle.md).
+ * `forkd resume ID`: wake a paused sandbox now (any request would too; docs/idle.md).
  * Prints `ID TIER`, or `--json` (the REST API's Sandbox).
  */
 import type { Command } from 'commander';

@@ -3,8 +3,8 @@
  * [--pause-idle-after S] [--hibernate-idle-after S] [--daemon-idle]`: change a running
  * sandbox (PATCH /v1/sandboxes/:id) in one request: new limits take effect at once, the
  * others keep their value; a timeout makes it expire that many seconds from now; idle times
- * change its idle policy at once (a time left out keeps its value; a parked sandbox stays
- * parked), and --daemon-idle drops its own policy for the daemon's defaults.
+ * change its idle policy at once (a time left out keeps its value; a paused sandbox stays
+ * paused), and --daemon-idle drops its own policy for the daemon's defaults.
  * Prints `ID limits …` and `ID idle …` for what changed, or `--json` (the REST API's Sandbox).
  */
 import type { Command } from 'commander';

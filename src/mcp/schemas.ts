@@ -7,7 +7,7 @@
  * call carries in its structuredContent.
  */
 import Type, { type TInteger, type TObject, type TProperties, type TSchema } from 'typebox';
-import { ContextName } from '../contract/eval.js';
+import { ContextName } from '../contract/contexts.js';
 import { Env, GuestPath, ImageName, Labels, SnapshotTag } from '../contract/schemas.js';
 import {
   FORK_MAX,
@@ -44,7 +44,7 @@ const idleAfter = (what: string) =>
       description: `${what} after this long without a request (ms, rounded up to seconds); 0 or null: never; default: the daemon's`,
     }),
   );
-/** When a sandbox parks itself while nobody uses it (the SDK's IdleOptions; docs/idle.md). */
+/** When a sandbox is paused while nobody uses it (the SDK's IdleOptions; docs/idle.md). */
 const idle = opt(
   Type.Object(
     {
@@ -54,7 +54,7 @@ const idle = opt(
     {
       ...strict,
       description:
-        'park the sandbox when idle, to save the host CPU and memory; any later call wakes it transparently',
+        'pause the sandbox when idle, to save the host CPU and memory; any later call wakes it transparently',
     },
   ),
 );
@@ -85,7 +85,8 @@ export const SandboxOut = Type.Object({
   reason: opt(Type.String()),
   tier: opt(
     Type.String({
-      description: 'running, paused, hibernated or halted (parked: any call wakes it)',
+      description:
+        'running, paused, hibernated or halted (any call wakes a sandbox that is not running)',
     }),
   ),
   idle: opt(
@@ -158,6 +159,34 @@ function outcome(success: TObject): Record<string, unknown> {
 
 // ---- the tools' schemas ----------------------------------------------------------------
 
+/** sandbox_eval (and its alias sandbox_run_code): code evaluated in a context. */
+const EVAL = {
+  input: input({
+    sandboxId,
+    code: Type.String({ minLength: 1, maxLength: 1048576, description: 'Python source to run' }),
+    context: opt(ContextName),
+    timeoutMs: opt(int(LIMITS.execTimeoutMs, 'interrupt the code after this long (ms)')),
+  }),
+  output: Type.Object({
+    text: Nullable(Type.String({ description: "the last expression's value (text/plain)" })),
+    results: Type.Array(
+      Type.Object({
+        isMainResult: Type.Boolean(),
+        data: Type.Record(Type.String(), Type.Unknown(), {
+          description: 'MIME type → value (images base64, application/json parsed)',
+        }),
+      }),
+    ),
+    stdout: Type.String(),
+    stderr: Type.String(),
+    error: Nullable(
+      Type.Object({ name: Type.String(), value: Type.String(), traceback: Type.String() }),
+    ),
+    executionCount: Type.Integer(),
+    durationMs: Type.Number(),
+  }),
+};
+
 export const SCHEMAS = {
   sandbox_create: {
     input: input({
@@ -217,32 +246,9 @@ export const SCHEMAS = {
       stderr: Type.String(),
     }),
   },
-  sandbox_run_code: {
-    input: input({
-      sandboxId,
-      code: Type.String({ minLength: 1, maxLength: 1048576, description: 'Python source to run' }),
-      context: opt(ContextName),
-      timeoutMs: opt(int(LIMITS.execTimeoutMs, 'interrupt the code after this long (ms)')),
-    }),
-    output: Type.Object({
-      text: Nullable(Type.String({ description: "the last expression's value (text/plain)" })),
-      results: Type.Array(
-        Type.Object({
-          isMainResult: Type.Boolean(),
-          data: Type.Record(Type.String(), Type.Unknown(), {
-            description: 'MIME type → value (images base64, application/json parsed)',
-          }),
-        }),
-      ),
-      stdout: Type.String(),
-      stderr: Type.String(),
-      error: Nullable(
-        Type.Object({ name: Type.String(), value: Type.String(), traceback: Type.String() }),
-      ),
-      executionCount: Type.Integer(),
-      durationMs: Type.Number(),
-    }),
-  },
+  sandbox_eval: EVAL,
+  /** The former name of sandbox_eval, kept as an alias. */
+  sandbox_run_code: EVAL,
   files_read: {
     input: input({ sandboxId, path: GuestPath, encoding: opt(encoding) }),
     output: Type.Object({

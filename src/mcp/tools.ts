@@ -4,8 +4,8 @@
  * when to branch); the hints say what a call may change. Results are the SDK's objects as
  * structuredContent; a failed call throws the SDK's catalog error and the server turns it
  * into a tool error carrying its code.
- * `sandbox_run_code` returns the images a cell produced (a matplotlib figure) as MCP
- * image content too.
+ * `sandbox_eval` returns the images a cell produced (a matplotlib figure) as MCP
+ * image content too; `sandbox_run_code` is its former name, kept as an alias (docs/mcp.md).
  */
 import type { Static } from 'typebox';
 import { Forkd, Sandbox, Snapshot, tarOf, type ClientConfig, type ForkResult } from '@forkd/sdk';
@@ -99,6 +99,29 @@ async function killAll(ids: string[], config: ClientConfig): Promise<void> {
   await Promise.all(ids.map((id) => Sandbox.kill(id, config).catch(() => undefined)));
 }
 
+/** sandbox_eval and its alias: one eval, its figures also as MCP image content. */
+async function evalInContext(
+  { sandboxId, code, context, timeoutMs }: Static<(typeof SCHEMAS)['sandbox_eval']['input']>,
+  ctx: ToolContext,
+): Promise<ToolOutput> {
+  const sbx = await Sandbox.connect(sandboxId, { ...ctx.config, signal: ctx.signal });
+  const x = await sbx.eval(code, { context, timeoutMs, signal: ctx.signal });
+  const results = x.results.map((r) => ({ isMainResult: r.isMainResult, data: r.data }));
+  const images = x.results.flatMap((r) => (r.png ? [{ data: r.png, mimeType: 'image/png' }] : []));
+  return {
+    structured: {
+      text: x.text ?? null,
+      results,
+      stdout: x.logs.stdout.join(''),
+      stderr: x.logs.stderr.join(''),
+      error: x.error,
+      executionCount: x.executionCount,
+      durationMs: x.durationMs,
+    },
+    images: images.length ? images : undefined,
+  };
+}
+
 const tool = <N extends ToolName>(spec: ToolSpec<N>): ToolSpec<N> => spec;
 
 export const TOOLS = [
@@ -143,36 +166,26 @@ export const TOOLS = [
     },
   }),
   tool({
-    name: 'sandbox_run_code',
-    title: 'Run Python code in a warm interpreter',
+    name: 'sandbox_eval',
+    title: 'Eval Python code in a warm interpreter',
     description:
-      'Run Python code in a code context of a running sandbox: an interpreter that keeps ' +
+      'Eval Python code in a code context of a running sandbox: an interpreter that keeps ' +
       'its variables and imports between calls (context `python` by default, created on ' +
       'first use). Prefer it to sandbox_exec for step-by-step analysis: nothing is ' +
       're-imported. Returns the last expression as text, stdout/stderr, rich results by ' +
       'MIME type (figures as images) and an exception as `error` (a result, not a tool ' +
       'error). Forks and branches of the sandbox inherit the context with its state.',
     annotations: { ...MAKE, openWorldHint: true },
-    async run({ sandboxId, code, context, timeoutMs }, ctx) {
-      const sbx = await Sandbox.connect(sandboxId, { ...ctx.config, signal: ctx.signal });
-      const x = await sbx.runCode(code, { context, timeoutMs, signal: ctx.signal });
-      const results = x.results.map((r) => ({ isMainResult: r.isMainResult, data: r.data }));
-      const images = x.results.flatMap((r) =>
-        r.png ? [{ data: r.png, mimeType: 'image/png' }] : [],
-      );
-      return {
-        structured: {
-          text: x.text ?? null,
-          results,
-          stdout: x.logs.stdout.join(''),
-          stderr: x.logs.stderr.join(''),
-          error: x.error,
-          executionCount: x.executionCount,
-          durationMs: x.durationMs,
-        },
-        images: images.length ? images : undefined,
-      };
-    },
+    run: evalInContext,
+  }),
+  tool({
+    name: 'sandbox_run_code',
+    title: 'Eval Python code (the former name of sandbox_eval)',
+    description:
+      'The same as sandbox_eval, under its former name, kept as an alias for callers that ' +
+      'name it; prefer sandbox_eval.',
+    annotations: { ...MAKE, openWorldHint: true },
+    run: evalInContext,
   }),
   tool({
     name: 'files_read',

@@ -58,7 +58,7 @@ import type {
   EvalForkResultT,
   EvalRequestT,
   ExecutionT,
-} from '../contract/eval.js';
+} from '../contract/contexts.js';
 
 /** Who asked: `unix` for the local socket, else the token's id. For the audit log. */
 export interface Caller {
@@ -129,7 +129,7 @@ export interface SandboxService {
   setLimits(id: string, req: LimitsRequestT): Promise<SandboxT>;
   /**
    * PATCH: limits, idle policy and timeout together; a refused request changes nothing.
-   * An idle time left out keeps its value; a parked sandbox keeps its tier (docs/idle.md).
+   * An idle time left out keeps its value; a paused sandbox keeps its tier (docs/idle.md).
    */
   update(id: string, patch: PatchSandboxT): Promise<SandboxT>;
   kill(id: string): Promise<void>;
@@ -167,11 +167,11 @@ export interface SandboxService {
   /** The terminal sessions its guest holds (GET /pty without an upgrade). */
   ptySessions(id: string): Promise<PtySessionT[]>;
   /**
-   * Park a running sandbox (docs/idle.md): `paused` stops its QEMU (no CPU), `hibernated`
-   * also captures it to disk and ends QEMU. Parking a parked sandbox answers it as it is.
+   * Pause a running sandbox (docs/idle.md): `paused` stops its QEMU (no CPU), `hibernated`
+   * also captures it to disk and ends QEMU. Pausing a paused sandbox answers it as it is.
    */
   pause(id: string, opts?: { tier?: 'paused' | 'hibernated' | 'halted' }): Promise<SandboxT>;
-  /** Wake a parked sandbox (its guest clock is pushed forward); a running one is a no-op. */
+  /** Wake a paused sandbox (its guest clock is pushed forward); a running one is a no-op. */
   resume(id: string): Promise<SandboxT>;
 }
 
@@ -344,7 +344,7 @@ export interface Services {
   audit: AuditLog;
   host: HostInfo;
   /** Absent when the daemon runs without networking (every sandbox is `none`). */
-  network?: NetworkApi;
+  network?: NetworkService;
   /** Builds from a Dockerfile (absent: not offered). */
   builds?: BuildService;
   /** Portable snapshots: pack, unpack, push, pull (absent: not offered). */
@@ -360,7 +360,7 @@ export interface EventService {
 }
 
 /** A running sandbox's network: its policy, its published ports, the daemon's way in. */
-export interface NetworkApi {
+export interface NetworkService {
   get(id: string): Promise<SandboxNetworkT>;
   /** Change the egress policy at run time (merged over the current one). */
   patch(id: string, egress: EgressPolicyT): Promise<SandboxNetworkT>;

@@ -24,7 +24,7 @@ import { vmTuning } from '../drivers/qemu/tuning.js';
 import { run } from '../util/exec.js';
 import { checkContainerd, checkRuntimeConfig, checkShim } from './containerd-checks.js';
 import { locateGuest } from './guest.js';
-import { NetworkService } from './network/service.js';
+import { NetworkManager } from './network/service.js';
 import { cgroupParentName, memoryRoom, probeEnforcement } from './limits.js';
 import { DEFAULT_IMAGE, getImage, hostBusybox } from './images/index.js';
 
@@ -286,7 +286,7 @@ async function checkNetns(): Promise<Outcome> {
 
 /** Which network mode `nat` sandboxes get here: their own namespace with nftables, or user. */
 async function checkNetwork(): Promise<Outcome> {
-  const { isolation, reason } = await NetworkService.detect();
+  const { isolation, reason } = await NetworkManager.detect();
   if (isolation === 'netns') return pass(`nat mode: ${reason}`);
   return warn(
     `nat mode: ${reason}; egress policies are not enforced`,

@@ -15,7 +15,7 @@ import { ContextManager } from './contexts/service.js';
 import type { Services } from './contracts.js';
 import { Host } from './host.js';
 import { Limiter, type LimitDefaults } from './limits.js';
-import { ImageStore } from './images/index.js';
+import { ImageManager } from './images/index.js';
 import type { ServiceLog } from './log.js';
 import type { ReconcileReport } from './sandboxes/reconcile.js';
 import { publishingOf } from './snapshots/publishing.js';
@@ -27,7 +27,7 @@ import { BootRefresh } from './snapshots/boot-refresh.js';
 import { silentLog } from './log.js';
 import { PackManager } from './packs/service.js';
 import { BuildManager } from './build/service.js';
-import { NetworkService } from './network/service.js';
+import { NetworkManager } from './network/service.js';
 import { SandboxNetworks } from './network/api.js';
 import {
   configureConfinement,
@@ -59,7 +59,7 @@ export interface ServiceOptions {
   qemuVersion?: () => Promise<string>;
   whileStopped?: (r: RamRegion, memoryFile: string) => Promise<void>;
   /** Network options (DNS upstream, namespace pool size); `false`: no networking at all. */
-  network?: ConstructorParameters<typeof NetworkService>[0] | false;
+  network?: ConstructorParameters<typeof NetworkManager>[0] | false;
   /** Default resource limits of sandboxes (`forkd daemon --default-*`; docs/limits.md). */
   limitDefaults?: LimitDefaults;
   /** Confine QEMU (docs/security.md); default on unless FORKD_CONFINE=off. */
@@ -88,7 +88,7 @@ export interface ServiceSet {
   branch: BranchManager;
   builds: BuildManager;
   host: Host;
-  network?: NetworkService;
+  network?: NetworkManager;
   /** What the routes are given. */
   services: Services;
   /** Reconcile with the host: re-adopt sandboxes, clean up, repair, refill pools. */
@@ -113,7 +113,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
   const network =
     opts.network === false
       ? undefined
-      : new NetworkService({
+      : new NetworkManager({
           log: logOf('network'),
           onDenied: (sandbox, what) =>
             store.audit.record({
@@ -188,7 +188,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     branch,
     execSlot: () => sandboxes.execSlot(),
   });
-  const images = new ImageStore(paths, (image, size, say) => boots.prepare(image, size, say));
+  const images = new ImageManager(paths, (image, size, say) => boots.prepare(image, size, say));
   const packs = new PackManager({ paths, snapshots, qemuVersion });
   const builds = new BuildManager({ paths, sandboxes, snapshots, branch, images });
   snapshots.resolveReferencesWith(async (reference) => (await packs.ensure(reference)).tag);

@@ -13,7 +13,7 @@ export {
   getImage,
   imageEnv,
   imageExecDefaults,
-  ImageStore,
+  ImageManager,
   listImages,
   removeImage,
   type BuildOptions,

@@ -92,7 +92,7 @@ export const MIGRATIONS: readonly string[] = [
   // 7: a sandbox's resource limits (JSON: memory_bytes, cpu, pids, cgroup; docs/limits.md).
   `ALTER TABLE sandboxes ADD COLUMN limits TEXT;`,
   // 8: how awake a running sandbox is (running, paused, hibernated; docs/idle.md) and its
-  // idle policy (JSON: pause_after_s, hibernate_after_s), so a parked one stays parked.
+  // idle policy (JSON: pause_after_s, hibernate_after_s), so a paused one stays paused.
   `ALTER TABLE sandboxes ADD COLUMN tier TEXT NOT NULL DEFAULT 'running';
    ALTER TABLE sandboxes ADD COLUMN idle TEXT;`,
 ];

@@ -42,7 +42,7 @@ export interface SandboxRow {
 /** How awake a running sandbox is: QEMU running, stopped, or ended with the VM on disk. */
 export type SandboxTier = 'running' | 'paused' | 'hibernated' | 'halted';
 
-/** When an idle sandbox parks itself, in seconds since its last request (null: never). */
+/** When an idle sandbox is paused, in seconds since its last request (null: never). */
 export interface StoredIdle {
   pause_after_s: number | null;
   hibernate_after_s: number | null;

@@ -7,13 +7,8 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/api/app.js';
-import {
-  FakeServices,
-  injectOptions,
-  SEED,
-  validRequests,
-  type RouteRequest,
-} from '../helpers/fake-services.js';
+import { FakeServices, SEED } from '../helpers/fake-services.js';
+import { injectOptions, validRequests, type RouteRequest } from '../helpers/route-requests.js';
 
 const fake = new FakeServices();
 let app: FastifyInstance;

@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
 import { assertListenSafe, buildApp } from '../../src/api/app.js';
 import { isForkdError } from '../../src/errors.js';
-import { FakeServices, injectOptions, validRequests } from '../helpers/fake-services.js';
+import { FakeServices } from '../helpers/fake-services.js';
+import { injectOptions, validRequests } from '../helpers/route-requests.js';
 
 const TOKEN = 'tok-0123456789abcdef';
 const fake = new FakeServices();

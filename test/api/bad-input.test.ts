@@ -9,13 +9,8 @@ import assert from 'node:assert/strict';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import { buildApp } from '../../src/api/app.js';
 import { ERROR_CATALOG, type ErrorCode } from '../../src/errors.js';
-import {
-  FakeServices,
-  injectOptions,
-  SEED,
-  validRequests,
-  type RouteRequest,
-} from '../helpers/fake-services.js';
+import { FakeServices, SEED } from '../helpers/fake-services.js';
+import { injectOptions, validRequests, type RouteRequest } from '../helpers/route-requests.js';
 
 interface BadCase {
   name: string;

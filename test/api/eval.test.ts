@@ -10,6 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/api/app.js';
 import { FakeServices, SEED } from '../helpers/fake-services.js';
 import { SEED_CONTEXT } from '../helpers/fake-contexts.js';
+import { Sandbox } from '@forkd/sdk';
 import { listenLocal, post as postTo, readLines } from './socket-client.js';
 
 const fake = new FakeServices();
@@ -44,6 +45,14 @@ test('eval answers an Execution: main result, logs, the code’s error', async (
   const raised = await inject('POST', `${S}/eval`, { code: 'raise ValueError' });
   assert.equal(raised.statusCode, 200, 'an exception in the code is a result, not an HTTP error');
   assert.equal((raised.json() as { error: { name: string } }).error.name, 'ValueError');
+});
+
+test('SDK: sandbox.eval, and runCode (its E2B name) as an alias of it', async () => {
+  fake.reset();
+  const sbx = await Sandbox.connect(SEED.sandbox, { url: `http://127.0.0.1:${port}` });
+  assert.equal((await sbx.eval('6 * 7')).text, '6 * 7');
+  const alias = await sbx.runCode('print(hi)');
+  assert.deepEqual([alias.logs.stdout, alias.executionCount], [['hi\n'], 2]);
 });
 
 test('stream:true answers NDJSON events ending with `end`', async () => {

@@ -16,7 +16,8 @@ import fc from 'fast-check';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import { buildApp, routesOf } from '../../src/api/app.js';
 import { ERROR_CATALOG, type ErrorCode } from '../../src/errors.js';
-import { FakeServices, validRequests, type RouteRequest } from '../helpers/fake-services.js';
+import { FakeServices } from '../helpers/fake-services.js';
+import { validRequests, type RouteRequest } from '../helpers/route-requests.js';
 
 const SECONDS = Number(process.env.FORKD_FUZZ_SECONDS ?? 8);
 const SEED_VALUE = process.env.FORKD_FUZZ_SEED ? Number(process.env.FORKD_FUZZ_SEED) : undefined;

@@ -1,7 +1,7 @@
 /**
  * Idle tiers over the fake services (docs/idle.md): the pause and resume routes hand the
  * tier to the service and answer the Sandbox, reject what the contract does not take, and
- * any request to a parked sandbox wakes it; the SDK's `pause`/`resume` and the CLI's
+ * any request to a paused sandbox wakes it; the SDK's `pause`/`resume` and the CLI's
  * `forkd pause`/`resume` and `ps` column say the same. The real QEMU side is
  * test/e2e/idle.test.ts.
  */
@@ -73,7 +73,7 @@ test('pause rejects a tier it does not know, a body on resume, and unknown sandb
   assert.equal(stopped.json().error.code, 'sandbox_not_running');
 });
 
-test('any request to a parked sandbox wakes it: exec, files', async (t) => {
+test('any request to a paused sandbox wakes it: exec, files', async (t) => {
   fake.reset();
   const a = await app();
   t.after(() => a.close());
@@ -277,7 +277,7 @@ test('PATCH idle: times left out keep their value, the order is checked, nothing
   assert.deepEqual(fromDefaults.json().idle.hibernate_after_s, 600);
   await a.inject({ method: 'POST', url: `${S}/pause`, payload: { tier: 'hibernated' } });
   const parked = await patch({ idle: { pause_after_s: 5, hibernate_after_s: 50 } });
-  assert.equal(parked.json().tier, 'hibernated', 'a parked sandbox keeps its tier');
+  assert.equal(parked.json().tier, 'hibernated', 'a paused sandbox keeps its tier');
   assert.equal((await patch({ idle: null })).json().tier, 'hibernated');
   await a.inject({ method: 'DELETE', url: S });
   const stopped = await patch({ idle: { pause_after_s: 5 } });

@@ -103,6 +103,7 @@ test('tools/list: every tool, valid JSON schemas, hints an agent can act on', as
     'lineage_show',
     'sandbox_branch',
     'sandbox_create',
+    'sandbox_eval',
     'sandbox_exec',
     'sandbox_fork',
     'sandbox_kill',
@@ -241,28 +242,41 @@ test('files_read of a PNG also answers MCP image content', async () => {
   assert.equal((r.structuredContent as { encoding: string }).encoding, 'base64');
 });
 
-test('sandbox_run_code: value, output, the exception as a result, a figure as an image', async () => {
-  const value = await ok<{ text: string; executionCount: number }>('sandbox_run_code', {
+test('sandbox_eval: value, output, the exception as a result, a figure as an image', async () => {
+  const value = await ok<{ text: string; executionCount: number }>('sandbox_eval', {
     sandboxId: SEED.sandbox,
     code: 'x + 1',
   });
   assert.equal(value.text, 'x + 1');
-  const printed = await ok<{ stdout: string; text: null }>('sandbox_run_code', {
+  const printed = await ok<{ stdout: string; text: null }>('sandbox_eval', {
     sandboxId: SEED.sandbox,
     code: 'print(hi)',
   });
   assert.deepEqual([printed.stdout, printed.text], ['hi\n', null]);
-  const raised = await ok<{ error: { name: string } }>('sandbox_run_code', {
+  const raised = await ok<{ error: { name: string } }>('sandbox_eval', {
     sandboxId: SEED.sandbox,
     code: 'raise ValueError',
   });
   assert.equal(raised.error.name, 'ValueError', "the code's exception is a result");
-  const r = await call('sandbox_run_code', { sandboxId: SEED.sandbox, code: 'plot()' });
+  const r = await call('sandbox_eval', { sandboxId: SEED.sandbox, code: 'plot()' });
   assert.deepEqual(r.content[1], { type: 'image', data: FAKE_PNG, mimeType: 'image/png' });
   assert.equal(
-    await code('sandbox_run_code', { sandboxId: SEED.sandbox, code: '1', context: 'nope' }),
+    await code('sandbox_eval', { sandboxId: SEED.sandbox, code: '1', context: 'nope' }),
     'context_not_found',
   );
+});
+
+test('sandbox_run_code: the former name of sandbox_eval still answers the same', async () => {
+  const args = { sandboxId: SEED.sandbox, code: 'x + 1' };
+  const answer = ({ text, stdout, error }: Record<string, unknown>) => ({ text, stdout, error });
+  assert.deepEqual(
+    answer(await ok('sandbox_run_code', args)),
+    answer(await ok('sandbox_eval', args)),
+  );
+  const { tools } = await (await mcp()).listTools();
+  const named = (n: string) => tools.find((t) => t.name === n);
+  assert.deepEqual(named('sandbox_run_code')?.inputSchema, named('sandbox_eval')?.inputSchema);
+  assert.match(named('sandbox_run_code')?.description ?? '', /sandbox_eval/);
 });
 
 test('snapshot tools: create with progress, list, fork, branch, lineage, remove', async () => {
@@ -318,7 +332,7 @@ test('snapshot tools: create with progress, list, fork, branch, lineage, remove'
   });
 });
 
-test('idle on sandbox_create, sandbox_fork and sandbox_branch: the children park as asked', async () => {
+test('idle on sandbox_create, sandbox_fork and sandbox_branch: the children pause as asked', async () => {
   fake.reset();
   type Out = { idle: { pauseAfterMs: number | null; source: string }; tier: string };
   const idle = { pauseAfterMs: 30_000, hibernateAfterMs: null };
@@ -465,7 +479,7 @@ test('stdio: `forkd mcp` lists the tools and answers calls and bad arguments', a
     }),
   );
   clients.push(client);
-  assert.equal((await client.listTools()).tools.length, 15);
+  assert.equal((await client.listTools()).tools.length, 16);
   const r = (await client.callTool({ name: 'sandbox_list', arguments: {} })) as CallToolResult;
   assert.deepEqual(
     (r.structuredContent as { sandboxes: { id: string }[] }).sandboxes.map((s) => s.id),

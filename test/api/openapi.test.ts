@@ -10,7 +10,8 @@ import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import { buildApp, routesOf } from '../../src/api/app.js';
 import { renderOpenApi } from '../../src/api/openapi.js';
-import { FakeServices, validRequests } from '../helpers/fake-services.js';
+import { FakeServices } from '../helpers/fake-services.js';
+import { validRequests } from '../helpers/route-requests.js';
 
 interface Doc {
   openapi: string;

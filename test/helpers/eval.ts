@@ -3,7 +3,7 @@
  * eval must not have raised) and, for a fan-out, each child's in order (none may have failed).
  */
 import assert from 'node:assert/strict';
-import type { EvalForkResultT, ExecutionT } from '../../src/contract/eval.js';
+import type { EvalForkResultT, ExecutionT } from '../../src/contract/contexts.js';
 
 export function mainJson(x: ExecutionT): unknown {
   assert.equal(x.error, null, x.error?.traceback);

@@ -15,7 +15,7 @@ import {
   type EvalForkResultT,
   type EvalRequestT,
   type ExecutionT,
-} from '../../src/contract/eval.js';
+} from '../../src/contract/contexts.js';
 import type { ContextService } from '../../src/services/contracts.js';
 import { ExecutionBuilder } from '../../src/services/contexts/execution.js';
 

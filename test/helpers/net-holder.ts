@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { listNetns, netnsOf, NETNS_OWNERS } from '../../src/drivers/net/netns.js';
-import { NetworkService } from '../../src/services/network/service.js';
+import { NetworkManager } from '../../src/services/network/service.js';
 
 async function mine(): Promise<string | undefined> {
   for (const index of await listNetns()) {
@@ -20,7 +20,7 @@ async function mine(): Promise<string | undefined> {
 }
 
 const poolSize = process.argv[2] === '0' ? 0 : 1;
-await new NetworkService({ poolSize }).start();
+await new NetworkManager({ poolSize }).start();
 const deadline = Date.now() + (poolSize ? 20_000 : 0);
 let name = await mine();
 while (!name && Date.now() < deadline) {

@@ -30,7 +30,7 @@ from ._packs import Packs
 from ._builds import Builds
 from ._commands import CommandHandle, Commands
 from ._config import ConnectionConfig, default_socket_path, parse_url, resolve_config
-from ._eval import (
+from ._contexts import (
     ContextInfo,
     Contexts,
     EvalForkResult,

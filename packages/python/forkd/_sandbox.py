@@ -1,6 +1,6 @@
 """``Sandbox``: create (boot from an image, or fork from a snapshot), connect to, list and
 kill sandboxes, the ``commands`` and ``files`` of one, branching it into a snapshot, and
-parking it (``pause``/``resume``, docs/idle.md).
+pausing it (``pause``/``resume``, docs/idle.md).
 Calls that name a sandbox work both on the class with an id (``Sandbox.kill(id)``) and on
 an instance (``sbx.kill()``), as in the TS and E2B SDKs; ``with`` kills it at the end."""
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Uni
 from ._catalog import SandboxNotFoundError
 from ._client import Forkd, Remote, target_of
 from ._commands import Commands
-from ._eval import (
+from ._contexts import (
     Contexts,
     EvalCallbacks,
     EvalForkResult,
@@ -21,7 +21,7 @@ from ._eval import (
     OnResult,
     OnText,
     eval_fork,
-    run_code,
+    eval_code,
 )
 from ._files import Files
 from ._pty import Pty
@@ -131,7 +131,7 @@ class Sandbox(Remote[SandboxInfo]):
         the environment of every command in it. ``network`` is ``"nat"`` or ``"none"``;
         ``egress`` ``"none"`` or ``{"allow_internet": False, "allow_out": [...]}``;
         ``limits`` ``{"memory": "768M", "cpu": 0.5, "pids": 128}``; ``idle``
-        ``{"pause_after_s": 60, "hibernate_after_s": 900}`` parks it when nobody uses it (a
+        ``{"pause_after_s": 60, "hibernate_after_s": 900}`` pauses it when nobody uses it (a
         fork does not inherit it; left out: the daemon's defaults). A start from an image
         forks the image's boot snapshot; ``cold=True`` boots its kernel instead.
 
@@ -228,9 +228,9 @@ class Sandbox(Remote[SandboxInfo]):
         token: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> SandboxInfo:
-        """Change when it parks itself (docs/idle.md), at once: ``{"pause_after_s": 30}``;
+        """Change when it pauses itself (docs/idle.md), at once: ``{"pause_after_s": 30}``;
         times left out keep their value, 0 or None is never; ``None`` for the whole policy
-        makes it follow the daemon's defaults again. A parked sandbox stays parked and the
+        makes it follow the daemon's defaults again. A paused sandbox stays paused and the
         new times count from now. ``Sandbox.set_idle(id, {...})`` works by id."""
         return _patch(self, {"idle": idle_body(idle)}, url, token, request_timeout)
 
@@ -242,7 +242,7 @@ class Sandbox(Remote[SandboxInfo]):
         token: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> SandboxInfo:
-        """Park it (docs/idle.md): ``"paused"`` (default) stops its VM, so it uses no CPU;
+        """Pause it (docs/idle.md): ``"paused"`` (default) stops its VM, so it uses no CPU;
         ``"hibernated"`` puts it on disk and ends its VM, so it uses no memory either;
         ``"halted"`` keeps only its disk (its guest syncs, its VM ends) and its wake is a cold
         boot on that disk. Any request wakes it; ``info.tier`` says where it is.
@@ -300,7 +300,7 @@ class Sandbox(Remote[SandboxInfo]):
         body = compact(tag=tag, fork=fork, labels=labels, no_wait=no_wait, mode=mode, idle=idle_body(idle))
         return branch_sandbox(client, sandbox_id, body)
 
-    def run_code(
+    def eval(
         self,
         code: str,
         *,
@@ -316,11 +316,14 @@ class Sandbox(Remote[SandboxInfo]):
         ``on_…`` callback the eval streams: each is called as the code prints or yields a
         result; a callback that raises stops the eval (the code is interrupted).
 
-        ``sbx.run_code("import numpy; numpy.arange(4).sum()").text  # '6'``"""
+        ``sbx.eval("import numpy; numpy.arange(4).sum()").text  # '6'``"""
         callbacks = EvalCallbacks(on_stdout, on_stderr, on_result, on_error)
-        return run_code(
+        return eval_code(
             self._client.transport, sandbox_path(self.id), code, context, timeout_ms, callbacks
         )
+
+    #: ``eval`` under the name E2B's code interpreter uses, kept as an alias (docs/eval.md).
+    run_code = eval
 
     def eval_fork(
         self,

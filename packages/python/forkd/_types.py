@@ -66,7 +66,7 @@ class SandboxInfo:
     unenforced: Optional[List[str]] = None
     #: How awake it is: ``running``, ``paused``, ``hibernated`` or ``halted`` (docs/idle.md).
     tier: Optional[str] = None
-    #: While it runs, when it parks itself: ``{"pause_after_s", "hibernate_after_s",
+    #: While it runs, when it pauses itself: ``{"pause_after_s", "hibernate_after_s",
     #: "source"}`` (None: never; ``source`` ``sandbox`` or ``daemon``; docs/idle.md).
     idle: Optional[Dict[str, Any]] = None
 

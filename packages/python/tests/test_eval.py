@@ -27,7 +27,7 @@ def setUpModule() -> None:
     SBX = support.until_capacity(
         lambda: Sandbox.create(support.PYTHON_IMAGE, memory_mib=512, url=DAEMON.url)
     )
-    SBX.run_code("x = 41")
+    SBX.eval("x = 41")
 
 
 def until(check: "object", what: str, seconds: float = 30.0) -> None:
@@ -40,10 +40,15 @@ def until(check: "object", what: str, seconds: float = 30.0) -> None:
 
 
 class EvalTest(unittest.TestCase):
+    def test_run_code_is_an_alias_of_eval(self) -> None:
+        self.assertEqual(SBX.run_code("x").text, SBX.eval("x").text)
+        self.assertIs(forkd.Sandbox.run_code, forkd.Sandbox.eval)
+        self.assertIs(forkd.AsyncSandbox.run_code, forkd.AsyncSandbox.eval)
+
     def test_streamed_output_results_and_errors(self) -> None:
         printed: List[str] = []
         results: List[forkd.Result] = []
-        x = SBX.run_code(
+        x = SBX.eval(
             "import sys\nfor i in range(3): print(i, flush=True)\nprint('e', file=sys.stderr)\nx + 1",
             on_stdout=printed.append,
             on_result=results.append,
@@ -52,7 +57,7 @@ class EvalTest(unittest.TestCase):
         self.assertEqual(("".join(x.stdout), "".join(x.stderr)), ("0\n1\n2\n", "e\n"))
         self.assertEqual((x.text, results[0].json, x.error), ("42", 42, None))
         errors: List[forkd.ExecutionError] = []
-        failed = SBX.run_code("1 / 0", on_error=errors.append)
+        failed = SBX.eval("1 / 0", on_error=errors.append)
         assert failed.error is not None
         self.assertEqual((failed.error.name, errors[0].name), ("ZeroDivisionError", "ZeroDivisionError"))
         self.assertIn('File "<cell>", line 1', failed.error.traceback)
@@ -61,7 +66,7 @@ class EvalTest(unittest.TestCase):
         ctx = SBX.contexts.create("b", cwd="/tmp", envs={"MODE": "test"})
         self.addCleanup(_quiet_remove, "b")
         self.assertEqual((ctx.name, ctx.cwd, ctx.alive), ("b", "/tmp", True))
-        here = SBX.run_code("import os\ny = 1\nos.getcwd(), os.environ['MODE']", context="b")
+        here = SBX.eval("import os\ny = 1\nos.getcwd(), os.environ['MODE']", context="b")
         self.assertEqual(here.results[0].json, ["/tmp", "test"])
         self.assertEqual({c.name for c in SBX.contexts.list()}, {"python", "b"})
         with self.assertRaises(forkd.NameTakenError):
@@ -71,7 +76,7 @@ class EvalTest(unittest.TestCase):
         started = threading.Event()
         runner = threading.Thread(
             target=lambda: answer.append(
-                SBX.run_code(
+                SBX.eval(
                     "import time\nprint('sleeping', flush=True)\ntime.sleep(60)",
                     context="b",
                     on_stdout=lambda _: started.set(),
@@ -83,15 +88,15 @@ class EvalTest(unittest.TestCase):
         SBX.contexts.interrupt("b")
         runner.join(60)
         self.assertEqual(answer[0].error.name if answer[0].error else None, "KeyboardInterrupt")
-        self.assertEqual(SBX.run_code("y", context="b").text, "1", "the state survived the interrupt")
+        self.assertEqual(SBX.eval("y", context="b").text, "1", "the state survived the interrupt")
 
         restarted = SBX.contexts.restart("b")
         self.assertEqual(restarted.cwd, "/tmp")
-        gone = SBX.run_code("y", context="b").error
+        gone = SBX.eval("y", context="b").error
         self.assertEqual(gone.name if gone else None, "NameError")
         SBX.contexts.remove("b")
         with self.assertRaises(forkd.ContextNotFoundError):
-            SBX.run_code("1", context="b")
+            SBX.eval("1", context="b")
 
     def test_eval_fork_runs_each_variant_in_its_own_child(self) -> None:
         fanned = SBX.eval_fork(["x + 1", "x + 2"])
@@ -103,7 +108,7 @@ class EvalTest(unittest.TestCase):
         self.assertEqual(len(children), 2)
         running = {s.id for s in Sandbox.list(state="running", url=DAEMON.url)}
         self.assertEqual(children & running, set(), "the children were not killed")
-        self.assertEqual(SBX.run_code("x").text, "41", "the source is untouched")
+        self.assertEqual(SBX.eval("x").text, "41", "the source is untouched")
 
 
 class PtyTest(unittest.TestCase):
@@ -135,7 +140,7 @@ class PtyTest(unittest.TestCase):
 
 
 class AsyncEvalTest(unittest.TestCase):
-    def test_async_run_code_contexts_and_pty(self) -> None:
+    def test_async_eval_contexts_and_pty(self) -> None:
         async def main() -> None:
             sbx = await AsyncSandbox.connect(SBX.id, url=DAEMON.url)
             seen: List[str] = []
@@ -143,8 +148,9 @@ class AsyncEvalTest(unittest.TestCase):
             async def on_stdout(text: str) -> None:
                 seen.append(text)
 
-            x = await sbx.run_code("print('hi')\nx * 2", on_stdout=on_stdout)
+            x = await sbx.eval("print('hi')\nx * 2", on_stdout=on_stdout)
             self.assertEqual(("".join(seen), x.text), ("hi\n", "82"))
+            self.assertEqual((await sbx.run_code("x")).text, "41", "the alias, awaited")
             self.assertIn("python", [c.name for c in await sbx.contexts.list()])
             out = bytearray()
             term = await sbx.pty.create(cmd="sh", on_data=out.extend)

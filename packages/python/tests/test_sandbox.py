@@ -182,13 +182,13 @@ class SandboxTest(unittest.TestCase):
             Sandbox.kill(sbx.id, url=DAEMON.url)
         self.assertEqual(Sandbox.connect(sbx.id, url=DAEMON.url).info.state, "stopped")
 
-    def test_run_code_in_an_image_without_python(self) -> None:
+    def test_eval_in_an_image_without_python(self) -> None:
         # busybox has no python3: the context cannot start, and the error says so. A guest
         # agent built before code contexts (an initramfs not rebuilt since) is refused first,
         # with UnsupportedError naming the fix; either way a typed error, never a hang.
         with create() as sbx:
             with self.assertRaises((forkd.CommandNotFoundError, forkd.UnsupportedError)) as caught:
-                sbx.run_code("1 + 1")
+                sbx.eval("1 + 1")
             self.assertRegex(str(caught.exception), "python3|predates code contexts")
 
     def test_with_kills_even_when_the_block_fails(self) -> None:

@@ -1,6 +1,6 @@
 /**
  * Code contexts: warm interpreters in a sandbox that keep their state between calls
- * (`sandbox.runCode`, `sandbox.contexts`), inherited by forks and branches, and eval
+ * (`sandbox.eval`, `sandbox.contexts`), inherited by forks and branches, and eval
  * fan-out (`sandbox.evalFork`). The results follow E2B's Execution/Result shape: rich
  * outputs keyed by MIME type, logs, and an error with its name, value and traceback.
  */
@@ -104,10 +104,10 @@ export interface ExecutionError {
 }
 
 /**
- * What one runCode gave: results, logs, the code's error if it raised.
+ * What one eval gave: results, logs, the code's error if it raised.
  *
  * @example
- * const x = await sandbox.runCode('1 + 1');
+ * const x = await sandbox.eval('1 + 1');
  * console.log(x.text); // '2'
  */
 export class Execution {
@@ -154,9 +154,9 @@ function toExecution(w: WireExecution): Execution {
  * How to run code. With any callback the eval streams: output arrives as the code runs.
  *
  * @example
- * await sandbox.runCode('for i in range(3): print(i)', { onStdout: (s) => process.stdout.write(s) });
+ * await sandbox.eval('for i in range(3): print(i)', { onStdout: (s) => process.stdout.write(s) });
  */
-export interface RunCodeOptions extends CallOptions {
+export interface EvalOptions extends CallOptions {
   /** The context to run in (default `python`, created on first use). */
   context?: string;
   /** Interrupt the code after this long (default 300 s); the context lives on. */
@@ -166,6 +166,9 @@ export interface RunCodeOptions extends CallOptions {
   onResult?(result: Result): void | Promise<void>;
   onError?(error: ExecutionError): void | Promise<void>;
 }
+
+/** The former name of {@link EvalOptions}, kept as an alias. */
+export type RunCodeOptions = EvalOptions;
 
 /** What a fan-out gave: one entry per variant, in order. */
 export interface EvalForkResult {
@@ -180,7 +183,7 @@ export interface EvalForkResult {
   }[];
 }
 
-function evalBody(code: string, opts: RunCodeOptions, stream: boolean) {
+function evalBody(code: string, opts: EvalOptions, stream: boolean) {
   return {
     code,
     ...(opts.context ? { context: opts.context } : {}),
@@ -190,11 +193,11 @@ function evalBody(code: string, opts: RunCodeOptions, stream: boolean) {
 }
 
 /** Run code in a context of the sandbox at `base` (`/v1/sandboxes/ID`). */
-export async function runCode(
+export async function evalCode(
   transport: Transport,
   base: string,
   code: string,
-  opts: RunCodeOptions = {},
+  opts: EvalOptions = {},
 ): Promise<Execution> {
   const stream = Boolean(opts.onStdout || opts.onStderr || opts.onResult || opts.onError);
   const spec = {
@@ -275,7 +278,7 @@ export async function evalFork(
  *
  * @example
  * await sandbox.contexts.create({ name: 'data', cwd: '/data' });
- * await sandbox.runCode('import os; os.getcwd()', { context: 'data' });
+ * await sandbox.eval('import os; os.getcwd()', { context: 'data' });
  */
 export class Contexts {
   constructor(
@@ -290,7 +293,7 @@ export class Contexts {
    *
    * @example
    * const ctx = await sandbox.contexts.create({ name: 'b', envs: { MODE: 'test' } });
-   * await sandbox.contexts.create({ language: 'node' }); // runCode(code, {context: 'node'})
+   * await sandbox.contexts.create({ language: 'node' }); // eval(code, {context: 'node'})
    */
   async create(
     opts: {

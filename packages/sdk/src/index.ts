@@ -37,6 +37,7 @@ export type {
   ContextInfo,
   ContextLanguage,
   EvalForkResult,
+  EvalOptions,
   ExecutionError,
   RunCodeOptions,
 } from './contexts.js';

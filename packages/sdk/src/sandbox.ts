@@ -8,10 +8,10 @@ import { Commands } from './commands.js';
 import {
   Contexts,
   evalFork,
-  runCode,
+  evalCode,
   type EvalForkResult,
   type Execution,
-  type RunCodeOptions,
+  type EvalOptions,
 } from './contexts.js';
 import { Forkd, type CallOptions } from './client.js';
 import type { ClientConfig } from './config.js';
@@ -83,7 +83,7 @@ export interface SandboxCreateOptions extends SandboxOptions {
   egress?: EgressPolicy;
   /** Caps on its QEMU on the host; a fork inherits its snapshot's (docs/limits.md). */
   limits?: LimitsOptions;
-  /** When it parks itself after its last request; a fork does not inherit it (docs/idle.md). */
+  /** When it pauses itself after its last request; a fork does not inherit it (docs/idle.md). */
   idle?: IdleOptions;
   /**
    * A fork only (of a snapshot with network nat): run its QEMU in this network namespace (a
@@ -198,15 +198,26 @@ export class Sandbox {
   }
 
   /**
-   * Run code in a warm interpreter that keeps its state between calls (default context
-   * `python`, created on first use); forks of the sandbox inherit it.
+   * Eval code in a context: a warm interpreter that keeps its state between calls (default
+   * context `python`, created on first use); forks of the sandbox inherit it.
    *
    * @example
-   * await sbx.runCode('import numpy as np; a = np.arange(3)');
-   * console.log((await sbx.runCode('a.sum()')).text); // '3'
+   * await sbx.eval('import numpy as np; a = np.arange(3)');
+   * console.log((await sbx.eval('a.sum()')).text); // '3'
    */
-  runCode(code: string, opts?: RunCodeOptions): Promise<Execution> {
-    return runCode(this.client.transport, sandboxPath(this.id), code, opts);
+  eval(code: string, opts?: EvalOptions): Promise<Execution> {
+    return evalCode(this.client.transport, sandboxPath(this.id), code, opts);
+  }
+
+  /**
+   * The same as {@link Sandbox.eval}, under the name E2B's code interpreter uses (kept as
+   * an alias; docs/eval.md).
+   *
+   * @example
+   * console.log((await sbx.runCode('6 * 7')).text); // '42'
+   */
+  runCode(code: string, opts?: EvalOptions): Promise<Execution> {
+    return this.eval(code, opts);
   }
 
   /**
@@ -402,14 +413,14 @@ export class Sandbox {
   }
 
   /**
-   * Change when it parks itself (docs/idle.md), at once: times left out keep their value
+   * Change when it pauses itself (docs/idle.md), at once: times left out keep their value
    * (its own, or the daemon's defaults it follows until now), 0 or null is never; `null`
-   * for the whole policy makes it follow the daemon's defaults again. A parked sandbox
-   * stays parked; the new times count from now. Kept across a daemon restart.
+   * for the whole policy makes it follow the daemon's defaults again. A paused sandbox
+   * stays paused; the new times count from now. Kept across a daemon restart.
    *
    * @example
    * await sbx.setIdle({ pauseAfterMs: 30_000 }); // paused after 30 s without a request
-   * await sbx.setIdle({ pauseAfterMs: 0, hibernateAfterMs: 0 }); // never parked
+   * await sbx.setIdle({ pauseAfterMs: 0, hibernateAfterMs: 0 }); // never paused
    * await sbx.setIdle(null); // the daemon's --pause-idle-after / --hibernate-idle-after
    */
   async setIdle(idle: IdleOptions | null, opts: CallOptions = {}): Promise<SandboxInfo> {
@@ -431,7 +442,7 @@ export class Sandbox {
   }
 
   /**
-   * Park it (docs/idle.md): `paused` (default) stops its VM, so it uses no CPU; `hibernated`
+   * Pause it (docs/idle.md): `paused` (default) stops its VM, so it uses no CPU; `hibernated`
    * also writes it to disk and ends its VM, so it holds no memory; `halted` keeps only its
    * disk (its guest syncs, its VM ends), and its wake is a cold boot on that disk: files
    * stay, processes and memory do not. Any later request (a command, a file, code) wakes it
@@ -456,7 +467,7 @@ export class Sandbox {
   }
 
   /**
-   * Wake it if it is parked (its guest clock is set to now); a running sandbox is left as it is.
+   * Wake it if it is paused (its guest clock is set to now); a running sandbox is left as it is.
    *
    * @example
    * await sbx.resume();

@@ -24,7 +24,7 @@ export type SandboxState = 'starting' | 'running' | 'stopped' | 'dead';
 export type SandboxTier = 'running' | 'paused' | 'hibernated' | 'halted';
 
 /**
- * When a sandbox parks itself after its last request (docs/idle.md), asked for on create or
+ * When a sandbox pauses itself after its last request (docs/idle.md), asked for on create or
  * fork, or changed later with `sbx.setIdle`. On a create or fork a field left out takes the
  * daemon's default (`--pause-idle-after`, `--hibernate-idle-after`); on `setIdle` it keeps
  * its value. 0 or null means never. The daemon counts whole seconds (rounded up);
@@ -88,7 +88,7 @@ export interface SandboxInfo {
   usage?: SandboxUsage;
   /** How awake it is (absent from a daemon older than idle tiers). */
   tier?: SandboxTier;
-  /** When it parks itself, while it runs (absent from a daemon older than idle policies). */
+  /** When it pauses itself, while it runs (absent from a daemon older than idle policies). */
   idle?: SandboxIdle;
   /** How its QEMU is confined: only on a running sandbox, from `getInfo`/`connect`. */
   confinement?: SandboxConfinement;

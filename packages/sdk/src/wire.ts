@@ -395,7 +395,7 @@ export const EXECUTION: WireNames<Execution> = {
  * eval --json` prints): snake_case, and `text` null when the cell ended with no value.
  *
  * @example
- * console.log(JSON.stringify(executionToWire(await sandbox.runCode('6 * 7'))));
+ * console.log(JSON.stringify(executionToWire(await sandbox.eval('6 * 7'))));
  */
 export function executionToWire(x: Execution): Record<string, unknown> {
   return {

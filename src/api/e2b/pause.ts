@@ -1,9 +1,9 @@
 /**
- * E2B's pause as its SDK sees it. forkd wakes a parked sandbox on any request; E2B does
+ * E2B's pause as its SDK sees it. forkd wakes a paused sandbox on any request; E2B does
  * not: after `pause()` the sandbox is paused until `connect()` (or resume) — its envd
  * answers 502 (`isRunning()` is false), and a sandbox created with auto-pause but without
- * auto-resume stays paused the same way once its idle time parked it. This gate holds those
- * sandboxes: an envd request to one that is parked is answered as E2B answers it, without
+ * auto-resume stays paused the same way once its idle time paused it. This gate holds those
+ * sandboxes: an envd request to one that is paused is answered as E2B answers it, without
  * waking it. Held ids live in the listener's memory (a daemon restart forgets them: its
  * sandboxes then wake on any request, as forkd's own do).
  */
@@ -18,7 +18,7 @@ export const NO_AUTO_RESUME = 'forkd.e2b.auto-resume';
 export class PauseGate {
   /** Paused by E2B's pause(): held until connect/resume. */
   private readonly held = new Set<string>();
-  /** Auto-pause without auto-resume: held whenever forkd's idle policy parked it. */
+  /** Auto-pause without auto-resume: held whenever forkd's idle policy paused it. */
   private readonly manual = new Set<string>();
 
   constructor(private readonly services: Services) {}
@@ -36,7 +36,7 @@ export class PauseGate {
     this.manual.add(id);
   }
 
-  /** Whether a request to `id` must not wake it: held, and parked right now. */
+  /** Whether a request to `id` must not wake it: held, and paused right now. */
   async refuses(id: string): Promise<boolean> {
     if (!this.held.has(id) && !this.manual.has(id)) return false;
     const s = await this.services.sandboxes.get(id).catch(() => undefined);
@@ -57,7 +57,7 @@ export class PauseGate {
 const PAUSED = 'the sandbox is paused: resume it with Sandbox.connect()';
 
 /**
- * Answer envd requests (REST, RPC, /health) to a held, parked sandbox before their route
+ * Answer envd requests (REST, RPC, /health) to a held, paused sandbox before their route
  * would wake it: 502 as E2B's proxy answers for a sandbox that does not run, Connect's
  * `unavailable` on RPCs.
  */

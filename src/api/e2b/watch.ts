@@ -5,7 +5,7 @@
  * non-empty file also WRITE), a changed size or mtime WRITE, a changed mode CHMOD, a gone
  * entry REMOVE (a rename shows as REMOVE + CREATE). Names are relative to the watched
  * directory, as envd's are. A change undone within one poll is not seen; a watched sandbox
- * counts as in use, so it is not parked while the watch lasts.
+ * counts as in use, so it is not paused while the watch lasts.
  */
 import { posix } from 'node:path';
 import type { FileStatT } from '../../contract/schemas.js';

@@ -8,7 +8,7 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import Type from 'typebox';
 import { ForkdError } from '../../errors.js';
-import type { NetworkApi, Services } from '../../services/contracts.js';
+import type { NetworkService, Services } from '../../services/contracts.js';
 import {
   PatchNetwork,
   PortList,
@@ -51,7 +51,7 @@ function portOf(text: string): number {
   return port;
 }
 
-function networkOf(services: Services): NetworkApi {
+function networkOf(services: Services): NetworkService {
   if (services.network) return services.network;
   throw new ForkdError('setup_required', 'this daemon runs without networking', {});
 }
@@ -117,7 +117,7 @@ function guestPath(url: string): string {
   return `/${rest}${q >= 0 ? url.slice(q) : ''}`;
 }
 
-async function proxy(network: NetworkApi, request: FastifyRequest, reply: FastifyReply) {
+async function proxy(network: NetworkService, request: FastifyRequest, reply: FastifyReply) {
   const params = request.params as { id: string; port: string };
   const port = portOf(params.port);
   const target = await network.reach(params.id, port);

@@ -214,7 +214,7 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
     {
       schema: {
         summary:
-          'Park a sandbox: paused (QEMU stopped, default) or hibernated (on disk, no QEMU); any request wakes it',
+          'Pause a sandbox: paused (QEMU stopped, default) or hibernated (on disk, no QEMU); any request wakes it',
         tags,
         params: SandboxParams,
         body: PauseSandbox,
@@ -232,7 +232,7 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
     '/v1/sandboxes/:id/resume',
     {
       schema: {
-        summary: 'Wake a parked sandbox (its guest clock is pushed forward); running: no-op',
+        summary: 'Wake a paused sandbox (its guest clock is pushed forward); running: no-op',
         tags,
         params: SandboxParams,
         response: { 200: Sandbox, ...ERROR_RESPONSES },

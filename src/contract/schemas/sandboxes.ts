@@ -17,7 +17,7 @@ export const SandboxState = Type.Union(
   { description: 'starting → running → stopped (killed by request or timeout) | dead (QEMU died)' },
 );
 
-/** How awake a running sandbox is (docs/idle.md); `state` stays `running` while it is parked. */
+/** How awake a running sandbox is (docs/idle.md); `state` stays `running` while it is paused. */
 export const SandboxTier = Type.Union(
   [
     Type.Literal('running'),
@@ -56,14 +56,14 @@ export const idlePolicyRequest = (leftOut: string, description: string) =>
 /** A sandbox's idle policy asked for on create or fork (docs/idle.md). */
 export const IdlePolicyRequest = idlePolicyRequest(
   "the daemon's default",
-  "when it parks itself (docs/idle.md); a fork does not inherit its snapshot's source's policy",
+  "when it is paused unasked (docs/idle.md); a fork does not inherit its snapshot's source's policy",
 );
 export type IdlePolicyRequestT = Static<typeof IdlePolicyRequest>;
 
 /** A new idle policy for a running sandbox (PATCH; docs/idle.md). */
 export const IdlePolicyChange = idlePolicyRequest(
   'its value now',
-  'its new idle policy, at once (docs/idle.md): a parked sandbox keeps its tier, the times count from now',
+  'its new idle policy, at once (docs/idle.md): a paused sandbox keeps its tier, the times count from now',
 );
 
 /** The idle policy a sandbox has (its own, else the daemon's defaults). */
@@ -80,7 +80,7 @@ export const IdlePolicy = Type.Object(
         "sandbox: asked for on its create or fork, or changed since; daemon: the daemon's defaults",
     }),
   },
-  { description: 'when it parks itself (docs/idle.md)' },
+  { description: 'when it is paused unasked (docs/idle.md)' },
 );
 export type IdlePolicyT = Static<typeof IdlePolicy>;
 
@@ -394,7 +394,7 @@ export const SandboxList = Type.Object({ sandboxes: Type.Array(Sandbox) });
 
 export const SandboxParams = Type.Object({ id: SandboxId }, strict);
 
-/** POST /v1/sandboxes/:id/pause: park a sandbox in a tier (default paused). */
+/** POST /v1/sandboxes/:id/pause: pause a sandbox into a tier (default paused). */
 export const PauseSandbox = Type.Object(
   {
     tier: Type.Optional(

@@ -110,7 +110,7 @@ export async function sweepStrayLayers(ctx: {
   const kept = new Set(ctx.rows.list().flatMap((i) => [i.frozen_file, i.next_file]));
   const removed: string[] = [];
   for (const sb of await ctx.sandboxes.list({ state: 'running' })) {
-    // A parked one is left parked (a lease would wake it); its strays wait for a next start.
+    // A paused one is left paused (a lease would wake it); its strays wait for a next start.
     if (sb.tier !== undefined && sb.tier !== 'running') continue;
     const source = await ctx.sandboxes.lease(sb.id).catch(() => undefined);
     if (!source) continue;

@@ -25,7 +25,7 @@ import type {
   BuildStepResult,
   Caller,
 } from '../contracts.js';
-import { getImage, imageEnv, type ImageStore } from '../images/index.js';
+import { getImage, imageEnv, type ImageManager } from '../images/index.js';
 import type { SandboxManager } from '../sandboxes/service.js';
 import type { SnapshotManifest } from '../snapshots/files.js';
 import type { SnapshotManager } from '../snapshots/service.js';
@@ -73,7 +73,7 @@ export interface BuildServiceOptions {
   sandboxes: SandboxManager;
   snapshots: SnapshotManager;
   branch: BranchManager;
-  images: ImageStore;
+  images: ImageManager;
 }
 
 /** Where a build starts: a snapshot, or an image (booted). */

@@ -2,7 +2,7 @@
  * From the runner's events to the REST shapes: the stream's lines as they come, or one
  * Execution (E2B's shape) gathered from them for a buffered answer.
  */
-import type { EvalEventT, ExecutionT } from '../../contract/eval.js';
+import type { EvalEventT, ExecutionT } from '../../contract/contexts.js';
 import type { RunnerEvent } from '../../drivers/agent/runner.js';
 
 /** The wire event of one runner event. */

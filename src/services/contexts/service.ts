@@ -16,7 +16,7 @@ import {
   type EvalForkResultT,
   type EvalRequestT,
   type ExecutionT,
-} from '../../contract/eval.js';
+} from '../../contract/contexts.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
 import {
   evalCode,

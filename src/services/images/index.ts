@@ -104,7 +104,7 @@ export type BootCapturer = (
   onProgress?: (message: string) => void,
 ) => Promise<Prepared>;
 
-export class ImageStore implements ImageService {
+export class ImageManager implements ImageService {
   constructor(
     private readonly paths: Paths,
     private readonly capture?: BootCapturer,

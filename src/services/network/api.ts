@@ -1,17 +1,17 @@
 /**
- * The network service as the routes see it (NetworkApi): each call leases the running
+ * The network service as the routes see it (NetworkService): each call leases the running
  * sandbox first (so an unknown or stopped one answers like every other sandbox route) and
  * hands its VM to the network service, which owns namespaces, policies and ports.
  */
 import type { SandboxNetworkT } from '../../contract/schemas.js';
-import type { NetworkApi } from '../contracts.js';
+import type { NetworkService } from '../contracts.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import type { EgressInput } from './policy.js';
-import type { NetworkService } from './service.js';
+import type { NetworkManager } from './service.js';
 
-export class SandboxNetworks implements NetworkApi {
+export class SandboxNetworks implements NetworkService {
   constructor(
-    private readonly network: NetworkService,
+    private readonly network: NetworkManager,
     private readonly sandboxes: SandboxHost,
   ) {}
 

@@ -3,7 +3,7 @@
  * `hostfwd` on the namespace's address, reachable only from the host), and for each
  * published port a TCP listener on the host (loopback by default) piped to that forward.
  * The daemon's HTTP route to a guest port uses the inner forward alone. Each connection
- * asks for its forward anew, so the network service can wake a parked sandbox first; a
+ * asks for its forward anew, so the network service can wake a paused sandbox first; a
  * hibernated sandbox keeps its listeners (they are the daemon's, not its QEMU's) while its
  * forwards, which died with its QEMU, are dropped.
  */
@@ -13,7 +13,7 @@ import type { VmHandle } from '../../drivers/vmm.js';
 import { vmm } from '../vmm.js';
 
 /**
- * Where a new connection to a published port goes (waking its sandbox first if parked),
+ * Where a new connection to a published port goes (waking its sandbox first if paused),
  * and what to call when it closes.
  */
 export type TargetOf = () => Promise<Target & { release?: () => void }>;
@@ -90,7 +90,7 @@ export class PortForwards {
   }
 
   /** Its QEMU ended (hibernated): the forwards went with it, the host listeners stay. */
-  park(): void {
+  hibernate(): void {
     this.inners.clear();
     this.vm = undefined;
   }

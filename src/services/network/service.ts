@@ -3,7 +3,7 @@
  * user networking otherwise), a small pool of namespaces made ahead so a fork
  * does not wait for one, each sandbox's policy (enforced in its namespace, changed at run
  * time), its DNS proxy and name proxy (TLS SNI / HTTP Host), its denial count, and its
- * published ports. A published port's connection wakes a parked sandbox first (the sandbox
+ * published ports. A published port's connection wakes a paused sandbox first (the sandbox
  * service's waker); a hibernated one keeps its host listeners while its namespace goes, and
  * gets them back on its wake.
  */
@@ -97,7 +97,7 @@ export type Waker = (id: string) => Promise<{ vm: VmHandle; release: () => void 
 /** The least TTL an address learned from DNS keeps its place in a set. */
 const MIN_DNS_TTL_S = 60;
 
-export class NetworkService {
+export class NetworkManager {
   private readonly log: ServiceLog;
   private readonly sandboxes = new Map<string, Attached>();
   private readonly pool: Netns[] = [];
@@ -128,7 +128,7 @@ export class NetworkService {
    * host's own.
    */
   async start(): Promise<void> {
-    this.isolation = (await NetworkService.detect()).isolation;
+    this.isolation = (await NetworkManager.detect()).isolation;
     if (this.isolation !== 'netns') return;
     await withHostLock(async () => {
       await sweepNetns({ self: this.owner });
@@ -141,7 +141,7 @@ export class NetworkService {
 
   /**
    * How a published port's connection gets a sandbox's QEMU, awake: the sandbox service
-   * wakes a parked sandbox (and counts the connection as a request). Without one the VM
+   * wakes a paused sandbox (and counts the connection as a request). Without one the VM
    * the port was published on is used.
    */
   setWaker(wake: Waker): void {
@@ -161,7 +161,7 @@ export class NetworkService {
     mode: NetworkMode,
     egress: Egress = NO_EGRESS,
   ): Promise<VmNet | undefined> {
-    // A hibernated sandbox waking up keeps the host listeners it held while parked.
+    // A hibernated sandbox waking up keeps the host listeners it held while paused.
     const ports = this.sandboxes.get(id)?.ports ?? new PortForwards();
     if (mode === 'none') {
       this.sandboxes.set(id, { mode, egress: NO_EGRESS, proxyDenied: 0, ports });
@@ -376,10 +376,10 @@ export class NetworkService {
    * A sandbox hibernates: its namespace and DNS proxy go with its QEMU, its published
    * ports' host listeners stay (a connection wakes it); its next lease takes them back.
    */
-  async park(id: string): Promise<void> {
+  async hibernate(id: string): Promise<void> {
     const a = this.sandboxes.get(id);
     if (!a) return;
-    a.ports.park();
+    a.ports.hibernate();
     await this.dropNamespace(id, a);
     this.sandboxes.set(id, { mode: a.mode, egress: a.egress, proxyDenied: 0, ports: a.ports });
   }
@@ -396,7 +396,7 @@ export class NetworkService {
    * After a daemon restart, a hibernated sandbox's published ports listen again on their
    * host ports (a connection wakes it); a port taken meanwhile is dropped (logged).
    */
-  async holdParked(id: string, mode: NetworkMode, egress: Egress, ports: PublishedPort[]) {
+  async holdHibernated(id: string, mode: NetworkMode, egress: Egress, ports: PublishedPort[]) {
     const a: Attached = { mode, egress, proxyDenied: 0, ports: new PortForwards() };
     this.sandboxes.set(id, a);
     for (const p of ports) {

@@ -8,7 +8,7 @@ import { LIMITS } from '../../contract/rules.js';
 import type { SandboxRow, StoredIdle } from '../../store/sandboxes.js';
 import { checkRange } from '../checks.js';
 import type { IdleTiers } from './idle.js';
-import { expiry, notRunning } from './live.js';
+import { expiry } from './live.js';
 import type { SandboxParts } from './parts.js';
 import { changeIdle, type IdleAfter, type IdleRequest } from './tiers.js';
 import type { SandboxViews } from './wire.js';
@@ -25,8 +25,7 @@ export class SandboxChanges {
 
   async extend(id: string, timeoutS: number): Promise<SandboxT> {
     checkRange('timeout_s', timeoutS, LIMITS.timeoutS);
-    const row = this.p.table.row(id);
-    if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
+    this.p.table.active(id);
     const updated = this.p.table.rows.update(id, { expires_at: expiry(timeoutS) }) as SandboxRow;
     if (this.p.table.get(id)) this.p.table.timers.arm(id, updated.expires_at);
     return this.views.wire(updated);
@@ -57,7 +56,7 @@ export class SandboxChanges {
   async update(id: string, patch: PatchSandboxT): Promise<SandboxT> {
     const { timeout_s: timeoutS, limits, idle } = patch;
     if (timeoutS !== undefined) checkRange('timeout_s', timeoutS, LIMITS.timeoutS);
-    const policy = idle === undefined ? undefined : this.nextIdle(this.p.table.row(id), idle);
+    const policy = idle === undefined ? undefined : this.nextIdle(this.p.table.active(id), idle);
     let changed = limits ? await this.setLimits(id, limits) : undefined;
     if (policy !== undefined) changed = this.applyIdle(id, policy);
     if (timeoutS !== undefined) changed = await this.extend(id, timeoutS);
@@ -65,11 +64,10 @@ export class SandboxChanges {
   }
 
   /**
-   * A running sandbox's new idle policy: its times left out keep their value now; null
+   * A starting or running sandbox's new idle policy: its times left out keep their value now; null
    * (none of its own) makes it follow the daemon's defaults again.
    */
   private nextIdle(row: SandboxRow, req: IdleRequest | null): StoredIdle | null {
-    if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
     return req === null ? null : changeIdle(row.idle, req, this.idleDefaults);
   }
 

@@ -61,9 +61,7 @@ export class Endings {
     live.vm = undefined;
     live.agent?.close();
     await vm?.kill();
-    await this.p.network?.release(id);
-    await this.p.limiter.remove(id);
-    this.p.table.rows.update(id, { state, reason, pid: null, tier: 'running' });
+    await this.release(id, state, async () => reason);
     this.p.table.drop(id);
     await keepConsoleLog(this.p.paths.home, id, live.dir).catch(() => undefined);
     await rm(live.dir, { recursive: true, force: true });
@@ -103,16 +101,32 @@ export class Endings {
     if (live.vm !== vm) return; // ended on purpose (hibernated), or an earlier QEMU of it
     table.drop(live.id);
     live.agent?.close();
-    await this.p.network?.release(live.id);
-    const oom = await this.oomReason(live.id);
-    await this.p.limiter.remove(live.id);
-    const reason = oom ?? (await deathReason(live.dir, exit));
-    table.rows.update(live.id, { state: 'dead', reason, pid: null, tier: 'running' });
+    const reason = await this.release(
+      live.id,
+      'dead',
+      async () => (await this.oomReason(live.id)) ?? (await deathReason(live.dir, exit)),
+    );
     log.warn({ sandbox: live.id, reason }, 'sandbox died');
     await keepConsoleLog(this.p.paths.home, live.id, live.dir).catch(() => undefined);
     await removeLeftovers(live.dir).catch((e: unknown) =>
       log.error({ sandbox: live.id, err: e }, 'could not clean up a dead sandbox'),
     );
+  }
+
+  /**
+   * What both endings do once its QEMU is gone: its network and cgroup go, its row says how
+   * it ended. The reason is read before the cgroup goes (an OOM kill is counted there).
+   */
+  private async release(
+    id: string,
+    state: 'stopped' | 'dead',
+    reasonOf: () => Promise<string>,
+  ): Promise<string> {
+    await this.p.network?.release(id);
+    const reason = await reasonOf();
+    await this.p.limiter.remove(id);
+    this.p.table.rows.update(id, { state, reason, pid: null, tier: 'running' });
+    return reason;
   }
 
   /** Why a QEMU that died was killed by the host at its memory limit, if it was. */

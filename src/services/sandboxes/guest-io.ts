@@ -1,7 +1,7 @@
 /**
  * A sandbox's guest I/O behind one facade: commands (buffered and streaming, under the
  * daemon's cap on running commands), files, terminals and the guest user. Each call wakes a
- * parked sandbox first, counts as a request for the idle policy, and applies the
+ * paused sandbox first, counts as a request for the idle policy, and applies the
  * sandbox's default working directory and user as Docker applies an image's.
  */
 import { posix } from 'node:path';
@@ -40,7 +40,7 @@ export class GuestIo {
 
   constructor(
     private readonly p: SandboxParts,
-    /** A running sandbox for a request, woken first when parked (idle.ts). */
+    /** A running sandbox for a request, woken first when paused (idle.ts). */
     private readonly awake: (id: string) => Promise<AwakeLive>,
     maxExecs: number,
   ) {

@@ -100,7 +100,7 @@ export class Halts {
     live.agent = undefined;
     await vm?.kill();
     await rm(hibernationFiles(live.dir).dir, { recursive: true, force: true });
-    await this.p.network?.park(live.id);
+    await this.p.network?.hibernate(live.id);
     await this.p.limiter.remove(live.id);
     this.p.log.info({ sandbox: live.id }, 'sandbox halted');
   }
@@ -172,7 +172,7 @@ export class Halts {
       live.agent?.close();
       live.agent = undefined;
       await vm?.kill();
-      await network?.park(live.id); // still halted: its ports keep listening
+      await network?.hibernate(live.id); // still halted: its ports keep listening
       await limiter.remove(live.id);
       throw e;
     }

@@ -80,10 +80,10 @@ export class IdleTiers {
   }
 
   /**
-   * Park a running sandbox on request (a hibernation or a halt refuses while a stream is
+   * Pause a running sandbox on request (a hibernation or a halt refuses while a stream is
    * under way; a halted sandbox is resumed before any other tier).
    */
-  async park(id: string, to: 'paused' | 'hibernated' | 'halted'): Promise<void> {
+  async pause(id: string, to: 'paused' | 'hibernated' | 'halted'): Promise<void> {
     const live = this.p.table.running(id);
     refuseFromHalted(live, to);
     if (to !== 'paused' && live.busy > 0) {
@@ -97,13 +97,13 @@ export class IdleTiers {
   }
 
   /** After a daemon restart a hibernated or halted sandbox's published ports listen again. */
-  async holdParkedPorts(id: string, dir: string, tier: SandboxTier): Promise<void> {
+  async holdOnDiskPorts(id: string, dir: string, tier: SandboxTier): Promise<void> {
     const network = this.p.network;
     if (!network) return;
     const read = tier === 'halted' ? readHalt : readImage;
     const image = await read(dir).catch(() => undefined);
     if (!image?.ports.length) return;
-    await network.holdParked(
+    await network.holdHibernated(
       id,
       image.nic ? 'nat' : 'none',
       image.egress ?? OPEN_EGRESS,
@@ -124,12 +124,12 @@ export class IdleTiers {
   private sweep(): void {
     if (this.sweeping) return;
     this.sweeping = true;
-    Promise.all(this.p.table.all().map((live) => this.parkIfIdle(live)))
+    Promise.all(this.p.table.all().map((live) => this.pauseIfIdle(live)))
       .catch((e: unknown) => this.p.log.warn({ err: e }, 'idle sweep failed'))
       .finally(() => (this.sweeping = false));
   }
 
-  private async parkIfIdle(live: Live): Promise<void> {
+  private async pauseIfIdle(live: Live): Promise<void> {
     const { table, log } = this.p;
     const after = idleAfterOf(table.rows.get(live.id)?.idle, this.opts.defaults);
     if (after.pauseAfterS === null && after.hibernateAfterS === null) return;
@@ -206,7 +206,7 @@ export class IdleTiers {
       void this.endings.end(live.id, 'dead', `its hibernation could not be written: ${why}`);
       throw e;
     }
-    await this.p.network?.park(live.id); // its published ports keep listening
+    await this.p.network?.hibernate(live.id); // its published ports keep listening
     await this.p.limiter.remove(live.id);
   }
 
@@ -245,7 +245,7 @@ export class IdleTiers {
       this.endings.watch(live, vm);
       await this.republish(live.id, vm, image);
     } catch (e) {
-      await network?.park(live.id); // still hibernated: its ports keep listening
+      await network?.hibernate(live.id); // still hibernated: its ports keep listening
       await limiter.remove(live.id);
       throw e;
     }

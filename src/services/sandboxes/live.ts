@@ -1,6 +1,6 @@
 /**
  * The live table of the sandbox service: the store's rows, and the sandboxes this process
- * holds (awake or parked) with the ones being ended. The other parts of the service
+ * holds (awake or paused) with the ones being ended. The other parts of the service
  * (lifecycle, idle tiers, guest I/O) find a sandbox here and nowhere else, so "not found"
  * and "not running" mean the same in every call.
  */
@@ -10,10 +10,10 @@ import { ForkdError } from '../../errors.js';
 import type { SandboxRow, SandboxRows } from '../../store/sandboxes.js';
 import type { ExecDefaults } from '../images/index.js';
 import type { ExpiryTimers } from './expiry.js';
-import { parkable, type Parkable } from './tiers.js';
+import { tieredStart, type Tiered } from './tiers.js';
 
-/** A running sandbox as this process holds it (awake or parked: tiers.ts). */
-export interface Live extends Parkable {
+/** A running sandbox as this process holds it (awake or paused: tiers.ts). */
+export interface Live extends Tiered {
   readonly row: Pick<SandboxRow, 'memory_mib' | 'cpus' | 'image'>;
   dir: string;
   /** Streaming execs by exec id, until they exit. */
@@ -51,6 +51,13 @@ export class LiveTable {
     throw notRunning(this.row(id));
   }
 
+  /** The row of a sandbox that may still change: starting or running (`sandbox_not_running` otherwise). */
+  active(id: string): SandboxRow {
+    const row = this.row(id);
+    if (row.state !== 'starting' && row.state !== 'running') throw notRunning(row);
+    return row;
+  }
+
   get(id: string): Live | undefined {
     return this.held.get(id);
   }
@@ -68,7 +75,7 @@ export class LiveTable {
       vm: undefined,
       agent: undefined,
       execs: new Map(),
-      ...parkable(row.tier),
+      ...tieredStart(row.tier),
     };
     this.held.set(row.id, live);
     this.timers.arm(row.id, row.expires_at);

@@ -5,7 +5,7 @@
  */
 import type { Paths } from '../../config.js';
 import type { Limiter } from '../limits.js';
-import type { NetworkService } from '../network/service.js';
+import type { NetworkManager } from '../network/service.js';
 import type { LiveTable } from './live.js';
 import type { ServiceLog } from '../log.js';
 
@@ -16,5 +16,5 @@ export interface SandboxParts {
   /** The sandboxes' cgroups. */
   limiter: Limiter;
   /** Namespaces, policies and ports; none: every sandbox has network `none`. */
-  network?: NetworkService;
+  network?: NetworkManager;
 }

@@ -148,7 +148,7 @@ async function adopt(
             AgentClient.connect(vm.files.agent, { timeoutMs: READOPT_AGENT_TIMEOUT_MS }),
             'reconnecting to the guest agent',
           );
-    // A parked sandbox ran only for the agent's handshake: it stays in its tier.
+    // A paused sandbox ran only for the agent's handshake: it stays in its tier.
     if (row.tier === 'paused') await vm.pause();
     return { vm, agent };
   } catch (e) {
@@ -171,7 +171,7 @@ async function refuseUnrestored(vm: VmHandle): Promise<void> {
 /**
  * A daemon killed in the middle of a branch leaves its source stopped (between `stop` and
  * `cont`): resume it, the half-made snapshot is discarded by the snapshot service. A
- * sandbox parked in tier `paused` is resumed too, only until its agent session is back.
+ * sandbox paused in tier `paused` is resumed too, only until its agent session is back.
  */
 async function resumeIfPaused(ctx: ReconcileContext, row: SandboxRow, vm: VmHandle): Promise<void> {
   if ((await vm.status()) !== 'paused') return;

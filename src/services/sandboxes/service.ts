@@ -31,7 +31,7 @@ import type {
 } from '../contracts.js';
 import { Limiter } from '../limits.js';
 import { KeyedLock } from '../../util/keyed-lock.js';
-import type { NetworkService } from '../network/service.js';
+import type { NetworkManager } from '../network/service.js';
 import { Endings } from './ending.js';
 import { ExpiryTimers } from './expiry.js';
 import { GuestIo } from './guest-io.js';
@@ -63,7 +63,7 @@ export interface SandboxServiceOptions {
   /** Stopped and dead rows are forgotten this long after they ended (default 24 h). */
   retainEndedMs?: number;
   /** Namespaces, policies and ports; without it every sandbox has network `none`. */
-  network?: NetworkService;
+  network?: NetworkManager;
   /** The cgroups of sandboxes (default: this home's, with the automatic defaults). */
   limiter?: Limiter;
   /** Pause a sandbox after this many seconds without a request (0 or none: never; docs/idle.md). */
@@ -121,8 +121,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
       this.get(id),
     );
     this.io = new GuestIo(this.parts, (id) => this.tiers.awake(id), opts.maxExecs ?? 256);
-    // A published port's connection is a request: it wakes a parked sandbox first, and
-    // keeps it from being parked while it is open.
+    // A published port's connection is a request: it wakes a paused sandbox first, and
+    // keeps it from being paused while it is open.
     network?.setWaker(async (id) => {
       const live = await this.tiers.awake(id);
       return { vm: live.vm, release: holdConnection(live) };
@@ -155,7 +155,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       adopt: (row, vm, agent) => this.endings.register(row, vm, agent),
       adoptHibernated: async (row) => {
         this.table.hold(row);
-        await this.tiers.holdParkedPorts(row.id, row.dir, row.tier);
+        await this.tiers.holdOnDiskPorts(row.id, row.dir, row.tier);
       },
       adoptNetwork: async (row, vm) => this.opts.network?.adopt(row.id, vm),
     });
@@ -273,7 +273,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return this.io.slot();
   }
 
-  /** The agent session of a running sandbox (woken if parked), for services that talk to its guest. */
+  /** The agent session of a running sandbox (woken if paused), for services that talk to its guest. */
   async agentOf(id: string): Promise<AgentClient> {
     return (await this.tiers.awake(id)).agent;
   }
@@ -282,7 +282,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
     id: string,
     opts: { tier?: 'paused' | 'hibernated' | 'halted' } = {},
   ): Promise<SandboxT> {
-    await this.tiers.park(id, opts.tier ?? 'paused');
+    await this.tiers.pause(id, opts.tier ?? 'paused');
     return this.get(id);
   }
 

@@ -1,5 +1,5 @@
 /**
- * Idle tiers of a sandbox (docs/idle.md): park it (QMP `stop`: its vCPUs use no CPU,
+ * Idle tiers of a sandbox (docs/idle.md): pause it (QMP `stop`: its vCPUs use no CPU,
  * memory and devices stay), hibernate it (captured to disk, its QEMU ended: hibernate.ts)
  * and wake it (`cont`, or a restore from disk; then the guest's wall clock is pushed to the
  * host's, since the guest's clock stood still meanwhile); halt it (only its disk kept: its
@@ -14,7 +14,7 @@ import type { CpuTimes, VmHandle } from '../../drivers/vmm.js';
 export type { SandboxTier } from '../../store/sandboxes.js';
 
 /** The part of a sandbox its tier moves touch. */
-export interface Parkable {
+export interface Tiered {
   readonly id: string;
   /** Its QEMU and agent session; none while it is hibernated or halted. */
   vm: VmHandle | undefined;
@@ -33,8 +33,8 @@ export interface Parkable {
    */
   connections: number;
   /**
-   * Its QEMU's CPU use when the sweep first saw it after its last request: the idle
-   * policy parks only a guest that stayed quiet since (a job it runs keeps it awake).
+   * Its QEMU's CPU demand when the sweep first saw it after its last request: the idle
+   * policy pauses only a guest that stayed quiet since (a job it runs keeps it awake).
    */
   quiet?: CpuMark;
 }
@@ -79,13 +79,13 @@ export function guestWorked(mark: CpuMark, now: CpuMark): boolean {
 /** How a sandbox goes to disk and comes back (the service's: it owns files, network, cgroup). */
 export interface DiskMoves {
   /** Capture it (running or paused) to disk and end its QEMU: `vm` and `agent` go. */
-  hibernate(sb: Parkable): Promise<void>;
+  hibernate(sb: Tiered): Promise<void>;
   /** A new QEMU restored from its capture, running, clock pushed: `vm` and `agent` set. */
-  restore(sb: Parkable): Promise<void>;
+  restore(sb: Tiered): Promise<void>;
   /** Sync its guest's disk and end its QEMU (or drop its capture): only its disk is kept. */
-  halt(sb: Parkable): Promise<void>;
+  halt(sb: Tiered): Promise<void>;
   /** A new QEMU booted cold on its disk, running: `vm` and `agent` set. */
-  reboot(sb: Parkable): Promise<void>;
+  reboot(sb: Tiered): Promise<void>;
 }
 
 /** The tiers with no QEMU: a wake starts a new one (a restore, or a cold boot). */
@@ -93,10 +93,10 @@ export function onDisk(tier: SandboxTier): boolean {
   return tier === 'hibernated' || tier === 'halted';
 }
 
-/** A Parkable's starting fields. */
-export function parkable(
+/** A Tiered's starting fields. */
+export function tieredStart(
   tier: SandboxTier,
-): Pick<Parkable, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy' | 'connections'> {
+): Pick<Tiered, 'tier' | 'lastUsed' | 'turn' | 'queued' | 'busy' | 'connections'> {
   return {
     tier,
     lastUsed: Date.now(),
@@ -107,7 +107,7 @@ export function parkable(
   };
 }
 
-/** When the idle policy parks a sandbox, in seconds without a request (null: never). */
+/** When the idle policy pauses a sandbox, in seconds without a request (null: never). */
 export interface IdleAfter {
   pauseAfterS: number | null;
   hibernateAfterS: number | null;
@@ -170,7 +170,7 @@ export function changeIdle(
   return resolveIdle(req, idleAfterOf(own, defaults), whose) as StoredIdle;
 }
 
-/** The times a sandbox parks at: its own policy, else the daemon's defaults. */
+/** The times a sandbox is paused at: its own policy, else the daemon's defaults. */
 export function idleAfterOf(own: StoredIdle | null | undefined, defaults: IdleAfter): IdleAfter {
   if (!own) return defaults;
   return { pauseAfterS: own.pause_after_s, hibernateAfterS: own.hibernate_after_s };
@@ -198,7 +198,7 @@ export function idleWire(
  * `hibernateAfterS` seconds → hibernated (from running or paused), else for `pauseAfterS`
  * → paused (from running). Both count from its last request.
  */
-export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTier | null {
+export function idleMove(sb: Tiered, after: IdleAfter, now: number): SandboxTier | null {
   if (onDisk(sb.tier) || sb.queued > 0 || sb.busy > 0 || sb.connections > 0) {
     return null;
   }
@@ -212,7 +212,7 @@ export function idleMove(sb: Parkable, after: IdleAfter, now: number): SandboxTi
 }
 
 /** Count a connection as open until the returned (idempotent) release; then it was the last use. */
-export function holdConnection(sb: Parkable): () => void {
+export function holdConnection(sb: Tiered): () => void {
   sb.connections++;
   let released = false;
   return () => {
@@ -224,7 +224,7 @@ export function holdConnection(sb: Parkable): () => void {
 }
 
 /** Count `p` as a request under way until it settles (then it counts as the last use). */
-export function busyWhile<T>(sb: Parkable, p: Promise<T>): Promise<T> {
+export function busyWhile<T>(sb: Tiered, p: Promise<T>): Promise<T> {
   sb.busy++;
   return p.finally(() => {
     sb.busy--;
@@ -237,7 +237,7 @@ export function busyWhile<T>(sb: Parkable, p: Promise<T>): Promise<T> {
  * store) once it is there. A move to where it already is does nothing.
  */
 export function moveTo(
-  sb: Parkable,
+  sb: Tiered,
   to: SandboxTier,
   disk: DiskMoves,
   onMoved: (tier: SandboxTier) => void,
@@ -254,7 +254,7 @@ export function moveTo(
   return settled;
 }
 
-async function step(sb: Parkable, to: SandboxTier, disk: DiskMoves): Promise<void> {
+async function step(sb: Tiered, to: SandboxTier, disk: DiskMoves): Promise<void> {
   if (to === 'hibernated') return disk.hibernate(sb);
   if (to === 'halted') return disk.halt(sb);
   if (onDisk(sb.tier)) {
@@ -268,15 +268,15 @@ async function step(sb: Parkable, to: SandboxTier, disk: DiskMoves): Promise<voi
 }
 
 /** Its QEMU; a sandbox that is not hibernated or halted always has one. */
-export function liveVm(sb: Parkable): VmHandle {
+export function liveVm(sb: Tiered): VmHandle {
   if (sb.vm) return sb.vm;
   throw new ForkdError('internal', `sandbox ${sb.id} has no QEMU (tier ${sb.tier})`, {
     id: sb.id,
   });
 }
 
-/** Whether a request must wait for a move (it is parked, or a move is under way). */
-export function needsWake(sb: Parkable): boolean {
+/** Whether a request must wait for a move (it is paused, or a move is under way). */
+export function needsWake(sb: Tiered): boolean {
   return sb.tier !== 'running' || sb.queued > 0;
 }
 

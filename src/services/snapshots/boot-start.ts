@@ -9,7 +9,7 @@ import type { Paths } from '../../config.js';
 import type { Caller } from '../contracts.js';
 import { getImage, imageEnv } from '../images/index.js';
 import type { Limiter } from '../limits.js';
-import type { NetworkService } from '../network/service.js';
+import type { NetworkManager } from '../network/service.js';
 import type { ServiceLog } from '../log.js';
 import { resolveResources } from '../sandboxes/sandbox.js';
 import { DEFAULT_IMAGE } from '../images/index.js';
@@ -28,7 +28,7 @@ export interface BootStartOptions {
   paths: Paths;
   snapshots: SnapshotManager;
   qemuVersion: () => Promise<string>;
-  network?: NetworkService;
+  network?: NetworkManager;
   limiter: Limiter;
   log: ServiceLog;
   /** Pre-warmed VMs kept per boot snapshot (the daemon's default pool, at most 1; 0: none). */

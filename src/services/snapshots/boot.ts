@@ -19,7 +19,7 @@ import { pidAlive } from '../../util/pid.js';
 import { locateGuest } from '../guest.js';
 import { getImage, imageIdentity } from '../images/index.js';
 import type { Limiter } from '../limits.js';
-import type { NetworkService } from '../network/service.js';
+import type { NetworkManager } from '../network/service.js';
 import { createSnapshot } from './create.js';
 import type { SnapshotManifest } from './files.js';
 import type { SnapshotRegistry } from './registry.js';
@@ -126,7 +126,7 @@ export interface BootContext {
   registry: SnapshotRegistry;
   qemuVersion: string;
   /** The parent's NIC (a key with network `nat`). */
-  network?: NetworkService;
+  network?: NetworkManager;
   limiter?: Limiter;
   /** Progress of a capture (booting, capturing, checksumming), e.g. for `image build`. */
   onProgress?: (message: string) => void;

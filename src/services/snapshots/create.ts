@@ -21,7 +21,7 @@ import {
 } from '../sandboxes/sandbox.js';
 import type { Limiter, Placement } from '../limits.js';
 import { mergeEgress, OPEN_EGRESS, type Egress } from '../network/policy.js';
-import type { NetworkService } from '../network/service.js';
+import type { NetworkManager } from '../network/service.js';
 import { warmContexts } from './hooks.js';
 import { publishSnapshot, SNAPSHOT_FILES, stagingDir, type SnapshotManifest } from './files.js';
 import { asDiskFull } from '../disk-full.js';
@@ -31,7 +31,7 @@ import { vmm } from '../vmm.js';
 export interface CreateContext {
   paths: Paths;
   /** The parent's NIC and policy (without it the parent has network `none`). */
-  network?: NetworkService;
+  network?: NetworkManager;
   /** The parent's QEMU runs in a cgroup of its own with the daemon's default limits. */
   limiter?: Limiter;
   qemuVersion: string;

@@ -19,7 +19,7 @@ import { crashPoint, holdPoint } from '../../util/crash.js';
 import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
 import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
-import type { NetworkService } from '../network/service.js';
+import type { NetworkManager } from '../network/service.js';
 import type { Limiter, Placement } from '../limits.js';
 import type { SandboxHost } from '../sandboxes/host.js';
 import {
@@ -170,7 +170,7 @@ export interface ForkContext {
   paths: Paths;
   pool: Pool;
   sandboxes: SandboxHost;
-  network?: NetworkService;
+  network?: NetworkManager;
   limiter: Limiter;
 }
 
@@ -184,7 +184,7 @@ export function networkOf(m: SnapshotManifest): 'none' | 'nat' {
  * state), in a namespace of its own that lets nothing out until its policy is enforced.
  */
 export async function leaseNet(
-  network: NetworkService | undefined,
+  network: NetworkManager | undefined,
   m: SnapshotManifest,
   id: string,
   netns?: string,

@@ -4,7 +4,7 @@
  * its imports); after each child's restore, the snapshot's `on_fork` commands run in it
  * before the child is handed out (a failing hook fails that child).
  */
-import { languageOfName } from '../../contract/eval.js';
+import { languageOfName } from '../../contract/contexts.js';
 import type { CreateSnapshotT } from '../../contract/schemas.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
 import { evalCode, startContext, type RunnerEvent } from '../../drivers/agent/runner.js';

@@ -37,7 +37,7 @@ import {
   prewarmChild,
   type PreparedChild,
 } from './fork.js';
-import type { NetworkService } from '../network/service.js';
+import type { NetworkManager } from '../network/service.js';
 import { newSandboxId } from '../sandboxes/sandbox.js';
 import type { Limiter } from '../limits.js';
 import { descendants, lineageOf } from './lineage.js';
@@ -69,7 +69,7 @@ export interface SnapshotServiceOptions {
   memoryChainMax?: number;
   /** Bytes of unused materialized memory kept (default FORKD_MEMORY_CACHE_MIB, 4096 MiB). */
   memoryCacheBytes?: number;
-  network?: NetworkService;
+  network?: NetworkManager;
   /** The sandboxes' cgroups (the sandbox service's). */
   limiter: Limiter;
   /**

@@ -1,6 +1,6 @@
 /**
  * `forkd eval` and `forkd context` as a user runs them, over the fake services (through
- * the SDK's runCode, contexts and evalFork): the value printed, output streamed, a
+ * the SDK's eval, contexts and evalFork): the value printed, output streamed, a
  * traceback on stderr with exit 1, --json (the REST API's Execution), --fan-out from a file,
  * and the context verbs.
  */
@@ -10,7 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Value } from 'typebox/value';
-import { EvalForkResult, Execution } from '../../../src/contract/eval.js';
+import { EvalForkResult, Execution } from '../../../src/contract/contexts.js';
 import { cliOverFakes, out } from '../../helpers/fake-cli.js';
 import { SEED } from '../../helpers/fake-services.js';
 

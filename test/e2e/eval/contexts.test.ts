@@ -8,7 +8,7 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { EvalEventT } from '../../../src/contract/eval.js';
+import type { EvalEventT } from '../../../src/contract/contexts.js';
 import { isForkdError } from '../../../src/errors.js';
 import { fanOutJson, mainJson } from '../../helpers/eval.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';

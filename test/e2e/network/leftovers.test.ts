@@ -14,7 +14,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { FORWARDING_FILE, NETNS_DIR } from '../../../src/drivers/net/netns.js';
 import { hostTableExists } from '../../../src/drivers/net/nft.js';
-import { NetworkService } from '../../../src/services/network/service.js';
+import { NetworkManager } from '../../../src/services/network/service.js';
 import { run } from '../../../src/util/exec.js';
 import { assertNoNetworkLeft } from '../../helpers/netcheck.js';
 
@@ -41,7 +41,7 @@ test('the next start undoes what a SIGKILLed daemon left: namespaces, table, for
   assert.ok(await hostTableExists());
   assert.equal(await forwarding(), '1');
 
-  const next = new NetworkService({ poolSize: 0 });
+  const next = new NetworkManager({ poolSize: 0 });
   try {
     await next.start();
     assert.equal(existsSync(`${NETNS_DIR}/${left}`), false, 'the dead daemon’s namespace stayed');
@@ -57,7 +57,7 @@ test('the next start undoes what a SIGKILLed daemon left: namespaces, table, for
 test('a daemon that stops leaves the table to another that runs but has no namespace yet', async (t) => {
   const { holder, printed } = await standIn(t, 0);
   assert.equal(printed, 'none');
-  const other = new NetworkService({ poolSize: 1 });
+  const other = new NetworkManager({ poolSize: 1 });
   await other.start();
   await other.close();
   assert.ok(await hostTableExists(), 'a stopping daemon removed the table a running one uses');
@@ -65,15 +65,15 @@ test('a daemon that stops leaves the table to another that runs but has no names
 
   holder.kill('SIGKILL');
   await once(holder, 'exit');
-  const next = new NetworkService({ poolSize: 0 });
+  const next = new NetworkManager({ poolSize: 0 });
   await next.start();
   await next.close();
   await assertNoNetworkLeft([holder.pid ?? -1]);
 });
 
 test('two daemons in one process (a test’s two nodes): the second’s start keeps the first’s pool', async () => {
-  const first = new NetworkService({ poolSize: 1 });
-  const second = new NetworkService({ poolSize: 1 });
+  const first = new NetworkManager({ poolSize: 1 });
+  const second = new NetworkManager({ poolSize: 1 });
   try {
     await first.start();
     await first.lease('sbx-first', 'nat'); // waits for a namespace; the pool refills behind it

@@ -126,7 +126,7 @@ async function patch(which: string, payload: object): Promise<{ tier: string; id
   }
 }
 
-test('PATCH idle: a parked sandbox keeps its tier; the new policy applies at once, its time from now', async () => {
+test('PATCH idle: a paused sandbox keeps its tier; the new policy applies at once, its time from now', async () => {
   assert.equal((await s.sandboxes.get(web)).tier, 'paused', 'parked by its own policy');
   const never = await patch(web, { idle: { pause_after_s: 0, hibernate_after_s: 600 } });
   assert.deepEqual(never.idle, { pause_after_s: null, hibernate_after_s: 600, source: 'sandbox' });

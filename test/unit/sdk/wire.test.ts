@@ -2,7 +2,7 @@
  * The SDK's hand-written types cannot drift from the REST contract: each wire-name table
  * in @forkd/sdk/wire must name exactly the properties of its schema in src/contract/schemas.ts
  * (snapshots with their chain fields, branch results, lineage nodes and their edges), and in
- * src/contract/eval.ts (an eval's Execution and its results, which `forkd eval --json` prints).
+ * src/contract/contexts.ts (an eval's Execution and its results, which `forkd eval --json` prints).
  * (Request bodies are checked against the schemas by the fake daemon in client.test.ts.)
  */
 import { test } from 'node:test';
@@ -34,7 +34,7 @@ import {
   type WireNames,
 } from '@forkd/sdk/wire';
 import * as schemas from '../../../src/contract/schemas.js';
-import * as evalSchemas from '../../../src/contract/eval.js';
+import * as evalSchemas from '../../../src/contract/contexts.js';
 
 interface ObjectSchema {
   properties: Record<string, TSchema>;

@@ -2,7 +2,7 @@
  * The idle-tier bookkeeping (src/services/sandboxes/tiers.ts) over a stand-in VM and
  * agent: moves of one sandbox run in order and a wake racing a pause ends awake, a wake
  * pushes the guest clock, a hibernated one is restored (and a move to hibernated captures
- * it from running or paused), and the idle policy parks only a sandbox with nothing under
+ * it from running or paused), and the idle policy pauses only a sandbox with nothing under
  * way after its time, hibernating it once its hibernate-after time has passed. A sandbox's
  * own policy is filled in from the daemon's defaults, 0 or null meaning never, and refused
  * when its hibernation would not come after its pause. A halted one boots cold on its wake
@@ -21,17 +21,17 @@ import {
   idleMove,
   moveTo,
   needsWake,
-  parkable,
+  tieredStart,
   resolveIdle,
   type DiskMoves,
   type IdleAfter,
-  type Parkable,
+  type Tiered,
   type SandboxTier,
 } from '../../../src/services/sandboxes/tiers.js';
 
 /** Disk moves that only record what they were asked (the e2e tests do the real ones). */
 function diskLog(log: string[]): DiskMoves {
-  let ended: Parkable['vm'];
+  let ended: Tiered['vm'];
   return {
     hibernate: async (sb) => {
       log.push(`capture from ${sb.tier}`);
@@ -52,7 +52,7 @@ function diskLog(log: string[]): DiskMoves {
   };
 }
 
-function standIn(): { sb: Parkable; log: string[] } {
+function standIn(): { sb: Tiered; log: string[] } {
   const log: string[] = [];
   const vm = {
     pause: async () => void log.push('stop'),
@@ -61,7 +61,7 @@ function standIn(): { sb: Parkable; log: string[] } {
   const agent = {
     configure: async (c: { timeMs?: number }) => void log.push(`clock ${typeof c.timeMs}`),
   } as unknown as AgentClient;
-  return { sb: { id: 'sbx-1', vm, agent, ...parkable('running') }, log };
+  return { sb: { id: 'sbx-1', vm, agent, ...tieredStart('running') }, log };
 }
 
 test('a pause then a racing wake run in order and end awake, the clock pushed', async () => {
@@ -113,7 +113,7 @@ test('hibernation captures from running or paused; a wake restores it', async ()
   assert.deepEqual(tiers, ['paused', 'hibernated', 'running', 'hibernated', 'paused']);
 });
 
-test('the idle policy parks a sandbox with nothing under way after its time', async () => {
+test('the idle policy pauses a sandbox with nothing under way after its time', async () => {
   const { sb } = standIn();
   const t0 = sb.lastUsed;
   const after = (pauseAfterS: number | null, hibernateAfterS: number | null = null): IdleAfter => ({

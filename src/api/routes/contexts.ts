@@ -14,7 +14,7 @@ import {
   EvalForkResult,
   EvalRequest,
   Execution,
-} from '../../contract/eval.js';
+} from '../../contract/contexts.js';
 import { SandboxParams } from '../../contract/schemas.js';
 import type { Services } from '../../services/contracts.js';
 import { errorBody, toForkdError } from '../errors.js';
@@ -40,7 +40,7 @@ async function pump(events: AsyncIterable<unknown>, out: NdjsonStream, request: 
   }
 }
 
-export async function evalRoutes(app: Api, { services }: { services: Services }) {
+export async function contextRoutes(app: Api, { services }: { services: Services }) {
   const contexts = services.contexts;
 
   app.post(

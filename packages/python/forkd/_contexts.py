@@ -1,4 +1,4 @@
-"""Code contexts from Python: ``sandbox.run_code(code)`` runs code in a warm interpreter of
+"""Code contexts from Python: ``sandbox.eval(code)`` runs code in a warm interpreter of
 the sandbox that keeps its state between calls and is inherited by forks (docs/eval.md).
 The answer follows E2B's ``Execution``/``Result``: rich results keyed by MIME type, logs,
 and the code's error with its name, value and traceback (an exception is a result). With a
@@ -68,7 +68,7 @@ class ExecutionError:
 
 @dataclass(frozen=True)
 class Execution:
-    """What one ``run_code`` gave."""
+    """What one ``eval`` gave."""
 
     results: List[Result] = field(default_factory=list)
     stdout: List[str] = field(default_factory=list)
@@ -160,7 +160,7 @@ def _read_timeout(transport: Transport, timeout_ms: Optional[int]) -> float:
     return max(transport.config.request_timeout, code_s + EVAL_GRACE_S)
 
 
-def run_code(
+def eval_code(
     transport: Transport,
     base: str,
     code: str,
@@ -256,7 +256,7 @@ class Contexts:
     """The code contexts of one sandbox (``sandbox.contexts``)::
 
         sbx.contexts.create(name="data", cwd="/tmp", envs={"MODE": "test"})
-        sbx.run_code("import os; os.getcwd()", context="data").text  # "'/tmp'"
+        sbx.eval("import os; os.getcwd()", context="data").text  # "'/tmp'"
     """
 
     def __init__(self, transport: Transport, base: str) -> None:
