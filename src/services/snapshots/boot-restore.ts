@@ -17,6 +17,7 @@ import type { Prepared } from './boot-eager.js';
 import { prepareChild, restoreChild } from './fork.js';
 import { SnapshotRegistry } from './registry.js';
 import { vmm } from '../vmm.js';
+import { phase } from '../../util/phases.js';
 
 /** What a restored run reports (`forkd run --verbose`). */
 export interface Restored {
@@ -43,6 +44,7 @@ export async function restoreBootSnapshot(
   },
 ): Promise<Restored> {
   const boot = await bootHere(p, { ...req, limiter: req.placement.limiter });
+  phase('local: boot snapshot found');
   const child = await prepareChild(p, boot.manifest, newSandboxId(), undefined, req.placement);
   const up = await restoreChild(child, { env: req.env, signal: req.signal });
   return {
@@ -63,6 +65,7 @@ async function bootHere(
     (r) => parseQemuVersion(r.stdout),
     () => 'unknown',
   );
+  phase('local: qemu version');
   const key = await bootKey(p, { ...req, network: 'none' }, qemu);
   const boot = await withRegistry(p, (registry) =>
     ensureBootSnapshot(
