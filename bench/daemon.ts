@@ -24,9 +24,9 @@ const READY_TIMEOUT_MS = 120_000;
 
 const exited = (child: ChildProcess) => child.exitCode !== null || child.signalCode !== null;
 
-/** `forkd daemon` on the bench home, ready once /healthz answers. */
-export async function startDaemon(home: BenchHome): Promise<BenchDaemon> {
-  const child = spawn(process.execPath, [CLI, 'daemon'], {
+/** `forkd daemon ARGS` on the bench home, ready once /healthz answers. */
+export async function startDaemon(home: BenchHome, args: string[] = []): Promise<BenchDaemon> {
+  const child = spawn(process.execPath, [CLI, 'daemon', ...args], {
     env: home.env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });

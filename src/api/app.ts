@@ -35,6 +35,7 @@ import { reportRoutes } from './routes/host.js';
 import { uiRoutes } from './routes/ui.js';
 import { SHARED_SCHEMAS } from '../contract/schemas.js';
 import type { Api } from './types.js';
+import { phase } from '../util/phases.js';
 
 export { assertListenSafe, type AuthOptions } from './auth.js';
 
@@ -92,6 +93,15 @@ function refuseWhileClosing(app: Api): void {
   });
 }
 
+/** Each request's arrival and answer as phase marks (FORKD_PHASES: bench/run-phases.ts). */
+function markPhases(app: Api): void {
+  if (!process.env.FORKD_PHASES) return;
+  const name = (r: { method: string; routeOptions: { url?: string } }) =>
+    `api: ${r.method} ${r.routeOptions.url ?? 'unmatched'}`;
+  app.addHook('onRequest', async (request) => phase(`${name(request)} in`));
+  app.addHook('onResponse', async (request) => phase(`${name(request)} answered`));
+}
+
 function createFastify(opts: AppOptions): Api {
   return Fastify({
     logger: opts.logger ?? false,
@@ -123,6 +133,7 @@ export async function buildApp(services: Services, opts: AppOptions): Promise<Fa
   await installWebSocket(app);
   installErrorHandler(app);
   refuseWhileClosing(app);
+  markPhases(app);
   installAuth(app, opts);
   installStrictInput(app);
   installAudit(app, services.audit);

@@ -9,6 +9,7 @@
 import { Command, CommanderError } from 'commander';
 import { VERSION } from '@forkd/sdk';
 import { EXIT, quietOnBrokenPipe } from './exit.js';
+import { phase } from '../util/phases.js';
 
 /** What a verb module exports: it adds its arguments, options and action to `cmd`. */
 interface VerbModule {
@@ -198,6 +199,7 @@ function verbAsked(args: string[]): string | undefined {
 }
 
 async function main(argv: string[]): Promise<void> {
+  phase('cli: main loaded');
   quietOnBrokenPipe();
   const program = new Command('forkd')
     .description('Fork warm microVM sandboxes from snapshots; branch running ones.')
@@ -212,6 +214,7 @@ async function main(argv: string[]): Promise<void> {
     const cmd = program.command(verb.name).description(verb.summary);
     if (verb.name === asked) (await verb.load()).register(cmd);
   }
+  phase('cli: verb loaded');
   try {
     await program.parseAsync(argv);
   } catch (e) {

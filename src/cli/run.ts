@@ -13,6 +13,7 @@ import { commandExit, EXIT } from './exit.js';
 import { attach } from './exec.js';
 import { limitOptions, parseLimitFlags, type LimitFlags } from './limits.js';
 import { action, drained } from './output.js';
+import { phase } from '../util/phases.js';
 import {
   collect,
   optionalName,
@@ -89,16 +90,20 @@ export function register(cmd: Command): void {
           );
         }
         const daemon = await findDaemon();
+        phase(daemon ? 'cli: daemon found' : 'cli: no daemon');
         const boot = daemon ? bootThroughDaemon : bootInProcess;
         if (argv.length === 0) argv = await imageCommand(req.image!, daemon);
         const stop = interruptible();
         try {
           const sandbox = await boot(argv, req, stop.signal);
+          phase('cli: sandbox ready');
           stop.onInterrupt(() => sandbox.destroy());
           try {
             return await sandbox.run();
           } finally {
+            phase('cli: command done');
             await sandbox.destroy();
+            phase('cli: sandbox destroyed');
           }
         } catch (e) {
           if (stop.signal.aborted) return EXIT.interrupted;
@@ -164,6 +169,7 @@ async function bootInProcess(
     import('../config.js'),
     import('../services/local.js'),
   ]);
+  phase('local: services loaded');
   local.wireVmm();
   const { DEFAULT_IMAGE, getImage, imageEnv, imageExecDefaults, withExecDefaults } = local;
   const { bootSandbox, destroySandbox, resolveResources, Limiter, runCgroupParent } = local;
@@ -173,6 +179,7 @@ async function bootInProcess(
   const asked = req.limits && { ...req.limits, memory: req.limits.memory?.toString() };
   const limits = await limiter.resolve(asked, resolveResources(req));
   const image = await getImage(p, req.image ?? DEFAULT_IMAGE);
+  phase('local: limits and image');
   const start = {
     image: image.name,
     memoryMiB: req.memoryMiB,
@@ -252,7 +259,8 @@ async function bootThroughDaemon(
         cwd: req.cwd,
         user: req.user,
       }),
-    destroy: () => sandbox.kill().catch(() => undefined),
+    // The daemon tears it down: this command ends as soon as the exit code is known.
+    destroy: () => sandbox.kill({ wait: false }).catch(() => undefined),
   };
 }
 
@@ -298,7 +306,9 @@ async function runIn(sb: Sandbox, argv: string[], req: RunRequest): Promise<numb
         () => exec.endStdin(),
       );
     }
+    phase('cli: exec sent');
     const result = await exec.result;
+    phase('cli: exec result');
     await drained();
     return commandExit(result, timeoutS);
   } catch (e) {

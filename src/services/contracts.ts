@@ -132,7 +132,11 @@ export interface SandboxService {
    * An idle time left out keeps its value; a paused sandbox keeps its tier (docs/idle.md).
    */
   update(id: string, patch: PatchSandboxT): Promise<SandboxT>;
-  kill(id: string): Promise<void>;
+  /**
+   * End a sandbox: VM, network, cgroup, files; its row stays, `stopped`. With `wait: false`
+   * it returns once the ending started (a caller that only needed the VM gone: `forkd run`).
+   */
+  kill(id: string, opts?: { wait?: boolean }): Promise<void>;
   exec(id: string, req: ExecRequestT): Promise<ExecResultT>;
   execStream(id: string, req: ExecRequestT): Promise<ExecStream>;
   writeStdin(id: string, execId: string, data: Buffer, eof: boolean): Promise<void>;

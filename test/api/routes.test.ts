@@ -128,6 +128,20 @@ test('files: stat, list, mkdir, remove pass their options', async () => {
   assert.equal(gone.statusCode, 404);
 });
 
+test('kill: 204 once all is gone; wait=false answers 202 and says so to the service', async () => {
+  fake.reset();
+  const later = await app.inject({ method: 'DELETE', url: `${S}?wait=false` });
+  assert.equal(later.statusCode, 202);
+  assert.equal(later.body, '');
+  assert.deepEqual(lastCall().args, [SEED.sandbox, { wait: false }]);
+  fake.reset();
+  const now = await app.inject({ method: 'DELETE', url: S });
+  assert.equal(now.statusCode, 204);
+  assert.deepEqual(lastCall().args, [SEED.sandbox, { wait: true }]);
+  const bad = await app.inject({ method: 'DELETE', url: `${S}?wait=soon` });
+  assert.equal(bad.statusCode, 400);
+});
+
 test('logs are text/plain', async () => {
   fake.reset();
   const res = await app.inject(`${S}/logs`);

@@ -13,6 +13,7 @@
 export * from './errors.js';
 export { Forkd, type CallOptions, type LineageOptions } from './client.js';
 export { Sandbox } from './sandbox.js';
+export type { KillOptions } from './sandbox-requests.js';
 export type {
   SandboxCreateOptions,
   SandboxListOptions,

@@ -19,8 +19,27 @@ export async function getInfo(client: Forkd, id: string, opts: CallOptions): Pro
   return sandboxFromWire(wire);
 }
 
-export async function deleteSandbox(client: Forkd, id: string, opts: CallOptions): Promise<void> {
-  await client.transport.bytes({ method: 'DELETE', path: sandboxPath(id), signal: opts.signal });
+/**
+ * How a kill answers.
+ *
+ * @example
+ * await sbx.kill({ wait: false }); // returns once the kill is under way
+ */
+export interface KillOptions extends CallOptions {
+  /**
+   * false: return once the daemon has started the kill (its VM, network and files go in
+   * the background; the sandbox reads `stopped` when done). Default: return when all is gone.
+   */
+  wait?: boolean;
+}
+
+export async function deleteSandbox(client: Forkd, id: string, opts: KillOptions): Promise<void> {
+  await client.transport.bytes({
+    method: 'DELETE',
+    path: sandboxPath(id),
+    query: { wait: opts.wait === false ? false : undefined },
+    signal: opts.signal,
+  });
 }
 
 export async function patchTimeout(

@@ -42,6 +42,7 @@ import {
   sandboxPath,
   getInfo,
   deleteSandbox,
+  type KillOptions,
   patchTimeout,
   patchSandbox,
   tierMove,
@@ -319,7 +320,7 @@ export class Sandbox {
    * @example
    * await Sandbox.kill('sbx-0123456789ab');
    */
-  static async kill(id: string, opts: SandboxOptions = {}): Promise<void> {
+  static async kill(id: string, opts: SandboxOptions & KillOptions = {}): Promise<void> {
     await deleteSandbox(new Forkd(opts), id, opts);
   }
 
@@ -483,7 +484,7 @@ export class Sandbox {
    * @example
    * await sbx.kill();
    */
-  async kill(opts: CallOptions = {}): Promise<void> {
+  async kill(opts: KillOptions = {}): Promise<void> {
     await deleteSandbox(this.client, this.id, opts);
   }
 

@@ -11,6 +11,7 @@ import type { ForkOutcome, ForkRequest, Services } from '../../services/contract
 import { errorBody, toForkdError } from '../errors.js';
 import {
   CreateSandbox,
+  KillSandboxQuery,
   ListSandboxesQuery,
   PatchSandbox,
   PauseSandbox,
@@ -181,12 +182,18 @@ export async function sandboxRoutes(app: Api, { services }: { services: Services
         summary: 'Kill a sandbox',
         tags,
         params: SandboxParams,
-        response: { ...NO_CONTENT, ...ERROR_RESPONSES },
+        querystring: KillSandboxQuery,
+        response: {
+          ...NO_CONTENT,
+          202: Type.Null({ description: 'wait=false: the kill is under way; no body' }),
+          ...ERROR_RESPONSES,
+        },
       },
     },
     async (request, reply) => {
-      await sandboxes.kill(request.params.id);
-      return reply.code(204).send();
+      const wait = request.query.wait !== false;
+      await sandboxes.kill(request.params.id, { wait });
+      return reply.code(wait ? 204 : 202).send();
     },
   );
 

@@ -394,6 +394,19 @@ export const SandboxList = Type.Object({ sandboxes: Type.Array(Sandbox) });
 
 export const SandboxParams = Type.Object({ id: SandboxId }, strict);
 
+/** DELETE /v1/sandboxes/:id: whether the answer waits for the teardown. */
+export const KillSandboxQuery = Type.Object(
+  {
+    wait: Type.Optional(
+      Type.Boolean({
+        description:
+          'false: answer 202 once the kill is under way (the VM, network, cgroup and files go in the background; the row turns stopped when done); default true: answer 204 when all is gone',
+      }),
+    ),
+  },
+  strict,
+);
+
 /** POST /v1/sandboxes/:id/pause: pause a sandbox into a tier (default paused). */
 export const PauseSandbox = Type.Object(
   {

@@ -5,7 +5,7 @@
  * and the overlay it writes to now. Services decide when; this module knows how.
  */
 import { existsSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { rm, stat } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
@@ -85,6 +85,38 @@ interface ImgInfo {
  * so then it is walked one header at a time to name the first file that is not there.
  */
 export async function readChain(file: string): Promise<ChainOnDisk> {
+  const known = chains.get(file);
+  const now = known && (await layerIds(known.chain));
+  if (known && now?.every((id, i) => id !== undefined && id === known.ids[i])) {
+    return known.chain;
+  }
+  const chain = await readChainNow(file);
+  chains.delete(file);
+  if (chain.missing === null) {
+    chains.set(file, { chain, ids: await layerIds(chain) });
+    if (chains.size > CHAINS_KEPT) chains.delete(chains.keys().next().value as string);
+  }
+  return chain;
+}
+
+/**
+ * Chains read before, by top file, with each layer file's identity then. Every fork checks
+ * its snapshot's chain, and a qemu-img run costs a fork 50–300 ms on a loaded host; a layer
+ * rewritten, replaced or removed changes its identity, so an unchanged chain is its stats.
+ */
+const chains = new Map<string, { chain: ChainOnDisk; ids: (string | undefined)[] }>();
+const CHAINS_KEPT = 256;
+
+function layerIds(chain: ChainOnDisk): Promise<(string | undefined)[]> {
+  return Promise.all(
+    chain.layers.map(async (l) => {
+      const st = await stat(l.file, { bigint: true }).catch(() => undefined);
+      return st && `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+    }),
+  );
+}
+
+async function readChainNow(file: string): Promise<ChainOnDisk> {
   try {
     const { stdout } = await run(QEMU_IMG, [
       'info',

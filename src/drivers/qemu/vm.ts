@@ -13,6 +13,7 @@ import { confineVm, type VmConfinement } from './confine.js';
 import { QmpClient } from './qmp.js';
 import { launcherPrefix, qemuEnv, vmTuning } from './tuning.js';
 import type { CpuTimes, VmExit, VmHandle } from '../vmm.js';
+import { phase } from '../../util/phases.js';
 
 /** The fd number a restore's device state has inside QEMU (see {@link Vm.start}). */
 export const INCOMING_FD = 3;
@@ -251,6 +252,7 @@ export class Vm implements VmHandle {
       await log.close();
     }
     await spawned;
+    phase('vm: qemu spawned');
     child.unref();
     const proc = new ChildVmProcess(child);
     const died = proc.exited.then(async () => {
@@ -262,6 +264,7 @@ export class Vm implements VmHandle {
     try {
       await opts.onSpawn?.(proc.pid);
       const qmp = await Promise.race([QmpClient.connect(files.qmp), died]);
+      phase('vm: qmp connected');
       return new Vm(spec, proc, qmp);
     } catch (e) {
       // A QEMU that died on its own says why (its log: no room for its pid file); what
@@ -344,7 +347,7 @@ export class Vm implements VmHandle {
         this.qmp.execute<{ status?: string; 'error-desc'?: string }>('query-migrate'),
         'restoring its state',
       );
-      if (st.status === 'completed') return;
+      if (st.status === 'completed') return phase('vm: state restored');
       if (st.status === 'failed' || Date.now() > deadline) {
         throw new ForkdError(
           'boot_failed',
@@ -371,10 +374,14 @@ export class Vm implements VmHandle {
   async kill(graceMs = 1000): Promise<void> {
     if (this.alive) {
       await this.qmp.execute('quit', undefined, { timeoutMs: graceMs }).catch(() => undefined);
+      phase('vm: quit answered');
+      // A timer left pending would hold a short-lived process (`forkd run`) open a second.
+      let timer: NodeJS.Timeout | undefined;
       const done = await Promise.race([
         this.proc.exited.then(() => true),
-        sleep(graceMs).then(() => false),
+        new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), graceMs))),
       ]);
+      clearTimeout(timer);
       if (!done) {
         this.proc.forceKill();
         await this.proc.exited;

@@ -19,6 +19,7 @@ import type { Limiter, Placement } from '../limits.js';
 import { makeDir } from '../../util/make-dir.js';
 import type { VmHandle, VmNet, VmSpec } from '../../drivers/vmm.js';
 import { vmm } from '../vmm.js';
+import { phase } from '../../util/phases.js';
 
 /** What a caller asks for when booting a sandbox from an image. */
 export interface BootRequest {
@@ -186,6 +187,7 @@ export async function connectGuest(
     }),
     'waiting for the guest agent',
   );
+  phase('agent: connected');
   try {
     await agent.configure({
       timeMs: Date.now(),
@@ -196,6 +198,7 @@ export async function connectGuest(
       // A restored fork's terminal sessions are its source's: nobody here can reach them.
       ptyHangup: true,
     });
+    phase('agent: configured');
     return agent;
   } catch (e) {
     agent.close();
@@ -207,6 +210,8 @@ export async function connectGuest(
 export async function destroySandbox(sb: Sandbox): Promise<void> {
   sb.agent.close();
   await sb.vm.kill();
+  phase('teardown: qemu gone');
   await sb.limiter?.remove(sb.id);
+  phase('teardown: cgroup removed');
   await rm(sb.dir, { recursive: true, force: true });
 }

@@ -258,11 +258,15 @@ export class SandboxManager implements SandboxService, SandboxHost {
    * `killed`). Killing one that already stopped or died is a no-op, so a retried DELETE
    * succeeds; a starting one has its boot aborted.
    */
-  async kill(id: string): Promise<void> {
+  async kill(id: string, opts: { wait?: boolean } = {}): Promise<void> {
     const row = this.table.row(id);
     if (await this.starts.abort(id)) return;
     if (row.state === 'stopped' || row.state === 'dead') return;
-    await this.endings.end(id, 'stopped', 'killed');
+    const ending = this.endings.end(id, 'stopped', 'killed');
+    if (opts.wait !== false) return ending;
+    ending.catch((err: unknown) =>
+      this.parts.log.error({ sandbox: id, err }, 'could not end a killed sandbox'),
+    );
   }
 
   /**

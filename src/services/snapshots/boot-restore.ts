@@ -5,7 +5,11 @@
  * it; the fork's identity (entropy, clock, hostname, id) is pushed as for every fork.
  * `image build` without a daemon captures the same snapshot eagerly (`captureBootSnapshotHere`).
  */
+import { constants } from 'node:fs';
+import { access, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import type { Paths } from '../../config.js';
+import { makeDir } from '../../util/make-dir.js';
 import { Store } from '../../store/db.js';
 import { run } from '../../util/exec.js';
 import { parseQemuVersion } from '../host.js';
@@ -17,6 +21,7 @@ import type { Prepared } from './boot-eager.js';
 import { prepareChild, restoreChild } from './fork.js';
 import { SnapshotRegistry } from './registry.js';
 import { vmm } from '../vmm.js';
+import { phase } from '../../util/phases.js';
 
 /** What a restored run reports (`forkd run --verbose`). */
 export interface Restored {
@@ -43,6 +48,7 @@ export async function restoreBootSnapshot(
   },
 ): Promise<Restored> {
   const boot = await bootHere(p, { ...req, limiter: req.placement.limiter });
+  phase('local: boot snapshot found');
   const child = await prepareChild(p, boot.manifest, newSandboxId(), undefined, req.placement);
   const up = await restoreChild(child, { env: req.env, signal: req.signal });
   return {
@@ -59,10 +65,8 @@ async function bootHere(
   req: { image: string; memoryMiB: number; cpus: number; limiter?: Limiter },
   onProgress?: (message: string) => void,
 ): Promise<BootSnapshot & { key: BootKey }> {
-  const qemu = await run(vmm().binary, ['--version']).then(
-    (r) => parseQemuVersion(r.stdout),
-    () => 'unknown',
-  );
+  const qemu = await qemuVersionHere(p);
+  phase('local: qemu version');
   const key = await bootKey(p, { ...req, network: 'none' }, qemu);
   const boot = await withRegistry(p, (registry) =>
     ensureBootSnapshot(
@@ -71,6 +75,50 @@ async function bootHere(
     ),
   );
   return { ...boot, key };
+}
+
+/**
+ * QEMU's version (part of the key). Asking it (`qemu --version`) costs each run 0.1–0.5 s on
+ * a loaded host, so the answer is kept in the home's cache with the binary's identity
+ * (path, inode, size, mtime): a QEMU upgraded or replaced is asked again.
+ */
+async function qemuVersionHere(p: Paths): Promise<string> {
+  const bin = await onPath(vmm().binary);
+  const st = bin && (await stat(bin).catch(() => undefined));
+  const id = st && `${bin}:${st.ino}:${st.size}:${st.mtimeMs}`;
+  const file = join(p.home, 'cache', 'qemu-version.json');
+  const kept = await readFile(file, 'utf8')
+    .then((t) => JSON.parse(t) as { id?: string; version?: string })
+    .catch(() => undefined);
+  if (id && kept?.id === id && typeof kept.version === 'string') return kept.version;
+  const version = await run(vmm().binary, ['--version']).then(
+    (r) => parseQemuVersion(r.stdout),
+    () => 'unknown',
+  );
+  if (id && version !== 'unknown') {
+    const tmp = `${file}.${process.pid}`;
+    await makeDir(dirname(file))
+      .then(() => writeFile(tmp, JSON.stringify({ id, version })))
+      .then(() => rename(tmp, file))
+      .catch(() => rm(tmp, { force: true })); // a cache: asked again next time
+  }
+  return version;
+}
+
+/** The file a command name runs (PATH searched as exec does), if there is one. */
+async function onPath(cmd: string): Promise<string | undefined> {
+  if (cmd.includes('/')) return cmd;
+  for (const dir of (process.env.PATH ?? '').split(':').filter(Boolean)) {
+    const f = join(dir, cmd);
+    if (
+      await access(f, constants.X_OK).then(
+        () => true,
+        () => false,
+      )
+    )
+      return f;
+  }
+  return undefined;
 }
 
 /**

@@ -39,6 +39,7 @@ import type { Pool } from './pool.js';
 import { makeDir } from '../../util/make-dir.js';
 import type { VmHandle, VmNet } from '../../drivers/vmm.js';
 import { vmm } from '../vmm.js';
+import { phase } from '../../util/phases.js';
 
 /** A QEMU ready to become a child of a snapshot. */
 export interface PreparedChild {
@@ -127,12 +128,14 @@ async function resumeChild(
   env?: Record<string, string>,
 ): Promise<Sandbox> {
   await child.vm.resume();
+  phase('fork: pool member resumed');
   await child.agent.configure({
     timeMs: Date.now(),
     entropy: randomBytes(64),
     env: env ?? {},
     ptyHangup: true,
   });
+  phase('agent: configured');
   return { id: child.id, dir: child.dir, vm: child.vm, agent: child.agent };
 }
 
@@ -328,6 +331,7 @@ function forkOne(
 ) {
   // A pool member's QEMU runs in a namespace of forkd's already: a pod's fork starts its own.
   const pooled = req.netns ? undefined : ctx.pool.take(m.tag);
+  phase(pooled ? 'fork: pool member taken' : 'fork: pool empty');
   return ctx.sandboxes.createForked(
     {
       id: pooled?.id,
@@ -356,11 +360,13 @@ function forkOne(
           await leaseNet(ctx.network, m, id, req.netns),
           placement,
         ));
+      phase('fork: child started');
       onStarted(child.vm);
       await holdPoint('fork:child-started', String(child.vm.pid));
       if (ctx.network && networkOf(m) === 'nat') {
         await ctx.network.enforce(id, m.egress ?? OPEN_EGRESS, req.egress);
       }
+      phase('fork: network enforced');
       const up = await restoreChild(child, { env, signal });
       await forwardPorts(up, req.forward_ports ?? []);
       await runForkHooks(up.agent, m.on_fork).catch(async (e: unknown) => {

@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, readdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { forkd as runCli, type CliResult } from '../../helpers/cli.js';
 import { daemonForFile } from '../../helpers/daemon-process.js';
 import { assertNoLeftovers } from '../../helpers/home.js';
@@ -130,8 +131,13 @@ test('images lists through the daemon; run goes through it and cleans up', async
   const run = await forkd(['run', '--', 'sh', '-c', 'echo $FORKD_SANDBOX_ID; exit 3']);
   assert.equal(run.code, 3, run.stderr);
   const id = run.stdout.toString().trim();
-  const all = await json<SandboxJson[]>(['ps', '--all']);
-  assert.equal(all.find((s) => s.id === id)?.state, 'stopped', 'the daemon ran it and killed it');
+  // run exits once the exit code is known; the daemon finishes the kill in the background.
+  let state: string | undefined;
+  for (let i = 0; i < 600 && state !== 'stopped'; i++) {
+    if (i > 0) await sleep(100);
+    state = (await json<SandboxJson[]>(['ps', '--all'])).find((s) => s.id === id)?.state;
+  }
+  assert.equal(state, 'stopped', 'the daemon ran it and killed it');
   const missing = await forkd(['run', '--', 'no-such-command']);
   assert.equal(missing.code, 127);
 });
