@@ -29,15 +29,19 @@ open('/tmp/ready', 'w').write(str(numpy.ones(3).sum()))
 while True: time.sleep(3600)
 `;
 
-function dockerfile(marker: string): string {
+/** The template's steps from `from`, ending with `last` (how each tool starts the server). */
+function template(from: string, last: string): string {
   return [
-    `FROM ${IMAGE}`,
+    `FROM ${from}`,
     'WORKDIR /app',
     'COPY srv.py ./',
     'RUN python3 -m py_compile srv.py',
-    `# forkd:start --wait-file=/tmp/ready --timeout=600 python3 srv.py ${marker}`,
+    last,
   ].join('\n');
 }
+
+const dockerfile = (marker: string) =>
+  template(IMAGE, `# forkd:start --wait-file=/tmp/ready --timeout=600 python3 srv.py ${marker}`);
 
 function show(name: string, r: BuildResult): void {
   console.log(`${name}: ${(r.duration_ms / 1000).toFixed(1)} s`);
@@ -50,15 +54,8 @@ function show(name: string, r: BuildResult): void {
 }
 
 /** The same template for podman: forkd's start directive becomes the image's CMD. */
-function containerfile(marker: string): string {
-  return [
-    `FROM ${PODMAN_BASE}`,
-    'WORKDIR /app',
-    'COPY srv.py ./',
-    'RUN python3 -m py_compile srv.py',
-    `CMD ["python3", "srv.py", "${marker}"]`,
-  ].join('\n');
-}
+const containerfile = (marker: string) =>
+  template(PODMAN_BASE, `CMD ["python3", "srv.py", "${marker}"]`);
 
 /** A build's steps as podman prints them: `STEP i/n: …`, then `--> Using cache` on a hit. */
 interface PodmanStep {

@@ -122,7 +122,11 @@ async function forkThatParks(client: Client, tag: string): Promise<void> {
 /** The issue's scenario, over one client: every step a tool call. */
 async function branchAndFanOut(client: Client, tag: string, parks = false): Promise<void> {
   const { tools } = await client.listTools();
-  assert.equal(tools.length, 15);
+  assert.equal(tools.length, 16);
+  const names = tools.map((t) => t.name);
+  for (const name of ['sandbox_eval', 'sandbox_run_code', 'sandbox_branch', 'sandbox_fork']) {
+    assert.ok(names.includes(name), `${name} is listed`);
+  }
   const { sandbox } = await ok<{ sandbox: SandboxOut }>(client, 'sandbox_create', {
     image: 'busybox',
   });
