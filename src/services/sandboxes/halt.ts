@@ -19,7 +19,14 @@ import { crashPoint } from '../../util/crash.js';
 import { locateGuest } from '../guest.js';
 import { getImage, imageEnv } from '../images/index.js';
 import type { Endings } from './ending.js';
-import { HALT_FILE, hibernationFiles, readImage, type NetImage } from './hibernate.js';
+import {
+  HALT_FILE,
+  hibernationFiles,
+  readImage,
+  type DiskNet,
+  type NetImage,
+  type StartOnDisk,
+} from './hibernate.js';
 import type { Live } from './live.js';
 import type { SandboxParts } from './parts.js';
 import { connectGuest, sandboxVmSpec } from './sandbox.js';
@@ -68,10 +75,10 @@ async function syncGuest(id: string, agent: AgentClient): Promise<void> {
   );
 }
 
-/** What the idle tiers lend the halt moves: the network part of a sandbox, put back on a wake. */
+/** What the idle tiers lend the halt moves: the network part of a sandbox, and its wake. */
 export interface HaltNet {
   netImage(id: string): Promise<NetImage>;
-  republish(id: string, vm: VmHandle, image: NetImage): Promise<void>;
+  wakeOnDisk(live: Live, image: DiskNet, start: StartOnDisk): Promise<void>;
 }
 
 export class Halts {
@@ -134,48 +141,34 @@ export class Halts {
    * the new QEMU ends and it stays halted.
    */
   async reboot(live: Live): Promise<void> {
-    const { network, limiter, paths } = this.p;
     const image = await readHalt(live.dir);
     const row = this.p.table.row(live.id);
-    const leased = network
-      ? await network.lease(live.id, image.nic ? 'nat' : 'none', image.egress)
-      : undefined;
-    let vm: VmHandle | undefined;
-    try {
-      const guest = await locateGuest(paths);
+    await this.net.wakeOnDisk(live, image, async (net, onSpawn) => {
+      const guest = await locateGuest(this.p.paths);
       const { accel } = await vmm().accel();
       const res = { memoryMiB: row.memory_mib, cpus: row.cpus, accel };
       const spec = {
         ...sandboxVmSpec(live.dir, res),
         disk: image.disk,
-        net: image.nic ? (leased ?? (image.restrict ? { restrict: true } : {})) : undefined,
+        net,
         boot: {
           kernel: guest.kernel,
           initramfs: guest.initramfs,
           tscKhz: await vmm().hostTscKhz(),
         },
       };
-      vm = await vmm().start(spec, {
-        onSpawn: async (pid) => {
-          if (row.limits) await limiter.place(live.id, row.limits, pid);
-        },
-      });
-      const env = { ...(await this.imageEnvOf(row.image)), ...row.env };
-      live.agent = await connectGuest(vm, live.id, { env, bootTimeoutMs: this.bootTimeoutMs });
-      live.vm = vm;
-      live.execDefaults = undefined;
-      this.endings.watch(live, vm);
-      await this.net.republish(live.id, vm, image);
-      this.p.log.info({ sandbox: live.id, pid: vm.pid }, 'halted sandbox booted');
-    } catch (e) {
-      live.vm = undefined; // its exit is ours, not a death
-      live.agent?.close();
-      live.agent = undefined;
-      await vm?.kill();
-      await network?.hibernate(live.id); // still halted: its ports keep listening
-      await limiter.remove(live.id);
-      throw e;
-    }
+      const vm = await vmm().start(spec, { onSpawn });
+      try {
+        const env = { ...(await this.imageEnvOf(row.image)), ...row.env };
+        const agent = await connectGuest(vm, live.id, { env, bootTimeoutMs: this.bootTimeoutMs });
+        return { vm, agent };
+      } catch (e) {
+        await vm.kill();
+        throw e;
+      }
+    });
+    live.execDefaults = undefined;
+    this.p.log.info({ sandbox: live.id, pid: live.vm?.pid }, 'halted sandbox booted');
   }
 
   /** An OCI image's Env, the default environment a boot from it had (none once it is gone). */

@@ -37,6 +37,13 @@ export interface HibernationImage {
 
 /** The network part of an image, from the network service. */
 export type NetImage = Pick<HibernationImage, 'egress' | 'ports'>;
+/** The network a sandbox kept on disk (hibernated or halted) gets back on its wake. */
+export type DiskNet = Pick<HibernationImage, 'egress' | 'ports' | 'nic' | 'restrict'>;
+/** How a wake from disk starts its QEMU on `net`, calling `onSpawn` with its pid. */
+export type StartOnDisk = (
+  net: VmNet | undefined,
+  onSpawn: (pid: number) => Promise<void>,
+) => Promise<{ vm: VmHandle; agent: AgentClient }>;
 
 /** The file in a sandbox's directory that records its halt (halt.ts). */
 export const HALT_FILE = 'halted.json';

@@ -10,7 +10,14 @@ import type { VmHandle } from '../../drivers/vmm.js';
 import { OPEN_EGRESS } from '../network/policy.js';
 import type { Endings } from './ending.js';
 import { Halts, readHalt } from './halt.js';
-import { captureToDisk, readImage, restoreFromDisk, type NetImage } from './hibernate.js';
+import {
+  captureToDisk,
+  readImage,
+  restoreFromDisk,
+  type DiskNet,
+  type NetImage,
+  type StartOnDisk,
+} from './hibernate.js';
 import type { AwakeLive, Live } from './live.js';
 import type { SandboxParts } from './parts.js';
 import {
@@ -49,7 +56,7 @@ export class IdleTiers {
       endings,
       {
         netImage: (id) => this.netImage(id),
-        republish: (id, vm, image) => this.republish(id, vm, image),
+        wakeOnDisk: (live, image, start) => this.wakeOnDisk(live, image, start),
       },
       opts.agentTimeoutMs,
     );
@@ -218,34 +225,47 @@ export class IdleTiers {
     return { egress: state.egress, ports: state.ports };
   }
 
-  /**
-   * A hibernated sandbox back under its id: a network of its own again (the same NIC,
-   * policy and published host ports), its cgroup, then a QEMU restored from its capture.
-   */
+  /** A hibernated sandbox back under its id: a QEMU restored from its capture. */
   private async restore(live: Live): Promise<void> {
-    const { network, limiter } = this.p;
     const image = await readImage(live.dir);
+    await this.wakeOnDisk(live, image, (net, onSpawn) =>
+      restoreFromDisk(image, {
+        dir: live.dir,
+        memoryMiB: live.row.memory_mib,
+        cpus: live.row.cpus,
+        net,
+        onSpawn,
+        agentTimeoutMs: this.opts.agentTimeoutMs,
+      }),
+    );
+  }
+
+  /**
+   * A wake that starts a new QEMU for a sandbox kept on disk (hibernated or halted): a network
+   * of its own again (the same NIC, policy and published host ports), its cgroup placed as
+   * its QEMU spawns. On failure it stays on disk, its published ports still listening.
+   */
+  private async wakeOnDisk(live: Live, image: DiskNet, start: StartOnDisk): Promise<void> {
+    const { network, limiter } = this.p;
     const limits = this.p.table.row(live.id).limits;
     const mode = image.nic ? 'nat' : 'none';
     const leased = network ? await network.lease(live.id, mode, image.egress) : undefined;
     const net = image.nic ? (leased ?? (image.restrict ? { restrict: true } : {})) : undefined;
     try {
-      const { vm, agent } = await restoreFromDisk(image, {
-        dir: live.dir,
-        memoryMiB: live.row.memory_mib,
-        cpus: live.row.cpus,
-        net,
-        onSpawn: async (pid) => {
-          if (limits) await limiter.place(live.id, limits, pid);
-        },
-        agentTimeoutMs: this.opts.agentTimeoutMs,
+      const { vm, agent } = await start(net, async (pid) => {
+        if (limits) await limiter.place(live.id, limits, pid);
       });
       live.vm = vm;
       live.agent = agent;
       this.endings.watch(live, vm);
       await this.republish(live.id, vm, image);
     } catch (e) {
-      await network?.hibernate(live.id); // still hibernated: its ports keep listening
+      const vm = live.vm;
+      live.vm = undefined; // its exit is ours, not a death
+      live.agent?.close();
+      live.agent = undefined;
+      await vm?.kill();
+      await network?.hibernate(live.id); // still on disk: its ports keep listening
       await limiter.remove(live.id);
       throw e;
     }
