@@ -2,9 +2,9 @@
  * Load and soak, short and bounded, in the test suite (issue 21). The workloads are
  * bench/workload.ts's, which bench/load.ts and bench/soak.ts run for minutes to print figures;
  * here they run against a real daemon for seconds and what a user relies on is asserted.
- * Load: 100 concurrent SDK clients mix exec, files, fork and branch for 15 s over 4 forked
+ * Load: 100 concurrent SDK clients mix exec, files, fork and branch for 10 s over 4 forked
  * targets: no request fails, every kind completes, and afterwards only the targets run and
- * no branch is left. Soak: 15 rounds of fork 2 / write, read and exec in each / kill, after
+ * no branch is left. Soak: 10 rounds of fork 2 / write, read and exec in each / kill, after
  * 2 warm-up rounds: the daemon's fds (clients' connections not counted), its QEMUs and its
  * network namespaces come back to their baseline exactly; RSS and the home's disk use come
  * back within the tolerances justified below.
@@ -27,16 +27,16 @@ import {
   type LoadOp,
 } from '../../../bench/workload.js';
 
-const LOAD = { clients: 100, seconds: 15, heavy: 2, targets: 4 };
-const SOAK = { rounds: 15, n: 2, warmup: 2 };
+const LOAD = { clients: 100, seconds: 10, heavy: 2, targets: 4 };
+const SOAK = { rounds: 10, n: 2, warmup: 2 };
 
 /**
  * RSS may end this far above its baseline. V8 grows its heap in steps and returns pages
  * only after a major collection, which an idle daemon may not run for a while: the 120 s
  * bench/soak.ts run (294 sandboxes) peaked 42 MiB above its baseline with no trend and
- * ended 3 MiB above it. A leak that keeps 2 MiB or more per sandbox (a console buffer, a
- * memory file's pages) passes this bound in 30 sandboxes; smaller ones are the long
- * bench's to find, by its trend.
+ * ended 3 MiB above it. A leak that keeps 3.2 MiB or more per sandbox (a console buffer, a
+ * memory file's pages) passes this bound in the 20 sandboxes of the rounds; smaller ones
+ * are the long bench's to find, by its trend.
  */
 const RSS_SLACK_MIB = 64;
 /**
