@@ -22,7 +22,7 @@ const VM_CONCURRENCY = Math.max(1, Number(process.env.FORKD_TEST_CONCURRENCY ?? 
 const NODE_TIERS = [
   { name: 'unit', concurrency: 4 },
   { name: 'api', concurrency: 2 },
-  { name: 'e2e', concurrency: VM_CONCURRENCY },
+  { name: 'e2e', concurrency: VM_CONCURRENCY, perFile: true },
 ];
 const TIER_NAMES = [...NODE_TIERS.map((t) => t.name), 'python'];
 
@@ -89,8 +89,9 @@ function runKept(cmd, args, cwd) {
 
 /**
  * The e2e files that took longest in a full run (over 70 s of tests each, the CI log of
- * 2026-12-04) start first, so the tier does not end with one long file on one core while
- * the other idles. Only the order changes; a file not named here keeps its place.
+ * 2026-12-04; the tier lists its slowest at the end) start first, so the tier does not end
+ * with one long file on one core while the other idles. A file not named here keeps its
+ * place.
  */
 const E2E_LONG = [
   'snapshots/recovery',
@@ -124,8 +125,26 @@ function slowFirst(files) {
 }
 
 /**
- * mypy and each unittest module as its own job, VM_CONCURRENCY at a time; each job's output
- * is printed when it ends. Returns mypy's result and the modules' combined one.
+ * Jobs `concurrency` at a time, in order; each job's output is printed whole when it ends,
+ * under its name and time. Resolves with each job's result by name.
+ */
+async function runJobs(jobs, concurrency) {
+  const results = new Map();
+  const queue = [...jobs];
+  const lane = async () => {
+    for (let job = queue.shift(); job; job = queue.shift()) {
+      const r = await runKept(job.cmd, job.args, job.cwd);
+      process.stdout.write(`\n--- ${job.name} (${r.seconds.toFixed(1)} s)\n${r.output}`);
+      results.set(job.name, r);
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, lane));
+  return results;
+}
+
+/**
+ * mypy and each unittest module as its own job, VM_CONCURRENCY at a time. Returns mypy's
+ * result and the modules' combined one.
  */
 async function runPython(files) {
   const jobs = [
@@ -137,27 +156,54 @@ async function runPython(files) {
       cwd: PYTHON_TESTS,
     })),
   ];
-  const results = new Map();
-  const queue = [...jobs];
-  const lane = async () => {
-    for (let job = queue.shift(); job; job = queue.shift()) {
-      const r = await runKept(job.cmd, job.args, job.cwd);
-      process.stdout.write(`\n--- ${job.name} (${r.seconds.toFixed(1)} s)\n${r.output}`);
-      if (job.name === 'mypy' && r.status === 127)
-        console.error('mypy is missing: apt-get install mypy (scripts/setup.sh does)');
-      results.set(job.name, r);
-    }
-  };
-  await Promise.all(Array.from({ length: VM_CONCURRENCY }, lane));
+  const results = await runJobs(jobs, VM_CONCURRENCY);
+  if (results.get('mypy').status === 127)
+    console.error('mypy is missing: apt-get install mypy (scripts/setup.sh does)');
   const modules = jobs.slice(1).map((j) => results.get(j.name));
   const counts = modules.map((r) => unittestCounts(r.output));
-  const sum = (k) => counts.reduce((a, c) => a + c[k], 0);
-  const skipped = sum('skipped');
   return {
     mypy: results.get('mypy').status,
     status: modules.find((r) => r.status !== 0)?.status ?? 0,
-    counts: `${sum('passed')} passed, ${sum('failed')} failed${skipped ? `, ${skipped} skipped` : ''}`,
+    counts: describeCounts(counts),
   };
+}
+
+function describeCounts(counts) {
+  const sum = (k) => counts.reduce((a, c) => a + c[k], 0);
+  const skipped = sum('skipped');
+  return `${sum('passed')} passed, ${sum('failed')} failed${skipped ? `, ${skipped} skipped` : ''}`;
+}
+
+/**
+ * The VM tier: each file its own `node --test` (Node 20 sorts the files of one run and
+ * reports no file per test), so the longest start first and each prints under its name and
+ * time; the slowest are listed at the end (the suite's time budget is spent there).
+ */
+async function runFilesTier(tier, files) {
+  console.log(`\n==> ${tier.name}: ${files.length} files, ${tier.concurrency} at a time`);
+  const jobs = longFirst(files).map((f) => ({
+    name: f.replace(/^dist\/test\//, ''),
+    cmd: process.execPath,
+    args: ['--test', '--test-reporter=spec', f],
+  }));
+  const results = await runJobs(jobs, tier.concurrency);
+  const all = jobs.map((j) => [j.name, results.get(j.name)]);
+  const slowest = [...all].sort((a, b) => b[1].seconds - a[1].seconds).slice(0, 10);
+  console.log(`\n--- ${tier.name}: the slowest files`);
+  for (const [name, r] of slowest) console.log(`${r.seconds.toFixed(1).padStart(7)} s  ${name}`);
+  return {
+    status: all.find(([, r]) => r.status !== 0)?.[1].status ?? 0,
+    counts: describeCounts(all.map(([, r]) => specCounts(r.output))),
+  };
+}
+
+/** Passed, failed and skipped tests from the spec reporter's closing lines. */
+function specCounts(text) {
+  const count = (what) => Number(new RegExp(`^ℹ ${what} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+  const failed = count('fail') + count('cancelled');
+  // A file that failed before the reporter's summary (a crash) counts as one failure.
+  const broken = !/^ℹ tests \d+/m.test(text) ? 1 : 0;
+  return { passed: count('pass'), failed: failed + broken, skipped: count('skipped') };
 }
 
 /** Passed, failed and skipped tests from unittest's "Ran N tests" and its last line. */
@@ -174,7 +220,13 @@ function unittestCounts(text) {
 const results = [];
 for (const tier of NODE_TIERS.filter((t) => wanted(t.name))) {
   const files = matching(find(join('dist', 'test', tier.name), '.test.js'));
-  if (files.length) results.push([tier.name, runNodeTier(tier, longFirst(files))]);
+  if (files.length === 0) continue;
+  if (!tier.perFile) {
+    results.push([tier.name, runNodeTier(tier, files)]);
+    continue;
+  }
+  const r = await runFilesTier(tier, files);
+  results.push([tier.name, r.status, r.counts]);
 }
 if (pythonFiles.length) {
   console.log(`\n==> python: ${pythonFiles.length} files, ${VM_CONCURRENCY} at a time`);

@@ -170,13 +170,18 @@ export async function netnsInUse(ns: Netns): Promise<boolean> {
   return (await netnsPids(ns)).length > 0;
 }
 
-/** Delete a namespace (its veth, rules and conntrack go with it). Idempotent. */
+/**
+ * Delete a namespace (its veth, rules and conntrack go with it). Idempotent. The namespace
+ * itself goes last: once it is gone another daemon may claim its index (claimIndex, under the
+ * host lock, which a daemon's close does not hold), and an owner record removed after that
+ * would be the new owner's, leaving its namespace to the next sweep.
+ */
 export async function deleteNetns(ns: Netns): Promise<void> {
   await run('ip', ['link', 'del', ns.veth]).catch(() => undefined);
-  if (existsSync(ns.path)) await run('ip', ['netns', 'del', ns.name]).catch(() => undefined);
+  heldHere.delete(ns.name);
   await rm(join(NETNS_OWNERS, ns.name), { force: true });
   await rm(stateFile(ns), { force: true });
-  heldHere.delete(ns.name);
+  if (existsSync(ns.path)) await run('ip', ['netns', 'del', ns.name]).catch(() => undefined);
 }
 
 /** `owner` ({@link newOwner}) of this process owns the namespace now (made it, or re-adopted its sandbox). */
