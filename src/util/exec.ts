@@ -61,7 +61,13 @@ export function run(
         reject(toolError(file, args, err as NodeJS.ErrnoException, stderr));
       },
     );
-    if (opts.input !== undefined) child.stdin?.end(opts.input);
+    if (opts.input !== undefined) {
+      // A tool that exits without reading its input (nsenter on a namespace gone) makes the
+      // write fail with EPIPE; its exit status is the error, and an unheard stream error
+      // would end the daemon.
+      child.stdin?.on('error', () => undefined);
+      child.stdin?.end(opts.input);
+    }
   });
 }
 

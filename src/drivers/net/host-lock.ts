@@ -32,6 +32,7 @@ export async function withHostLock<T>(fn: () => Promise<T>): Promise<T> {
     ['-w', String(LOCK_WAIT_S), LOCK_FILE, 'sh', '-c', 'echo held; exec cat >/dev/null'],
     { stdio: ['pipe', 'pipe', 'pipe'] },
   );
+  holder.stdin.on('error', () => undefined); // flock gave up (its exit says why)
   const exited = once(holder, 'exit').then(([code]) => code as number | null);
   try {
     await Promise.race([

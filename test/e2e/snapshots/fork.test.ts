@@ -129,8 +129,19 @@ test('10 children at once all answer, isolated from each other and from the snap
   assert.deepEqual(afterRun.problems, [], 'the snapshot files changed while children ran');
 });
 
+/**
+ * The guest clock was set from the host's at the fork (`forkedAt`, ms), not left at the
+ * capture instant: never before the fork, never ahead of the host. A TCG guest on a loaded
+ * host runs behind real time after that, so how far behind it reads is not asserted.
+ */
+function assertClockSetAt(guestS: number, forkedAt: number): void {
+  const [from, to] = [Math.floor(forkedAt / 1000) - 1, Math.ceil(Date.now() / 1000) + 1];
+  assert.ok(guestS >= from && guestS <= to, `guest clock ${guestS} is not in [${from}, ${to}]`);
+}
+
 test('children get distinct random streams and hostnames, and the host clock', async () => {
   await new Promise((r) => setTimeout(r, 4000)); // the snapshot's clock is now 4 s stale
+  const forkedAt = Date.now();
   const ids = await forkN(3);
   const seen = new Set<string>();
   for (const id of ids) {
@@ -141,10 +152,7 @@ test('children get distinct random streams and hostnames, and the host clock', a
       .split('\n');
     assert.equal(host, id);
     seen.add(uuid as string);
-    assert.ok(
-      Math.abs(Number(date) - Date.now() / 1000) <= 2,
-      `guest clock ${date} is off by ${(Number(date) - Date.now() / 1000).toFixed(1)} s`,
-    );
+    assertClockSetAt(Number(date), forkedAt);
   }
   assert.equal(seen.size, 3, 'two children share a random stream');
   await Promise.all(ids.map((id) => s.sandboxes.kill(id)));
@@ -173,6 +181,7 @@ test('a pre-warmed pool hands out paused, already-run VMs that resume as fresh f
   assert.deepEqual([state.size, state.prewarm], [2, true]);
   await s.snapshots.pool.settled('warm');
   assert.equal(s.snapshots.pool.state('warm').ready, 2);
+  const forkedAt = Date.now();
   const ids = await forkN(2);
   const uuids = new Set<string>();
   for (const id of ids) {
@@ -184,10 +193,7 @@ test('a pre-warmed pool hands out paused, already-run VMs that resume as fresh f
     assert.equal(warm, 'warmed');
     assert.equal(host, id);
     uuids.add(uuid as string);
-    assert.ok(
-      Math.abs(Number(date) - Date.now() / 1000) <= 2,
-      `guest clock ${date} is off by ${(Number(date) - Date.now() / 1000).toFixed(1)} s`,
-    );
+    assertClockSetAt(Number(date), forkedAt);
     const pid = (await sh(s, id, 'cat /tmp/counter.pid')).trim();
     await sh(s, id, `kill -0 ${pid}`);
   }
