@@ -450,7 +450,7 @@ test('signed URLs: a /files request with only a valid signature reaches its sand
   assert.equal((await app.inject({ method: 'GET', url: url(SEED.file, asWrite) })).statusCode, 401);
 });
 
-test('pause and resume map onto parking (keepMemory false: halted): 409 when already so; connect wakes a paused one', async () => {
+test('pause and resume map onto forkd tiers (keepMemory false: halted): 409 when already so; connect wakes a paused one', async () => {
   const pause = () => control({ method: 'POST', url: `/sandboxes/${ID}/pause` });
   const pauseWith = (payload: Record<string, unknown>) =>
     control({ method: 'POST', url: `/sandboxes/${ID}/pause`, payload });
@@ -525,7 +525,7 @@ test("auto-pause (lifecycle onTimeout 'pause') is the idle policy: paused its ti
   assert.deepEqual(callsOf('sandboxes', 'extend'), []);
   const plain = (await control({ method: 'GET', url: `/sandboxes/${ID}` })).json();
   assert.deepEqual(plain.lifecycle, { onTimeout: 'kill', autoResume: false });
-  // Without auto-resume: a marker label (not metadata); parked, only connect wakes it.
+  // Without auto-resume: a marker label (not metadata); paused, only connect wakes it.
   const manual = await create({ timeout: 30, autoPause: true, autoResume: { enabled: false } });
   assert.equal(manual.statusCode, 201, manual.body);
   const mid = manual.json().sandboxID as string;

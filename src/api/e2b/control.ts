@@ -27,7 +27,7 @@ import { e2bError, fromE2bId, toE2bId } from './wire.js';
 export const ENVD_VERSION = '0.6.4';
 /** The SDK's own default when a create names no timeout. */
 const DEFAULT_TIMEOUT_S = 300;
-/** Parked (paused, hibernated or halted) is E2B's `paused`. */
+/** Any tier below running (paused, hibernated or halted) is E2B's `paused`. */
 const isPaused = (s: SandboxT): boolean => s.tier !== 'running';
 
 export type Body = Record<string, unknown>;

@@ -1,6 +1,6 @@
 /**
  * The idle tiers as the sandbox service runs them (docs/idle.md): every request wakes a
- * parked sandbox first (`awake`), a sweep each second parks the ones nobody used for their
+ * paused sandbox first (`awake`), a sweep each second pauses the ones nobody used for their
  * idle time whose guest stayed quiet, and a hibernation goes to disk and comes back with
  * its network, cgroup and published ports. tiers.ts holds the moves themselves and the
  * rules; hibernate.ts the capture and the restore; halt.ts the halt and the cold boot.
@@ -33,7 +33,7 @@ import {
 } from './tiers.js';
 import { crashPoint } from '../../util/crash.js';
 
-/** How often the idle policy looks for sandboxes to park. */
+/** How often the idle policy looks for sandboxes to pause. */
 const IDLE_SWEEP_MS = 1000;
 
 export class IdleTiers {
@@ -72,7 +72,7 @@ export class IdleTiers {
     clearInterval(this.timer);
   }
 
-  /** A running sandbox for a request: woken first when parked (transparently), marked used. */
+  /** A running sandbox for a request: woken first when paused (transparently), marked used. */
   async awake(id: string): Promise<AwakeLive> {
     const live = this.p.table.running(id);
     live.lastUsed = Date.now();
@@ -118,14 +118,14 @@ export class IdleTiers {
     );
   }
 
-  /** A new policy applies at once: a parked sandbox stays in its tier, its times count from now. */
+  /** A new policy applies at once: a paused sandbox stays in its tier, its times count from now. */
   touched(id: string): void {
     const live = this.p.table.get(id);
     if (live) live.lastUsed = Date.now();
   }
 
   /**
-   * Park every sandbox nobody used for its pause- or hibernate-after time whose guest
+   * Pause every sandbox nobody used for its pause- or hibernate-after time whose guest
    * stayed quiet meanwhile. One sweep at a time (each reads QEMUs' CPU time).
    */
   private sweep(): void {
@@ -157,9 +157,9 @@ export class IdleTiers {
       live.lastUsed = Date.now(); // its own job keeps it awake, a full idle time more
       return;
     }
-    log.info({ sandbox: live.id, tier: to, ...after }, 'parking an idle sandbox');
+    log.info({ sandbox: live.id, tier: to, ...after }, 'pausing an idle sandbox');
     await this.move(live, to).catch((e: unknown) =>
-      log.warn({ sandbox: live.id, tier: to, err: e }, 'could not park an idle sandbox'),
+      log.warn({ sandbox: live.id, tier: to, err: e }, 'could not pause an idle sandbox'),
     );
   }
 
@@ -291,7 +291,7 @@ function refuseFromHalted(live: Live, to: SandboxTier): void {
   if (live.tier !== 'halted' || to === 'halted') return;
   throw new ForkdError(
     'bad_request',
-    `sandbox ${live.id} is halted (only its disk is kept): resume it first (\`forkd resume ${live.id}\`, a cold boot), then park it as ${to}`,
+    `sandbox ${live.id} is halted (only its disk is kept): resume it first (\`forkd resume ${live.id}\`, a cold boot), then pause it as ${to}`,
     { id: live.id, tier: live.tier },
   );
 }

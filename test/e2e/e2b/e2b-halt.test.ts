@@ -1,7 +1,7 @@
 /**
  * The halted tier (docs/idle.md: only the disk kept, the wake a cold boot) with a real
  * daemon: through forkd's SDK (a file on its disk is kept, the guest's boot_id changes,
- * the id, labels and env stay, a halted sandbox holds no QEMU, a park to another tier is
+ * the id, labels and env stay, a halted sandbox holds no QEMU, a pause to another tier is
  * refused until it is resumed, and once killed nothing of it is left: no QEMU, no
  * directory, no cgroup), and through the unmodified `e2b` SDK against the E2B listener
  * (`pause({ keepMemory: false })`: isRunning false until connect() boots it under the same
