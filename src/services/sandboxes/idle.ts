@@ -9,6 +9,7 @@ import { ForkdError } from '../../errors.js';
 import type { VmHandle } from '../../drivers/vmm.js';
 import { OPEN_EGRESS } from '../network/policy.js';
 import type { Endings } from './ending.js';
+import type { Gate } from './gate.js';
 import { Halts, readHalt } from './halt.js';
 import {
   captureToDisk,
@@ -49,6 +50,8 @@ export class IdleTiers {
       defaults: IdleAfter;
       /** How long a restore may wait for the guest agent. */
       agentTimeoutMs: number;
+      /** The daemon's boot gate: a halted sandbox's wake is a cold boot and passes it. */
+      bootGate: Gate;
     },
   ) {
     this.halts = new Halts(
@@ -58,7 +61,7 @@ export class IdleTiers {
         netImage: (id) => this.netImage(id),
         wakeOnDisk: (live, image, start) => this.wakeOnDisk(live, image, start),
       },
-      opts.agentTimeoutMs,
+      { bootTimeoutMs: opts.agentTimeoutMs, gate: opts.bootGate },
     );
   }
 
