@@ -75,7 +75,10 @@ export class IdleTiers {
     clearInterval(this.timer);
   }
 
-  /** A running sandbox for a request: woken first when paused (transparently), marked used. */
+  /**
+   * A running sandbox for a request: woken first when paused (transparently), marked used.
+   * A timeout its pause held runs again from the wake.
+   */
   async awake(id: string): Promise<AwakeLive> {
     const live = this.p.table.running(id);
     live.lastUsed = Date.now();
@@ -83,6 +86,7 @@ export class IdleTiers {
       const from = live.tier;
       await this.move(live, 'running');
       live.lastUsed = Date.now(); // its idle time counts from the end of a wake (seconds from disk)
+      this.p.table.giveTimeoutBack(id);
       this.p.log.info({ sandbox: id, from }, 'sandbox woken');
     }
     liveVm(live);
@@ -91,9 +95,15 @@ export class IdleTiers {
 
   /**
    * Pause a running sandbox on request (a hibernation or a halt refuses while a stream is
-   * under way; a halted sandbox is resumed before any other tier).
+   * under way; a halted sandbox is resumed before any other tier). With `holdTimeout` its
+   * timeout stands still until its wake (held before the move, so it cannot expire during
+   * a long one; given back if the move fails).
    */
-  async pause(id: string, to: 'paused' | 'hibernated' | 'halted'): Promise<void> {
+  async pause(
+    id: string,
+    to: 'paused' | 'hibernated' | 'halted',
+    holdTimeout = false,
+  ): Promise<void> {
     const live = this.p.table.running(id);
     refuseFromHalted(live, to);
     if (to !== 'paused' && live.busy > 0) {
@@ -103,7 +113,12 @@ export class IdleTiers {
         { id, tier: to },
       );
     }
-    await this.move(live, to);
+    if (!holdTimeout) return this.move(live, to);
+    this.p.table.holdTimeout(id);
+    await this.move(live, to).catch((e: unknown) => {
+      if (live.tier === 'running') this.p.table.giveTimeoutBack(id);
+      throw e;
+    });
   }
 
   /** After a daemon restart a hibernated or halted sandbox's published ports listen again. */

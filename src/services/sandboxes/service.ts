@@ -25,6 +25,7 @@ import type { Store } from '../../store/db.js';
 import type {
   Caller,
   ExecStream,
+  PauseOptions,
   PtyAttachment,
   SandboxService,
   SandboxUsageT,
@@ -290,11 +291,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return (await this.tiers.awake(id)).agent;
   }
 
-  async pause(
-    id: string,
-    opts: { tier?: 'paused' | 'hibernated' | 'halted' } = {},
-  ): Promise<SandboxT> {
-    await this.tiers.pause(id, opts.tier ?? 'paused');
+  async pause(id: string, opts: PauseOptions = {}): Promise<SandboxT> {
+    await this.tiers.pause(id, opts.tier ?? 'paused', opts.holdTimeout ?? false);
     return this.get(id);
   }
 

@@ -1,22 +1,25 @@
 /**
- * The wake of a halted sandbox is a cold boot, so it passes the daemon's boot gate
- * (`--max-booting`) as a boot from an image does (src/services/sandboxes/halt.ts, gate.ts):
- * past the cap it is refused at once with `capacity` and stays halted. Without VMs: the
- * halted rows are held from their records at start, and a wake that gets through the gate
- * fails for want of a guest kernel in this home (setup_required), which is enough to see
- * who held the slot.
+ * A halted sandbox and its wake, without VMs: the halted rows are held from their records
+ * at start, and a wake that gets through fails for want of a guest kernel in this home
+ * (setup_required), which is enough to see what happened before it.
+ * - The wake is a cold boot, so it passes the daemon's boot gate (`--max-booting`) as a
+ *   boot from an image does (src/services/sandboxes/halt.ts, gate.ts): past the cap it is
+ *   refused at once with `capacity` and stays halted.
+ * - Its timeout runs while it is halted (forkd's rule, docs/idle.md), unless the pause held
+ *   it (E2B's pause: live.ts holdTimeout); an extend then sets what the wake gives back.
  */
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
-import { paths, type Paths } from '../../../src/config.js';
+import type { Paths } from '../../../src/config.js';
 import { isForkdError } from '../../../src/errors.js';
 import type { Limiter } from '../../../src/services/limits.js';
 import { haltFile, type HaltImage } from '../../../src/services/sandboxes/halt.js';
 import { SandboxManager } from '../../../src/services/sandboxes/service.js';
-import { Store } from '../../../src/store/db.js';
+import type { Store } from '../../../src/store/db.js';
+import { insertRow, tempStore } from '../../helpers/rows.js';
 import { wireVmm } from '../../../src/services/vmm-driver.js';
 
 wireVmm(); // the start's reconcile reads pid files through the VMM
@@ -24,18 +27,13 @@ wireVmm(); // the start's reconcile reads pid files through the VMM
 let p: Paths;
 let store: Store;
 let next = 0;
-before(async () => {
-  p = paths(await mkdtemp(join(tmpdir(), 'forkd-halt-gate-')));
-  await mkdir(p.sandboxes, { recursive: true });
-  store = Store.open(p.db);
-});
-after(async () => {
-  store.close();
-  await rm(p.home, { recursive: true, force: true });
+tempStore('forkd-halt-gate-', (home, s) => {
+  p = home;
+  store = s;
 });
 
 /** A halted sandbox as a halt leaves it: its row and its record, no QEMU. */
-async function halted(): Promise<string> {
+async function halted(expiresInS?: number): Promise<string> {
   const id = `sbx-0000000ca1${(next++).toString(16).padStart(2, '0')}`;
   const dir = join(p.sandboxes, id);
   await mkdir(dir, { recursive: true });
@@ -46,22 +44,8 @@ async function halted(): Promise<string> {
     halted_at: new Date().toISOString(),
   };
   await writeFile(haltFile(dir), JSON.stringify(image));
-  store.sandboxes.insert({
-    id,
-    state: 'running',
-    image: 'busybox',
-    snapshot: null,
-    parent: null,
-    memory_mib: 256,
-    cpus: 1,
-    labels: {},
-    env: {},
-    created_at: new Date().toISOString(),
-    expires_at: null,
-    pid: null,
-    dir,
-    reason: null,
-  });
+  const expires = expiresInS ? new Date(Date.now() + expiresInS * 1000).toISOString() : null;
+  insertRow(store, id, dir, { expires_at: expires });
   store.sandboxes.update(id, { tier: 'halted' });
   return id;
 }
@@ -69,6 +53,7 @@ async function halted(): Promise<string> {
 const limiter = {
   sweep: async () => [],
   remove: async () => undefined,
+  enforcement: async () => ({ version: null, reason: 'not in unit tests' }),
 } as unknown as Limiter;
 
 /** A manager over this home's rows with `maxBooting`, stopped (and its sandboxes killed) after `fn`. */
@@ -122,5 +107,38 @@ test('under the gate, wakes of halted sandboxes go on together', async () => {
   await withManager(2, async (m) => {
     const results = await Promise.allSettled([m.resume(a), m.resume(b)]);
     assert.ok(results.every((r) => refusedWith(r, 'setup_required')));
+  });
+});
+
+/** Wait until `check` holds (a timer fires on its own time on a loaded host). */
+async function until(what: string, check: () => boolean, timeoutMs = 30_000) {
+  for (const end = Date.now() + timeoutMs; !check(); await sleep(100)) {
+    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
+  }
+}
+
+test("a halted sandbox's timeout runs: it is stopped at its deadline", async () => {
+  const id = await halted(1);
+  await withManager(1, async () => {
+    await until('the timeout', () => store.sandboxes.get(id)?.state === 'stopped');
+    assert.equal(store.sandboxes.get(id)?.reason, 'timeout');
+  });
+});
+
+test('a pause that holds the timeout: no deadline until the wake; an extend sets what it gives back', async () => {
+  const id = await halted(2);
+  await withManager(1, async (m) => {
+    const paused = await m.pause(id, { tier: 'halted', holdTimeout: true });
+    assert.equal(paused.expires_at, null);
+    const held = store.sandboxes.get(id)?.timeout_held_s ?? 0;
+    assert.ok(held >= 1 && held <= 2, `what was left of its 2 s: ${held}`);
+    await sleep(3000); // past the deadline it had
+    assert.equal(store.sandboxes.get(id)?.state, 'running', 'not stopped by the held timeout');
+    assert.equal((await m.extend(id, 600)).expires_at, null, 'still held');
+    assert.equal(store.sandboxes.get(id)?.timeout_held_s, 600);
+    // A wake that fails leaves it halted, its timeout still held.
+    await assert.rejects(m.resume(id), (e) => isForkdError(e, 'setup_required'));
+    const row = store.sandboxes.get(id);
+    assert.deepEqual([row?.tier, row?.expires_at, row?.timeout_held_s], ['halted', null, 600]);
   });
 });
