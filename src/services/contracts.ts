@@ -123,7 +123,7 @@ export interface SandboxService {
     label?: { key: string; value: string };
   }): Promise<SandboxT[]>;
   get(id: string): Promise<SandboxT>;
-  /** Sets expires_at = now + timeoutS. */
+  /** Sets expires_at = now + timeoutS (while a pause holds its timeout: what its wake gives back). */
   extend(id: string, timeoutS: number): Promise<SandboxT>;
   /** New limits for a running sandbox (PATCH); fields left out keep their value. */
   setLimits(id: string, req: LimitsRequestT): Promise<SandboxT>;
@@ -173,10 +173,19 @@ export interface SandboxService {
   /**
    * Pause a running sandbox (docs/idle.md): `paused` stops its QEMU (no CPU), `hibernated`
    * also captures it to disk and ends QEMU. Pausing a paused sandbox answers it as it is.
+   * `holdTimeout` (E2B's pause) holds its timeout until its wake, which gives back what was
+   * left (`expires_at` null meanwhile); otherwise its timeout runs while it is paused.
    */
-  pause(id: string, opts?: { tier?: 'paused' | 'hibernated' | 'halted' }): Promise<SandboxT>;
+  pause(id: string, opts?: PauseOptions): Promise<SandboxT>;
   /** Wake a paused sandbox (its guest clock is pushed forward); a running one is a no-op. */
   resume(id: string): Promise<SandboxT>;
+}
+
+/** How a sandbox is paused (`SandboxService.pause`). */
+export interface PauseOptions {
+  tier?: 'paused' | 'hibernated' | 'halted';
+  /** Its timeout does not run until its wake (docs/idle.md "The timeout of a paused sandbox"). */
+  holdTimeout?: boolean;
 }
 
 /** A fork request: n children of one snapshot (POST /v1/sandboxes with snapshot). */

@@ -73,8 +73,8 @@ interface KillRequest extends IdRequest {
 /** A containerd timestamp, or none (the zero time) when `ms` is undefined. */
 const at = (ms: number | undefined) => (ms === undefined ? undefined : timestamp(ms));
 
-/** Whether the daemon has the sandbox parked in an idle tier (its own word, never ours). */
-async function parked(sandbox: Sandbox): Promise<boolean> {
+/** Whether the daemon has the sandbox in a tier below running (paused, hibernated, halted). */
+async function pausedTier(sandbox: Sandbox): Promise<boolean> {
   const { tier } = await sandbox.refresh();
   return tier !== undefined && tier !== 'running';
 }
@@ -410,12 +410,12 @@ export class TaskService {
   }
 
   /**
-   * Pause parks the sandbox in forkd's `paused` idle tier (QEMU stopped, memory kept);
+   * Pause puts the sandbox in forkd's `paused` idle tier (QEMU stopped, memory kept);
    * Resume wakes it. Either is a no-op on a task already there.
    */
   private async pause(r: IdRequest, pause: boolean): Promise<object> {
     const task = this.get(r.id);
-    if ((await parked(task.sandbox)) === pause) return {};
+    if ((await pausedTier(task.sandbox)) === pause) return {};
     if (pause) await task.sandbox.pause({ tier: 'paused' });
     else await task.sandbox.resume();
     await this.o.publisher.publish(pause ? '/tasks/paused' : '/tasks/resumed', {
@@ -432,7 +432,7 @@ export class TaskService {
       exec_id: r.exec_id,
       bundle: task.bundle,
       pid: p.pid,
-      status: running && (await parked(task.sandbox)) ? STATUS.paused : p.status,
+      status: running && (await pausedTier(task.sandbox)) ? STATUS.paused : p.status,
       ...p.io,
       exit_status: p.exitStatus,
       exited_at: at(p.exitedAt),

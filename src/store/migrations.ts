@@ -95,6 +95,9 @@ export const MIGRATIONS: readonly string[] = [
   // idle policy (JSON: pause_after_s, hibernate_after_s), so a paused one stays paused.
   `ALTER TABLE sandboxes ADD COLUMN tier TEXT NOT NULL DEFAULT 'running';
    ALTER TABLE sandboxes ADD COLUMN idle TEXT;`,
+  // 9: a timeout held by a pause (E2B's: a paused sandbox does not expire): the seconds of
+  // it left, given back by the wake (docs/idle.md "The timeout of a paused sandbox").
+  `ALTER TABLE sandboxes ADD COLUMN timeout_held_s INTEGER;`,
 ];
 
 /** Run the migrations `db` has not seen yet, each in its own transaction. */

@@ -37,6 +37,11 @@ export interface SandboxRow {
   tier: SandboxTier;
   /** Its idle policy (null: the daemon's defaults). */
   idle?: StoredIdle | null;
+  /**
+   * Seconds of its timeout a pause held (`expires_at` is null meanwhile), given back by its
+   * wake; null when none is held (docs/idle.md "The timeout of a paused sandbox").
+   */
+  timeout_held_s?: number | null;
 }
 
 /** How awake a running sandbox is: QEMU running, stopped, or ended with the VM on disk. */
@@ -153,6 +158,7 @@ export class SandboxRows {
         | 'tier'
         | 'limits'
         | 'idle'
+        | 'timeout_held_s'
       >
     >,
   ): SandboxRow | undefined {

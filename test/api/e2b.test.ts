@@ -4,40 +4,16 @@
  * access tokens, /files (multipart, raw, gzip), /health, and Connect-RPC JSON for
  * process.Process and filesystem.Filesystem — envelopes, end-of-stream errors, unary errors.
  */
-import { beforeEach, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
-import type { FastifyInstance, InjectOptions } from 'fastify';
-import { buildE2bApp } from '../../src/api/e2b/app.js';
 import { startDaemon } from '../../src/daemon/daemon.js';
 import { isForkdError } from '../../src/errors.js';
-import { FakeServices, SEED } from '../helpers/fake-services.js';
+import { e2bOverFakes, ID } from '../helpers/e2b-inject.js';
+import { SEED } from '../helpers/fake-services.js';
 
-const KEY = 'e2b-api-key-0123456789abcdef';
-const ID = SEED.sandbox.replace('-', '');
-const fake = new FakeServices();
-let app: FastifyInstance;
-let token: string;
-
-beforeEach(async () => {
-  fake.reset();
-  app ??= await buildE2bApp(fake.services, { tokens: new Map([[KEY, 'e2b']]) });
-  const created = await control({ method: 'POST', url: `/sandboxes/${ID}/connect`, payload: {} });
-  token = created.json().envdAccessToken;
-  fake.reset();
-});
-
-const control = (opts: InjectOptions) =>
-  app.inject({ ...opts, headers: { 'x-api-key': KEY, ...opts.headers } });
-
-const envd = (opts: InjectOptions) =>
-  app.inject({
-    ...opts,
-    headers: { 'e2b-sandbox-id': ID, 'x-access-token': token, ...opts.headers },
-  });
-
-const callsOf = (service: string, method: string) =>
-  fake.calls.filter((c) => c.service === service && c.method === method).map((c) => c.args);
+const e2b = e2bOverFakes();
+const { fake, control, envd, rpc, callsOf } = e2b;
 
 /** One Connect envelope (flags 0) around a JSON message. */
 function envelope(message: unknown): Buffer {
@@ -65,9 +41,6 @@ const stream = (method: string, message: unknown, headers: Record<string, string
     headers: { 'content-type': 'application/connect+json', ...headers },
     payload: envelope(message),
   });
-
-const rpc = (path: string, message: unknown) =>
-  envd({ method: 'POST', url: `/${path}`, payload: message as Record<string, unknown> });
 
 test('create from a snapshot tag forks it with metadata, envs and the timeout', async () => {
   const r = await control({
@@ -113,7 +86,7 @@ test('errors come as {code, message} with the HTTP status', async () => {
   assert.equal(missing.json().code, 404);
   assert.match(missing.json().message, /no snapshot tag or image/);
 
-  const noKey = await app.inject({ method: 'GET', url: `/sandboxes/${ID}` });
+  const noKey = await e2b.app.inject({ method: 'GET', url: `/sandboxes/${ID}` });
   assert.deepEqual(
     [noKey.statusCode, noKey.json().code, /E2B_API_KEY/.test(noKey.json().message)],
     [401, 401, true],
@@ -204,26 +177,26 @@ test('connect answers the envd address; both connect paths, the timeout applied'
     const r = await control({ method: 'POST', url, payload: { timeout: 120 } });
     assert.equal(r.statusCode, 200);
     assert.equal(r.json().sandboxID, ID);
-    assert.equal(r.json().envdAccessToken, token);
+    assert.equal(r.json().envdAccessToken, e2b.token);
     assert.deepEqual(callsOf('sandboxes', 'extend')[0], [SEED.sandbox, 120]);
   }
 });
 
 test('envd needs the access token; /health does not, and says 502 once the sandbox is gone', async () => {
-  const noToken = await app.inject({
+  const noToken = await e2b.app.inject({
     method: 'GET',
     url: `/files?path=${SEED.file}`,
     headers: { 'e2b-sandbox-id': ID },
   });
   assert.deepEqual([noToken.statusCode, noToken.json().code], [401, 401]);
-  const health = await app.inject({
+  const health = await e2b.app.inject({
     method: 'GET',
     url: '/health',
     headers: { 'e2b-sandbox-id': ID },
   });
   assert.equal(health.statusCode, 204);
   await fake.services.sandboxes.kill(SEED.sandbox);
-  const gone = await app.inject({
+  const gone = await e2b.app.inject({
     method: 'GET',
     url: '/health',
     headers: { 'e2b-sandbox-id': ID },
@@ -236,10 +209,10 @@ test("/files: download, multipart and raw (gzip) uploads, relative paths from th
   assert.equal(read.statusCode, 200);
   assert.equal(read.body, SEED.fileBytes.toString());
   // SDKs before 2.8 send no E2b-Sandbox-Id on /files: the access token names the sandbox.
-  const byToken = await app.inject({
+  const byToken = await e2b.app.inject({
     method: 'GET',
     url: `/files?path=${SEED.file}`,
-    headers: { 'x-access-token': token },
+    headers: { 'x-access-token': e2b.token },
   });
   assert.equal(byToken.statusCode, 200);
   const missing = await envd({ method: 'GET', url: '/files?path=/nope' });
@@ -431,117 +404,26 @@ test('signed URLs: a /files request with only a valid signature reaches its sand
     `/files?path=${encodeURIComponent(path)}&signature=${encodeURIComponent(sig)}` +
     (exp === undefined ? '' : `&signature_expiration=${exp}`);
   const later = Math.floor(Date.now() / 1000) + 60;
-  const ok = await app.inject({
+  const ok = await e2b.app.inject({
     method: 'GET',
-    url: url(SEED.file, fileSignature(SEED.file, 'read', '', token, later), later),
+    url: url(SEED.file, fileSignature(SEED.file, 'read', '', e2b.token, later), later),
   });
   assert.equal(ok.statusCode, 200, ok.body);
   assert.equal(ok.body, SEED.fileBytes.toString());
   const past = later - 120;
-  const expired = await app.inject({
+  const expired = await e2b.app.inject({
     method: 'GET',
-    url: url(SEED.file, fileSignature(SEED.file, 'read', '', token, past), past),
+    url: url(SEED.file, fileSignature(SEED.file, 'read', '', e2b.token, past), past),
   });
   assert.deepEqual(
     [expired.statusCode, expired.json()],
     [401, { code: 401, message: 'signature is already expired' }],
   );
-  const asWrite = fileSignature(SEED.file, 'write', '', token);
-  assert.equal((await app.inject({ method: 'GET', url: url(SEED.file, asWrite) })).statusCode, 401);
-});
-
-test('pause and resume map onto parking (keepMemory false: halted): 409 when already so; connect wakes a paused one', async () => {
-  const pause = () => control({ method: 'POST', url: `/sandboxes/${ID}/pause` });
-  const pauseWith = (payload: Record<string, unknown>) =>
-    control({ method: 'POST', url: `/sandboxes/${ID}/pause`, payload });
-  const badBody = await pauseWith({ memory: 'no' });
-  assert.deepEqual([badBody.statusCode, /memory/.test(badBody.json().message)], [400, true]);
-  // pause({ keepMemory: false }): forkd's halted tier, held until connect() as a pause is.
-  assert.equal((await pauseWith({ memory: false })).statusCode, 204);
-  assert.deepEqual(callsOf('sandboxes', 'pause')[0], [SEED.sandbox, { tier: 'halted' }]);
-  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'paused');
-  assert.equal((await envd({ method: 'GET', url: '/health' })).statusCode, 502);
-  const booted = await control({ method: 'POST', url: `/sandboxes/${ID}/connect`, payload: {} });
-  assert.equal(booted.statusCode, 201);
-  assert.equal((await pause()).statusCode, 204);
-  assert.deepEqual(callsOf('sandboxes', 'pause')[1], [SEED.sandbox, { tier: 'paused' }]);
-  const again = await pause();
-  assert.deepEqual([again.statusCode, again.json().code], [409, 409]);
-  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'paused');
-  // Held until connect: envd answers as for a sandbox that does not run, and wakes nothing.
-  assert.equal((await envd({ method: 'GET', url: '/health' })).statusCode, 502);
-  const held = await rpc('process.Process/List', {});
-  assert.deepEqual([held.statusCode, held.json().code], [503, 'unavailable']);
-  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'paused');
-  const listed = await control({ method: 'GET', url: '/v2/sandboxes?state=paused' });
-  assert.deepEqual(
-    listed.json().map((s: { sandboxID: string }) => s.sandboxID),
-    [ID],
+  const asWrite = fileSignature(SEED.file, 'write', '', e2b.token);
+  assert.equal(
+    (await e2b.app.inject({ method: 'GET', url: url(SEED.file, asWrite) })).statusCode,
+    401,
   );
-
-  const woken = await control({ method: 'POST', url: `/v2/sandboxes/${ID}/connect`, payload: {} });
-  assert.equal(woken.statusCode, 201);
-  assert.equal((await control({ method: 'GET', url: `/sandboxes/${ID}` })).json().state, 'running');
-  assert.equal((await envd({ method: 'GET', url: '/health' })).statusCode, 204);
-  const resume = () =>
-    control({ method: 'POST', url: `/sandboxes/${ID}/resume`, payload: { timeout: 30 } });
-  assert.equal((await resume()).statusCode, 409);
-  await pause();
-  const resumed = await resume();
-  assert.equal(resumed.statusCode, 201);
-  assert.equal(resumed.json().sandboxID, ID);
-  assert.deepEqual(callsOf('sandboxes', 'extend').at(-1), [SEED.sandbox, 30]);
-});
-
-test("auto-pause (lifecycle onTimeout 'pause') is the idle policy: paused its timeout after its last request", async () => {
-  const create = (payload: Record<string, unknown>) =>
-    control({
-      method: 'POST',
-      url: '/v2/sandboxes',
-      payload: { templateID: SEED.snapshot, ...payload },
-    });
-  // What the current SDK sends for { lifecycle: { onTimeout: 'pause', autoResume: true } }.
-  const r = await create({ timeout: 30, autoPause: true, autoResume: { enabled: true } });
-  assert.equal(r.statusCode, 201, r.body);
-  assert.deepEqual(callsOf('snapshots', 'fork')[0]?.[0], {
-    snapshot: SEED.snapshot,
-    n: 1,
-    idle: { pause_after_s: 30 },
-  });
-  const id = r.json().sandboxID as string;
-  const info = (await control({ method: 'GET', url: `/sandboxes/${id}` })).json();
-  assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true });
-  // Its timeout is when it pauses: set timeout moves that time, nothing kills it.
-  const set = await control({
-    method: 'POST',
-    url: `/sandboxes/${id}/timeout`,
-    payload: { timeout: 90 },
-  });
-  assert.equal(set.statusCode, 204);
-  assert.deepEqual(callsOf('sandboxes', 'update').at(-1), [
-    `sbx-${id.slice(3)}`,
-    { idle: { pause_after_s: 90 } },
-  ]);
-  assert.deepEqual(callsOf('sandboxes', 'extend'), []);
-  const plain = (await control({ method: 'GET', url: `/sandboxes/${ID}` })).json();
-  assert.deepEqual(plain.lifecycle, { onTimeout: 'kill', autoResume: false });
-  // Without auto-resume: a marker label (not metadata); parked, only connect wakes it.
-  const manual = await create({ timeout: 30, autoPause: true, autoResume: { enabled: false } });
-  assert.equal(manual.statusCode, 201, manual.body);
-  const mid = manual.json().sandboxID as string;
-  const minfo = (await control({ method: 'GET', url: `/sandboxes/${mid}` })).json();
-  assert.deepEqual(minfo.lifecycle, { onTimeout: 'pause', autoResume: false });
-  assert.deepEqual(minfo.metadata, {});
-  // What forkd cannot do is refused, naming the field.
-  for (const [payload, field] of [
-    [{ autoPause: true, autoPauseMemory: false }, /autoPauseMemory/],
-    [{ autoResume: { enabled: true } }, /autoResume/],
-    [{ autoPause: 'yes' }, /autoPause/],
-  ] as const) {
-    const bad = await create(payload);
-    assert.equal(bad.statusCode, 400, JSON.stringify(payload));
-    assert.match(bad.json().message, field);
-  }
 });
 
 test('the daemon refuses --e2b-listen without a token file, before it claims anything', async () => {

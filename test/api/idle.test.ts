@@ -276,8 +276,8 @@ test('PATCH idle: times left out keep their value, the order is checked, nothing
   const fromDefaults = await patch({ idle: { pause_after_s: 10 } });
   assert.deepEqual(fromDefaults.json().idle.hibernate_after_s, 600);
   await a.inject({ method: 'POST', url: `${S}/pause`, payload: { tier: 'hibernated' } });
-  const parked = await patch({ idle: { pause_after_s: 5, hibernate_after_s: 50 } });
-  assert.equal(parked.json().tier, 'hibernated', 'a paused sandbox keeps its tier');
+  const stillPaused = await patch({ idle: { pause_after_s: 5, hibernate_after_s: 50 } });
+  assert.equal(stillPaused.json().tier, 'hibernated', 'a paused sandbox keeps its tier');
   assert.equal((await patch({ idle: null })).json().tier, 'hibernated');
   await a.inject({ method: 'DELETE', url: S });
   const stopped = await patch({ idle: { pause_after_s: 5 } });

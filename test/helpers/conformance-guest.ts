@@ -44,6 +44,11 @@ export function guestCases(it: Case): void {
       const patched = await sandboxes.update(sb.id, { timeout_s: 600 });
       assert.ok(at(patched) < later, 'a PATCHed timeout counts from now');
       assert.equal(patched.state, 'running');
+      // A pause that holds its timeout (E2B's): no deadline until the wake gives it back.
+      const held = await sandboxes.pause(sb.id, { holdTimeout: true });
+      assert.deepEqual([held.tier, held.expires_at], ['paused', null]);
+      const woken = await sandboxes.resume(sb.id);
+      assert.ok(at(woken) > Date.now() && at(woken) <= Date.now() + 601_000, 'what was left');
       assert.equal(typeof (await sandboxes.consoleLog(sb.id)), 'string');
       const root = await sandboxes.guestUser(sb.id);
       assert.deepEqual([root.name, root.uid, root.gid], ['root', 0, 0]);

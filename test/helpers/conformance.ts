@@ -10,7 +10,7 @@
  * | methods                                                      | case                                    |
  * | sandboxes.create/get/list/kill, exec                         | a created sandbox runs…; exec answers…  |
  * | events.subscribe                                             | a subscriber sees a sandbox created…    |
- * | sandboxes.extend/setLimits/update/consoleLog/guestUser       | a sandbox is extended, limited, PATCHed |
+ * | sandboxes.extend/setLimits/update/consoleLog/guestUser, pause holdTimeout | a sandbox is extended, limited, PATCHed |
  * | sandboxes.execStream/writeStdin/killExec                     | a streamed command takes stdin…         |
  * | sandboxes.writeFile/readFile/statFile/listFiles/removeFile    | files written are read back…            |
  * | sandboxes.makeDir, statFile/listFiles owners, recursive rm   | directories are made with parents…      |

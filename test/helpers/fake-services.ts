@@ -268,6 +268,8 @@ export class FakeServices {
   private counter = 0x100;
   /** The snapshot a branched sandbox's disk layers on (removing it folds it into the source). */
   private readonly diskBases = new Map<string, string>();
+  /** Timeouts held by a pause (`holdTimeout`): seconds left, given back by the wake. */
+  private readonly heldTimeouts = new Map<string, number>();
   /** Terminal sessions (GET /pty), echoing their input. */
   readonly ptys = new FakePtys();
   /** What GET /v1/events streams: tests emit row changes here. */
@@ -441,6 +443,7 @@ export class FakeServices {
     this.audit.length = 0;
     this.failures.clear();
     this.sandboxes = new Map([[SEED.sandbox, sandboxRecord(SEED.sandbox, SEED.image)]]);
+    this.heldTimeouts.clear();
     this.files = new Map([[`${SEED.sandbox}:${SEED.file}`, SEED.fileBytes]]);
     this.dirs = new Set([`${SEED.sandbox}:/etc`]);
     this.images = new Map([[SEED.image, imageRecord(SEED.image, '/srv/base')]]);
@@ -504,7 +507,12 @@ export class FakeServices {
   /** A sandbox that runs, woken if paused (a killed one keeps its row, as `stopped`). */
   private running(id: string, wake = true): SandboxT {
     const s = this.sandbox(id);
-    if (s.state === 'running' && wake) s.tier = 'running';
+    if (s.state === 'running' && wake && s.tier !== 'running') {
+      s.tier = 'running';
+      const held = this.heldTimeouts.get(id);
+      this.heldTimeouts.delete(id);
+      if (held !== undefined) s.expires_at = new Date(Date.now() + held * 1000).toISOString();
+    }
     if (s.state !== 'running') {
       throw new ForkdError(
         'sandbox_not_running',
@@ -682,7 +690,11 @@ export class FakeServices {
         ),
       get: async (id) => this.sandbox(id),
       extend: async (id, timeoutS) => {
-        const s = this.running(id);
+        const s = this.running(id, false);
+        if (this.heldTimeouts.has(id)) {
+          this.heldTimeouts.set(id, timeoutS); // what its wake gives back, as the real one
+          return s;
+        }
         s.expires_at = new Date(Date.now() + timeoutS * 1000).toISOString();
         return s;
       },
@@ -699,7 +711,9 @@ export class FakeServices {
         const policy = idle === undefined ? undefined : fakeIdleChange(s.idle, idle);
         if (limits) s.limits = fakeLimits(limits, s);
         if (policy) s.idle = policy;
-        if (timeoutS !== undefined) {
+        if (timeoutS !== undefined && this.heldTimeouts.has(id)) {
+          this.heldTimeouts.set(id, timeoutS);
+        } else if (timeoutS !== undefined) {
           s.expires_at = new Date(Date.now() + timeoutS * 1000).toISOString();
         }
         return s;
@@ -816,6 +830,11 @@ export class FakeServices {
       pause: async (id, opts) => {
         const s = this.sandbox(id);
         if (s.state !== 'running') this.running(id); // sandbox_not_running, as the real one
+        if (opts?.holdTimeout && s.expires_at !== null) {
+          const left = Math.ceil((Date.parse(s.expires_at) - Date.now()) / 1000);
+          this.heldTimeouts.set(id, Math.max(1, left));
+          s.expires_at = null;
+        }
         s.tier = opts?.tier ?? 'paused';
         return s;
       },

@@ -121,7 +121,7 @@ class DaemonProcess:
         env.pop("FORKD_URL", None)
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                # Never parks on its own unless a test says so (its policies are checked).
+                # Never pauses on its own unless a test says so (its policies are checked).
                 [shutil.which("node") or "node", CLI, "daemon", "--log-level", "warn",
                  "--pause-idle-after", "0", "--hibernate-idle-after", "0", *(args or [])],
                 env=env,

@@ -166,7 +166,7 @@ class SandboxTest(unittest.TestCase):
             self.assertEqual(sbx.refresh().idle, daemons)
             self.assertIn("forkd-agent", Sandbox.logs(sbx.id, url=DAEMON.url))
             self.assertIn("forkd-agent", sbx.logs())
-            # Idle tiers: parked by hand, woken by a request or by resume (docs/idle.md).
+            # Idle tiers: paused by hand, woken by a request or by resume (docs/idle.md).
             self.assertEqual((sbx.pause().tier, sbx.info.tier), ("paused", "paused"))
             self.assertEqual(sbx.commands.run("echo awake").stdout, "awake\n")
             self.assertEqual(sbx.refresh().tier, "running", "the command woke it")

@@ -27,7 +27,7 @@ import { e2bError, fromE2bId, toE2bId } from './wire.js';
 export const ENVD_VERSION = '0.6.4';
 /** The SDK's own default when a create names no timeout. */
 const DEFAULT_TIMEOUT_S = 300;
-/** Parked (paused, hibernated or halted) is E2B's `paused`. */
+/** Any tier below running (paused, hibernated or halted) is E2B's `paused`. */
 const isPaused = (s: SandboxT): boolean => s.tier !== 'running';
 
 export type Body = Record<string, unknown>;
@@ -362,17 +362,22 @@ async function list(ctx: E2bContext, request: FastifyRequest, reply: FastifyRepl
   return page;
 }
 
-/** Connect: wake a paused sandbox, set its timeout if asked; 201 when it was resumed. */
+/**
+ * Connect: wake a paused sandbox, set its timeout if asked; 201 when it was resumed. As
+ * E2B's: one that `pause()` paused (its timeout held: no deadline) runs for the timeout
+ * asked (the SDK sends 300 s by default); a running one's life (also one forkd's idle
+ * policy paused unasked) is lengthened, never shortened.
+ */
 async function connect(ctx: E2bContext, request: FastifyRequest, reply: FastifyReply) {
   let s = await liveSandbox(ctx, request);
   const timeout = optTimeout(bodyOf(request));
   const resumed = isPaused(s);
+  const held = resumed && s.expires_at === null;
   if (resumed) s = await ctx.services.sandboxes.resume(s.id);
   ctx.pauses.release(s.id);
-  // As E2B: connecting may lengthen a running sandbox's life, never shorten it.
   const later =
     s.expires_at !== null && Date.parse(s.expires_at) > Date.now() + (timeout ?? 0) * 1000;
-  if (timeout !== undefined && !later) s = await setTimeoutOf(ctx, s, timeout);
+  if (timeout !== undefined && (held || !later)) s = await setTimeoutOf(ctx, s, timeout);
   return reply.code(resumed ? 201 : 200).send(sandboxBody(ctx, s));
 }
 
@@ -460,7 +465,9 @@ export async function controlRoutes(app: Api, { ctx }: { ctx: E2bContext }) {
     if (isPaused(s)) {
       throw new ForkdError('name_taken', `sandbox ${toE2bId(s.id)} is already paused`);
     }
-    await sandboxes.pause(s.id, { tier: memory === false ? 'halted' : 'paused' });
+    // As E2B's: a paused sandbox does not expire; connect() gives it a timeout again.
+    const tier = memory === false ? 'halted' : 'paused';
+    await sandboxes.pause(s.id, { tier, holdTimeout: true });
     ctx.pauses.hold(s.id);
     return reply.code(204).send();
   });

@@ -23,9 +23,15 @@ export class SandboxChanges {
     private readonly get: (id: string) => Promise<SandboxT>,
   ) {}
 
+  /** A new timeout from now; while a pause holds its timeout, what its wake gives back. */
   async extend(id: string, timeoutS: number): Promise<SandboxT> {
     checkRange('timeout_s', timeoutS, LIMITS.timeoutS);
-    this.p.table.active(id);
+    const row = this.p.table.active(id);
+    if (row.timeout_held_s !== null && row.timeout_held_s !== undefined) {
+      return this.views.wire(
+        this.p.table.rows.update(id, { timeout_held_s: timeoutS }) as SandboxRow,
+      );
+    }
     const updated = this.p.table.rows.update(id, { expires_at: expiry(timeoutS) }) as SandboxRow;
     if (this.p.table.get(id)) this.p.table.timers.arm(id, updated.expires_at);
     return this.views.wire(updated);

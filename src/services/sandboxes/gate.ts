@@ -5,6 +5,17 @@
  */
 import { ForkdError } from '../../errors.js';
 
+/** Retry-After hint of the boot gate: a boot under TCG takes ~3 s. */
+const BOOT_RETRY_S = 3;
+
+/**
+ * The daemon's boot gate (`--max-booting`, default 4): every cold boot of a guest kernel
+ * passes it, a boot from an image (lifecycle.ts) as the wake of a halted sandbox (halt.ts).
+ */
+export function bootGate(limit = 4): Gate {
+  return new Gate('sandboxes booting', limit, BOOT_RETRY_S);
+}
+
 export class Gate {
   private inFlight = 0;
 

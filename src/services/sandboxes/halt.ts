@@ -19,6 +19,7 @@ import { crashPoint } from '../../util/crash.js';
 import { locateGuest } from '../guest.js';
 import { getImage, imageEnv } from '../images/index.js';
 import type { Endings } from './ending.js';
+import type { Gate } from './gate.js';
 import {
   HALT_FILE,
   hibernationFiles,
@@ -86,7 +87,11 @@ export class Halts {
     private readonly p: SandboxParts,
     private readonly endings: Endings,
     private readonly net: HaltNet,
-    private readonly bootTimeoutMs: number,
+    private readonly boot: {
+      bootTimeoutMs: number;
+      /** The daemon's boot gate: the wake is a cold boot, counted as any other. */
+      gate: Gate;
+    },
   ) {}
 
   /**
@@ -137,10 +142,15 @@ export class Halts {
 
   /**
    * Boot it cold on its disk under its id: a network of its own again (the same policy and
-   * published host ports), its cgroup, its environment pushed as at its create. On failure
-   * the new QEMU ends and it stays halted.
+   * published host ports), its cgroup, its environment pushed as at its create. It passes
+   * the boot gate as a boot from an image does (`capacity` past it: it stays halted). On
+   * failure the new QEMU ends and it stays halted.
    */
-  async reboot(live: Live): Promise<void> {
+  reboot(live: Live): Promise<void> {
+    return this.boot.gate.around(() => this.bootOnDisk(live));
+  }
+
+  private async bootOnDisk(live: Live): Promise<void> {
     const image = await readHalt(live.dir);
     const row = this.p.table.row(live.id);
     await this.net.wakeOnDisk(live, image, async (net, onSpawn) => {
@@ -160,7 +170,8 @@ export class Halts {
       const vm = await vmm().start(spec, { onSpawn });
       try {
         const env = { ...(await this.imageEnvOf(row.image)), ...row.env };
-        const agent = await connectGuest(vm, live.id, { env, bootTimeoutMs: this.bootTimeoutMs });
+        const { bootTimeoutMs } = this.boot;
+        const agent = await connectGuest(vm, live.id, { env, bootTimeoutMs });
         return { vm, agent };
       } catch (e) {
         await vm.kill();

@@ -1,6 +1,6 @@
 /**
  * The idle tiers as the sandbox service runs them (docs/idle.md): every request wakes a
- * parked sandbox first (`awake`), a sweep each second parks the ones nobody used for their
+ * paused sandbox first (`awake`), a sweep each second pauses the ones nobody used for their
  * idle time whose guest stayed quiet, and a hibernation goes to disk and comes back with
  * its network, cgroup and published ports. tiers.ts holds the moves themselves and the
  * rules; hibernate.ts the capture and the restore; halt.ts the halt and the cold boot.
@@ -9,6 +9,7 @@ import { ForkdError } from '../../errors.js';
 import type { VmHandle } from '../../drivers/vmm.js';
 import { OPEN_EGRESS } from '../network/policy.js';
 import type { Endings } from './ending.js';
+import type { Gate } from './gate.js';
 import { Halts, readHalt } from './halt.js';
 import {
   captureToDisk,
@@ -33,7 +34,7 @@ import {
 } from './tiers.js';
 import { crashPoint } from '../../util/crash.js';
 
-/** How often the idle policy looks for sandboxes to park. */
+/** How often the idle policy looks for sandboxes to pause. */
 const IDLE_SWEEP_MS = 1000;
 
 export class IdleTiers {
@@ -49,6 +50,8 @@ export class IdleTiers {
       defaults: IdleAfter;
       /** How long a restore may wait for the guest agent. */
       agentTimeoutMs: number;
+      /** The daemon's boot gate: a halted sandbox's wake is a cold boot and passes it. */
+      bootGate: Gate;
     },
   ) {
     this.halts = new Halts(
@@ -58,7 +61,7 @@ export class IdleTiers {
         netImage: (id) => this.netImage(id),
         wakeOnDisk: (live, image, start) => this.wakeOnDisk(live, image, start),
       },
-      opts.agentTimeoutMs,
+      { bootTimeoutMs: opts.agentTimeoutMs, gate: opts.bootGate },
     );
   }
 
@@ -72,7 +75,10 @@ export class IdleTiers {
     clearInterval(this.timer);
   }
 
-  /** A running sandbox for a request: woken first when parked (transparently), marked used. */
+  /**
+   * A running sandbox for a request: woken first when paused (transparently), marked used.
+   * A timeout its pause held runs again from the wake.
+   */
   async awake(id: string): Promise<AwakeLive> {
     const live = this.p.table.running(id);
     live.lastUsed = Date.now();
@@ -80,6 +86,7 @@ export class IdleTiers {
       const from = live.tier;
       await this.move(live, 'running');
       live.lastUsed = Date.now(); // its idle time counts from the end of a wake (seconds from disk)
+      this.p.table.giveTimeoutBack(id);
       this.p.log.info({ sandbox: id, from }, 'sandbox woken');
     }
     liveVm(live);
@@ -88,9 +95,15 @@ export class IdleTiers {
 
   /**
    * Pause a running sandbox on request (a hibernation or a halt refuses while a stream is
-   * under way; a halted sandbox is resumed before any other tier).
+   * under way; a halted sandbox is resumed before any other tier). With `holdTimeout` its
+   * timeout stands still until its wake (held before the move, so it cannot expire during
+   * a long one; given back if the move fails).
    */
-  async pause(id: string, to: 'paused' | 'hibernated' | 'halted'): Promise<void> {
+  async pause(
+    id: string,
+    to: 'paused' | 'hibernated' | 'halted',
+    holdTimeout = false,
+  ): Promise<void> {
     const live = this.p.table.running(id);
     refuseFromHalted(live, to);
     if (to !== 'paused' && live.busy > 0) {
@@ -100,7 +113,12 @@ export class IdleTiers {
         { id, tier: to },
       );
     }
-    await this.move(live, to);
+    if (!holdTimeout) return this.move(live, to);
+    this.p.table.holdTimeout(id);
+    await this.move(live, to).catch((e: unknown) => {
+      if (live.tier === 'running') this.p.table.giveTimeoutBack(id);
+      throw e;
+    });
   }
 
   /** After a daemon restart a hibernated or halted sandbox's published ports listen again. */
@@ -118,14 +136,14 @@ export class IdleTiers {
     );
   }
 
-  /** A new policy applies at once: a parked sandbox stays in its tier, its times count from now. */
+  /** A new policy applies at once: a paused sandbox stays in its tier, its times count from now. */
   touched(id: string): void {
     const live = this.p.table.get(id);
     if (live) live.lastUsed = Date.now();
   }
 
   /**
-   * Park every sandbox nobody used for its pause- or hibernate-after time whose guest
+   * Pause every sandbox nobody used for its pause- or hibernate-after time whose guest
    * stayed quiet meanwhile. One sweep at a time (each reads QEMUs' CPU time).
    */
   private sweep(): void {
@@ -157,9 +175,9 @@ export class IdleTiers {
       live.lastUsed = Date.now(); // its own job keeps it awake, a full idle time more
       return;
     }
-    log.info({ sandbox: live.id, tier: to, ...after }, 'parking an idle sandbox');
+    log.info({ sandbox: live.id, tier: to, ...after }, 'pausing an idle sandbox');
     await this.move(live, to).catch((e: unknown) =>
-      log.warn({ sandbox: live.id, tier: to, err: e }, 'could not park an idle sandbox'),
+      log.warn({ sandbox: live.id, tier: to, err: e }, 'could not pause an idle sandbox'),
     );
   }
 
@@ -291,7 +309,7 @@ function refuseFromHalted(live: Live, to: SandboxTier): void {
   if (live.tier !== 'halted' || to === 'halted') return;
   throw new ForkdError(
     'bad_request',
-    `sandbox ${live.id} is halted (only its disk is kept): resume it first (\`forkd resume ${live.id}\`, a cold boot), then park it as ${to}`,
+    `sandbox ${live.id} is halted (only its disk is kept): resume it first (\`forkd resume ${live.id}\`, a cold boot), then pause it as ${to}`,
     { id: live.id, tier: live.tier },
   );
 }

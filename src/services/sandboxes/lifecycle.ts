@@ -1,8 +1,9 @@
 /**
  * How a sandbox comes to run: a `starting` row first (so a crash mid-boot is found again),
  * then its VM, booted from an image or started by a fork's starter, then `running` and held.
- * Boots pass the boot gate (a cap on boots at once: `capacity` past it); forks do not, a
- * restore costs a fraction of a boot. A kill during the start aborts it.
+ * Boots pass the boot gate (a cap on boots at once: `capacity` past it; the wake of a
+ * halted sandbox passes the same one); forks do not, a restore costs a fraction of a boot.
+ * A kill during the start aborts it.
  */
 import type {
   CreateSandboxT,
@@ -18,7 +19,7 @@ import { asDiskFull, refuseWhenFull } from '../disk-full.js';
 import { DEFAULT_IMAGE, getImage } from '../images/index.js';
 import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
 import type { Endings } from './ending.js';
-import { Gate } from './gate.js';
+import type { Gate } from './gate.js';
 import type { ForkInit, SandboxStarter } from './host.js';
 import { expiry } from './live.js';
 import type { SandboxParts } from './parts.js';
@@ -31,9 +32,6 @@ import {
   type Sandbox,
 } from './sandbox.js';
 import type { SandboxViews } from './wire.js';
-
-/** Retry-After hint: a boot under TCG takes ~3 s. */
-const BOOT_RETRY_S = 3;
 
 /** A boot in progress, so a kill can abort it. */
 interface Booting {
@@ -51,33 +49,25 @@ interface NetRequest {
 }
 
 export interface StartOptions {
-  /** Sandboxes booting at once (default 4); past it `capacity`. */
-  maxBooting?: number;
+  /** The daemon's boot gate (gate.ts `bootGate`), shared with the wake of a halted sandbox. */
+  gate: Gate;
   /** How long a boot may wait for the guest agent (default 60 s). */
   bootTimeoutMs?: number;
 }
 
 export class Starts {
   private readonly booting = new Map<string, Booting>();
-  private readonly gate: Gate;
 
   constructor(
     private readonly p: SandboxParts,
     private readonly endings: Endings,
     private readonly views: SandboxViews,
     private readonly opts: StartOptions,
-  ) {
-    this.gate = new Gate('sandboxes booting', opts.maxBooting ?? 4, BOOT_RETRY_S);
-  }
-
-  /** Boots in flight against the cap, for /metrics. */
-  get count(): number {
-    return this.gate.count;
-  }
+  ) {}
 
   /** A real boot of the image's kernel: `cold`, or no boot snapshot to be had. */
   bootImage(req: CreateSandboxT, idle: StoredIdle | null, caller: Caller): Promise<SandboxT> {
-    return this.gate.around(async () => {
+    return this.opts.gate.around(async () => {
       const { paths, limiter } = this.p;
       const res = resolveResources({ memoryMiB: req.memory_mib, cpus: req.cpus });
       const image = req.image ?? DEFAULT_IMAGE;

@@ -82,6 +82,27 @@ export class LiveTable {
     return live;
   }
 
+  /**
+   * Hold its timeout (a pause that asks for it: E2B's): the seconds left of it are kept, its
+   * deadline cleared and its timer off, until `giveTimeoutBack`. One with no timeout, or
+   * one held already, is left as it is.
+   */
+  holdTimeout(id: string): void {
+    const { expires_at: at } = this.row(id);
+    if (at === null) return;
+    const left = Math.max(1, Math.ceil((Date.parse(at) - Date.now()) / 1000));
+    this.timers.clear(id);
+    this.rows.update(id, { expires_at: null, timeout_held_s: left });
+  }
+
+  /** Its wake: a held timeout runs again, what was left of it counted from now. */
+  giveTimeoutBack(id: string): void {
+    const held = this.rows.get(id)?.timeout_held_s;
+    if (held === undefined || held === null) return;
+    const row = this.rows.update(id, { expires_at: expiry(held), timeout_held_s: null });
+    if (row && this.held.has(id)) this.timers.arm(id, row.expires_at);
+  }
+
   /** Let go of a sandbox (ended, or died): its timeout goes with it. */
   drop(id: string): void {
     this.held.delete(id);

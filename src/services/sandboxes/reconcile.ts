@@ -120,7 +120,7 @@ async function holdOnDisk(ctx: ReconcileContext, row: SandboxRow): Promise<boole
   }
   // A pid left in the row is of the QEMU it had (a crash before the tier's move finished).
   await ctx.adoptHibernated(ctx.rows.update(row.id, { pid: null }) as SandboxRow);
-  ctx.log.info({ sandbox: row.id, tier: row.tier }, 'parked sandbox held again');
+  ctx.log.info({ sandbox: row.id, tier: row.tier }, 'sandbox on disk held again');
   return true;
 }
 

@@ -25,6 +25,7 @@ import type { Store } from '../../store/db.js';
 import type {
   Caller,
   ExecStream,
+  PauseOptions,
   PtyAttachment,
   SandboxService,
   SandboxUsageT,
@@ -34,6 +35,7 @@ import { KeyedLock } from '../../util/keyed-lock.js';
 import type { NetworkManager } from '../network/service.js';
 import { Endings } from './ending.js';
 import { ExpiryTimers } from './expiry.js';
+import { bootGate, type Gate } from './gate.js';
 import { GuestIo } from './guest-io.js';
 import type { ForkInit, ImageStarter, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { IdleTiers } from './idle.js';
@@ -91,6 +93,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
   private readonly changes: SandboxChanges;
   private readonly idleDefaults: IdleAfter;
   private readonly diskLocks = new KeyedLock();
+  /** Cold boots at once (`--max-booting`): boots from an image and wakes of halted sandboxes. */
+  private readonly bootGate: Gate;
   private pruneTimer: NodeJS.Timeout | undefined;
   private fromBootSnapshot: ImageStarter | undefined;
   readonly limiter: Limiter;
@@ -111,11 +115,16 @@ export class SandboxManager implements SandboxService, SandboxHost {
       idleDefaults: this.idleDefaults,
       acceptUnenforced: opts.acceptUnenforced ?? false,
     });
-    this.starts = new Starts(this.parts, this.endings, this.views, opts);
-    const agentTimeoutMs = opts.bootTimeoutMs ?? 60_000;
+    this.bootGate = bootGate(opts.maxBooting);
+    const { bootTimeoutMs } = opts;
+    this.starts = new Starts(this.parts, this.endings, this.views, {
+      gate: this.bootGate,
+      bootTimeoutMs,
+    });
     this.tiers = new IdleTiers(this.parts, this.endings, {
       defaults: this.idleDefaults,
-      agentTimeoutMs,
+      agentTimeoutMs: bootTimeoutMs ?? 60_000,
+      bootGate: this.bootGate,
     });
     this.changes = new SandboxChanges(this.parts, this.views, this.tiers, this.idleDefaults, (id) =>
       this.get(id),
@@ -282,11 +291,8 @@ export class SandboxManager implements SandboxService, SandboxHost {
     return (await this.tiers.awake(id)).agent;
   }
 
-  async pause(
-    id: string,
-    opts: { tier?: 'paused' | 'hibernated' | 'halted' } = {},
-  ): Promise<SandboxT> {
-    await this.tiers.pause(id, opts.tier ?? 'paused');
+  async pause(id: string, opts: PauseOptions = {}): Promise<SandboxT> {
+    await this.tiers.pause(id, opts.tier ?? 'paused', opts.holdTimeout ?? false);
     return this.get(id);
   }
 
@@ -372,7 +378,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
 
   /** In-flight counts against the caps, for /metrics and tests. */
   load(): { booting: number; execs: number } {
-    return { booting: this.starts.count, execs: this.io.count };
+    return { booting: this.bootGate.count, execs: this.io.count };
   }
 
   /**

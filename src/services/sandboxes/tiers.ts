@@ -64,7 +64,7 @@ export const ALWAYS_RUNNABLE = 0.9;
  * threads was runnable nearly all the time (a guest whose job gets little CPU on a crowded
  * host). The time an idle guest's threads wait for a core is not work: each of its timer
  * ticks waits behind every runnable task, and summed over its threads that wait passed half
- * a core from load 15 on (bench/results/idle-quiet-2026-12-04.txt), so it never parked.
+ * a core from load 15 on (bench/results/idle-quiet-2026-12-04.txt), so it was never paused.
  */
 export function guestWorked(mark: CpuMark, now: CpuMark): boolean {
   const secs = (now.at - mark.at) / 1000;

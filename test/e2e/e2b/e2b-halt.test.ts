@@ -1,11 +1,12 @@
 /**
  * The halted tier (docs/idle.md: only the disk kept, the wake a cold boot) with a real
  * daemon: through forkd's SDK (a file on its disk is kept, the guest's boot_id changes,
- * the id, labels and env stay, a halted sandbox holds no QEMU, a park to another tier is
+ * the id, labels and env stay, a halted sandbox holds no QEMU, a pause to another tier is
  * refused until it is resumed, and once killed nothing of it is left: no QEMU, no
  * directory, no cgroup), and through the unmodified `e2b` SDK against the E2B listener
  * (`pause({ keepMemory: false })`: isRunning false until connect() boots it under the same
- * id with its file and a new boot_id). The template is busybox with a `user` account.
+ * id with its file and a new boot_id; no deadline while it is paused, connect()'s timeout
+ * after). The template is busybox with a `user` account.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -83,8 +84,11 @@ test('e2b: pause({ keepMemory: false }) reboots on connect() under the same id a
     assert.equal((await sbx.getInfo()).state, 'paused');
     const forkdView = await Sandbox.connect(`sbx-${sbx.sandboxId.slice(3)}`, ctx.listener!.forkd);
     assert.equal(forkdView.info.tier, 'halted');
+    assert.equal(forkdView.info.expiresAt, null, 'paused by E2B, it does not expire');
 
     const resumed = await sbx.connect();
+    const expires = Date.parse((await forkdView.refresh()).expiresAt ?? 'none');
+    assert.ok(expires <= Date.now() + 300_000, 'connect() gave it its default 300 s');
     assert.equal(resumed.sandboxId, sbx.sandboxId);
     assert.equal(await resumed.isRunning(), true);
     assert.equal(await resumed.files.exists(file), true);

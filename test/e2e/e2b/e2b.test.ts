@@ -3,7 +3,7 @@
  * here), pointed at it by E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL only. One snapshot
  * (busybox with a /bin/bash shim: the SDK runs every command as `/bin/bash -l -c`) serves
  * both SDK versions: the current 2.x (POST /v2/sandboxes) and 2.7 (POST /sandboxes).
- * The current SDK's auto-pause parks a sandbox through forkd's idle policy.
+ * The current SDK's auto-pause pauses a sandbox through forkd's idle policy.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -89,7 +89,7 @@ test('the current e2b SDK: create with envs, commands, streaming, files, connect
     [sbx.sandboxId],
   );
 
-  // Pause and resume: forkd's parking (docs/idle.md); connect wakes the sandbox.
+  // Pause and resume: forkd's pause (docs/idle.md); connect wakes the sandbox.
   assert.equal(await sbx.pause?.(), true);
   assert.equal((await sbx.getInfo()).state, 'paused');
   assert.equal(await sbx.pause?.(), false);

@@ -3,7 +3,7 @@
  * file) and real microVMs, driven by the official MCP SDK's Client over streamable HTTP at
  * /mcp and over stdio (`forkd mcp`). Over each: create → exec → branch with fork 3 → exec
  * in each child → lineage shows them → kill; a bad argument is a tool error with its
- * code. Over HTTP also: a fork with an idle policy parks itself and a call wakes it, and
+ * code. Over HTTP also: a fork with an idle policy pauses itself and a call wakes it, and
  * template_build builds a Dockerfile (progress per step, cached the second time) whose fork
  * has the build's work. With FORKD_MCP_TRANSCRIPT=FILE the calls and answers are written there (docs/mcp.md
  * shows one).
@@ -92,8 +92,8 @@ interface SandboxOut {
   tier?: string;
 }
 
-/** A child forked with an idle policy parks itself, and the next tool call wakes it. */
-async function forkThatParks(client: Client, tag: string): Promise<void> {
+/** A child forked with an idle policy pauses itself, and the next tool call wakes it. */
+async function forkThatPauses(client: Client, tag: string): Promise<void> {
   const { sandboxes } = await ok<{ sandboxes: SandboxOut[] }>(client, 'sandbox_fork', {
     snapshot: tag,
     n: 1,
@@ -120,7 +120,7 @@ async function forkThatParks(client: Client, tag: string): Promise<void> {
 }
 
 /** The issue's scenario, over one client: every step a tool call. */
-async function branchAndFanOut(client: Client, tag: string, parks = false): Promise<void> {
+async function branchAndFanOut(client: Client, tag: string, pauses = false): Promise<void> {
   const { tools } = await client.listTools();
   assert.equal(tools.length, 16);
   const names = tools.map((t) => t.name);
@@ -158,7 +158,7 @@ async function branchAndFanOut(client: Client, tag: string, parks = false): Prom
   for (const child of children) {
     assert.equal(nodes.find((n) => n.id === child.id)?.parent?.id, tag);
   }
-  if (parks) await forkThatParks(client, tag);
+  if (pauses) await forkThatPauses(client, tag);
   const bad = await call(client, 'sandbox_fork', { snapshot: tag, n: 1000 });
   assert.equal(bad.result.isError, true);
   assert.equal((bad.out.error as { code: string }).code, 'bad_request');

@@ -8,7 +8,7 @@
  * a file on its disk still there; it stays hibernated across a restart; the idle policy
  * hibernates it; killed while hibernated it leaves no files. The second has an idle policy of
  * its own (pause after 1 s) and an HTTP server on a published port: it pauses itself while
- * its sibling stays running; a PATCH of its policy leaves it parked, applies at once (never
+ * its sibling stays running; a PATCH of its policy leaves it paused, applies at once (never
  * paused, then paused after 1 s again) and is kept across a restart; a GET through the host
  * port wakes it and is answered, paused, hibernated, and hibernated across a daemon restart.
  */
@@ -111,7 +111,7 @@ test('a sandbox with its own idle policy pauses itself; its sibling without one 
   });
   await sh(s, web, 'mkdir -p /www && echo served > /www/index.html && httpd -p 8080 -h /www');
   await until(web, 'paused');
-  assert.equal((await s.sandboxes.get(id)).tier, 'running', 'no policy: it was not parked');
+  assert.equal((await s.sandboxes.get(id)).tier, 'running', 'no policy: it was not paused');
 });
 
 /** PATCH /v1/sandboxes/:id through the real route and services. */
@@ -127,11 +127,11 @@ async function patch(which: string, payload: object): Promise<{ tier: string; id
 }
 
 test('PATCH idle: a paused sandbox keeps its tier; the new policy applies at once, its time from now', async () => {
-  assert.equal((await s.sandboxes.get(web)).tier, 'paused', 'parked by its own policy');
+  assert.equal((await s.sandboxes.get(web)).tier, 'paused', 'paused by its own policy');
   const never = await patch(web, { idle: { pause_after_s: 0, hibernate_after_s: 600 } });
   assert.deepEqual(never.idle, { pause_after_s: null, hibernate_after_s: 600, source: 'sandbox' });
   assert.equal(never.tier, 'paused', 'the change did not wake it');
-  await sh(s, web, 'true'); // woken; its old policy (pause after 1 s) would park it again
+  await sh(s, web, 'true'); // woken; its old policy (pause after 1 s) would pause it again
   await sleep(2100); // two idle sweeps
   assert.equal((await s.sandboxes.get(web)).tier, 'running', 'never paused now');
   // Its own policy dropped: it follows the daemon's defaults (none here) again.

@@ -6,18 +6,18 @@
  * hibernated, not dead; a hibernation cut short before the record leaves a running row
  * whose staged files are debris.
  */
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { paths, type Paths } from '../../../src/config.js';
+import type { Paths } from '../../../src/config.js';
 import type { Limiter } from '../../../src/services/limits.js';
 import { hibernationFiles } from '../../../src/services/sandboxes/hibernate.js';
 import { silentLog } from '../../../src/services/log.js';
 import { reconcile } from '../../../src/services/sandboxes/reconcile.js';
-import { Store } from '../../../src/store/db.js';
+import type { Store } from '../../../src/store/db.js';
+import { insertRow, tempStore } from '../../helpers/rows.js';
 import type { SandboxRow } from '../../../src/store/sandboxes.js';
 import { wireVmm } from '../../../src/services/vmm-driver.js';
 
@@ -25,36 +25,16 @@ wireVmm(); // reconcile and the registry read disk chains and pids through the V
 
 let p: Paths;
 let store: Store;
-before(async () => {
-  p = paths(await mkdtemp(join(tmpdir(), 'forkd-hibernate-crash-')));
-  await mkdir(p.sandboxes, { recursive: true });
-  store = Store.open(p.db);
-});
-after(async () => {
-  store.close();
-  await rm(p.home, { recursive: true, force: true });
+tempStore('forkd-hibernate-crash-', (home, s) => {
+  p = home;
+  store = s;
 });
 
 /** A running row in `tier` whose QEMU is gone (no such pid, no pid file). */
 async function sandbox(id: string, tier: SandboxRow['tier']): Promise<string> {
   const dir = join(p.sandboxes, id);
   await mkdir(hibernationFiles(dir).dir, { recursive: true });
-  store.sandboxes.insert({
-    id,
-    state: 'running',
-    image: 'busybox',
-    snapshot: null,
-    parent: null,
-    memory_mib: 256,
-    cpus: 1,
-    labels: {},
-    env: {},
-    created_at: new Date().toISOString(),
-    expires_at: null,
-    pid: null,
-    dir,
-    reason: null,
-  });
+  insertRow(store, id, dir);
   // The QEMU it had: ended, its pid not reused (the kernel's pid_max is below it).
   store.sandboxes.update(id, { tier, pid: 1 << 23 });
   return dir;

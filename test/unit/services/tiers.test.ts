@@ -6,7 +6,7 @@
  * way after its time, hibernating it once its hibernate-after time has passed. A sandbox's
  * own policy is filled in from the daemon's defaults, 0 or null meaning never, and refused
  * when its hibernation would not come after its pause. A halted one boots cold on its wake
- * and is never parked by the idle policy.
+ * and is never paused by the idle policy.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
