@@ -31,6 +31,7 @@ type DaemonFlags = Pick<
 > & {
   maxBooting?: string;
   maxExecs?: string;
+  imageCacheTtl?: string;
   defaultMemory?: string;
   defaultCpu?: string;
   defaultPids?: string;
@@ -109,6 +110,7 @@ function toOptions(flags: DaemonFlags): DaemonOptions {
     e2bListen: flags.e2bListen,
     dnsUpstream: flags.dnsUpstream,
     podSnapshots: flags.podSnapshots,
+    imageCacheTtlS: positiveInt('--image-cache-ttl', flags.imageCacheTtl),
     maxBooting: positiveInt('--max-booting', flags.maxBooting),
     maxExecs: positiveInt('--max-execs', flags.maxExecs),
     branchMode,
@@ -197,6 +199,10 @@ export function register(cmd: Command): void {
     .option(
       '--pod-snapshots <list>',
       'snapshots pods (containerd tasks) may fork: tags, tag patterns (agent-*) and registry prefixes (host/team/), comma-separated (default: FORKD_POD_SNAPSHOTS, else none; docs/kubernetes.md)',
+    )
+    .option(
+      '--image-cache-ttl <seconds>',
+      "remove a cache image (a container image's root the containerd shim made) once nothing has used it this long (default 86400, or FORKD_IMAGE_CACHE_TTL; docs/kubernetes.md)",
     )
     .option(
       '--tcg-tb-mib <n>',

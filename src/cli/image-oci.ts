@@ -129,7 +129,10 @@ async function inspect(name: string, flags: DaemonFlags & { json?: boolean }): P
 async function prune(flags: DaemonFlags & { json?: boolean }): Promise<void> {
   const r = await new Forkd(clientConfig(flags)).images.prune();
   if (flags.json) printJson(r);
-  else process.stdout.write(`removed ${r.blobs} cached blobs, ${formatBytes(r.bytes)}\n`);
+  else {
+    process.stdout.write(`removed ${r.blobs} cached blobs, ${formatBytes(r.bytes)}\n`);
+    for (const name of r.images) process.stdout.write(`removed unused cache image ${name}\n`);
+  }
 }
 
 /** The wire form (as the API answers), for `--json`. */

@@ -78,6 +78,11 @@ export interface DaemonOptions {
    * else none; docs/kubernetes.md).
    */
   podSnapshots?: string;
+  /**
+   * Seconds a cache image may stay unused (`--image-cache-ttl`; default
+   * FORKD_IMAGE_CACHE_TTL, else a day; docs/kubernetes.md).
+   */
+  imageCacheTtlS?: number;
   logLevel?: LogLevel;
   logger?: Logger;
 }
@@ -94,6 +99,20 @@ export interface DaemonHandle {
   recovered: ReconcileReport;
   /** Stop serving; sandboxes keep running. Idempotent. */
   close(): Promise<void>;
+}
+
+/** A count of seconds from the environment variable `name`; undefined when unset. */
+function envSeconds(name: string): number | undefined {
+  const text = process.env[name];
+  if (!text) return undefined;
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1) {
+    throw new ForkdError(
+      'bad_request',
+      `${name} must be a positive number of seconds, not "${text}"`,
+    );
+  }
+  return n;
 }
 
 export function defaultSocket(home: string): string {
@@ -181,6 +200,7 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<DaemonHandl
       defaultPool: opts.defaultPool,
       poolBudget: { ...poolBudgetFromEnv(), ...opts.poolBudget },
       podSnapshots: opts.podSnapshots ?? process.env.FORKD_POD_SNAPSHOTS,
+      imageCacheTtlS: opts.imageCacheTtlS ?? envSeconds('FORKD_IMAGE_CACHE_TTL'),
       ...(upstream ? { network: { upstream } } : {}),
     });
     const services = built;

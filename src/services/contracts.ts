@@ -266,6 +266,9 @@ export interface ImageService {
     from_dir: string;
     size_mib?: number;
     force?: boolean;
+    boot_snapshot?: boolean;
+    /** A cache entry: removed once unused for the daemon's image cache time. */
+    cache?: boolean;
   }): Promise<ImageT>;
   remove(name: string): Promise<void>;
   /** One image with its config (`image inspect`). */
@@ -287,7 +290,7 @@ export interface ImageService {
     req: Omit<CaptureBootSnapshotT, 'stream'>,
     onProgress?: (e: ImageProgress) => void,
   ): Promise<ImageT>;
-  /** Remove cached blobs no image uses. */
+  /** Remove cache images no sandbox or snapshot uses, then cached blobs no image uses. */
   prune(): Promise<PruneResultT>;
   /** Check and keep registry credentials; `logout` forgets them. */
   login(req: LoginT): Promise<void>;

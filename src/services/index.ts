@@ -80,6 +80,8 @@ export interface ServiceOptions {
   poolBudget?: PoolBudgetLimits;
   /** Snapshots pods may fork, as typed (`forkd daemon --pod-snapshots`; pod-policy.ts). */
   podSnapshots?: string;
+  /** Seconds a cache image may stay unused (`forkd daemon --image-cache-ttl`; images/expiry.ts). */
+  imageCacheTtlS?: number;
 }
 
 export interface ServiceSet {
@@ -188,7 +190,13 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
     branch,
     execSlot: () => sandboxes.execSlot(),
   });
-  const images = new ImageManager(paths, (image, size, say) => boots.prepare(image, size, say));
+  const images = new ImageManager(paths, (image, size, say) => boots.prepare(image, size, say), {
+    ttlS: opts.imageCacheTtlS,
+    dropPools: async (tags) => {
+      for (const tag of tags) await snapshots.pool.drop(tag);
+    },
+    warn: (msg) => logOf('images')?.warn({}, msg),
+  });
   const packs = new PackManager({ paths, snapshots, qemuVersion });
   const builds = new BuildManager({ paths, sandboxes, snapshots, branch, images });
   snapshots.resolveReferencesWith(async (reference) => (await packs.ensure(reference)).tag);
@@ -226,6 +234,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       return recovered;
     },
     detach: async () => {
+      images.close();
       await refresh.close();
       await snapshots.background; // a memory compaction under way finishes first
       await snapshots.pool.close(); // pool VMs are not sandboxes: they are not kept
@@ -234,6 +243,7 @@ export function buildServices(opts: ServiceOptions): ServiceSet {
       await limiter.close(); // only when no sandbox is left running in it
     },
     close: async () => {
+      images.close();
       await refresh.close();
       await snapshots.background;
       await snapshots.pool.close();

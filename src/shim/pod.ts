@@ -7,6 +7,7 @@
  */
 import type { Sandbox } from '@forkd/sdk';
 import type { Running } from './process.js';
+import { CODE, TtrpcError } from './ttrpc.js';
 
 export const CRI_ANNOTATION = {
   containerType: 'io.kubernetes.cri.container-type',
@@ -26,23 +27,73 @@ export function roleOf(annotations: Record<string, string>, id: string): Role {
   return { kind: 'task' };
 }
 
+/** What a pod's VM is to this module: a forkd sandbox it can end and ask about. */
+export type Vm = Pick<Sandbox, 'id' | 'kill' | 'refresh'>;
+
 /**
- * The pod sandbox container's "process": the microVM. Its pid is the VMM's host pid; a
- * signal ends the VM (and with it every process of the pod), as a signal ends a pause
- * container.
+ * The forkd sandbox of a pod (a `ctr` task is a pod of one task): made at once when the pod
+ * names a snapshot (or for a `ctr` task), else by its first app container, from that
+ * container's image — before it, the pod has no VM, and its sandbox container's "process"
+ * (`hold`) stands in for one. Concurrent first containers share one making; a pod stopped
+ * while its VM was made kills it once made. The VM itself lives in the daemon, labelled with
+ * the pod's id, so a lost shim's `delete` of the pod finds and kills it.
  */
-export async function holdSandbox(sandbox: Sandbox): Promise<Running> {
-  let end!: (r: { exitCode: number | null; signal: string | null }) => void;
-  const ended = new Promise<{ exitCode: number | null; signal: string | null }>(
-    (resolve) => (end = resolve),
-  );
-  const info = await sandbox.refresh();
-  return {
-    pid: info.pid ?? 0,
-    wait: () => ended,
-    signal: async (name) => {
-      await sandbox.kill();
-      end({ exitCode: null, signal: name });
-    },
-  };
+export class PodSandbox<S extends Vm = Sandbox> {
+  private making: Promise<S> | undefined;
+  private stopped = false;
+
+  constructor(public vm: S | undefined) {}
+
+  /** The VM, made by `make` if the pod has none yet; refused once the pod was stopped. */
+  async get(make: () => Promise<S>): Promise<S> {
+    if (this.vm) return this.vm;
+    this.assertRunning();
+    this.making ??= make()
+      .then(async (vm) => {
+        if (this.stopped) {
+          await vm.kill().catch(() => undefined);
+          this.assertRunning();
+        }
+        this.vm = vm;
+        return vm;
+      })
+      .finally(() => (this.making = undefined));
+    return this.making;
+  }
+
+  private assertRunning(): void {
+    if (this.stopped) {
+      throw new TtrpcError(
+        CODE.failedPrecondition,
+        'the pod was stopped before its VM was made: run the pod again (RunPodSandbox)',
+      );
+    }
+  }
+
+  /** End the pod: its VM if it has one, or the one being made once it is. */
+  async kill(): Promise<void> {
+    this.stopped = true;
+    await this.making?.catch(() => undefined);
+    await this.vm?.kill();
+  }
+
+  /**
+   * The pod sandbox container's "process": the microVM. Its pid is the VMM's host pid (0
+   * while the pod has no VM; set once its first container made it); a signal ends the VM
+   * (and with it every process of the pod), as a signal ends a pause container.
+   */
+  async hold(): Promise<Running> {
+    let end!: (r: { exitCode: number | null; signal: string | null }) => void;
+    const ended = new Promise<{ exitCode: number | null; signal: string | null }>(
+      (resolve) => (end = resolve),
+    );
+    return {
+      pid: (await this.vm?.refresh())?.pid ?? 0,
+      wait: () => ended,
+      signal: async (name) => {
+        await this.kill();
+        end({ exitCode: null, signal: name });
+      },
+    };
+  }
 }

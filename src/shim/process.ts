@@ -141,13 +141,16 @@ export class TaskProcess {
     private readonly onExit: (p: TaskProcess) => void,
     private readonly log: (msg: string) => void,
     /** How it starts, when not as an exec or terminal of `spec` (a pod's VM). */
-    private readonly launch?: (sandbox: Sandbox) => Promise<Running>,
+    private readonly launch?: () => Promise<Running>,
     /** Called when its stream is lost, before its exit: the VM may be what ended. */
     private readonly onLost?: () => Promise<void>,
   ) {}
 
-  /** Start it in `sandbox`; resolves with its pid once it runs. */
-  async start(sandbox: Sandbox): Promise<number> {
+  /**
+   * Start it in `sandbox` (undefined: a pod's that has no VM yet, where only its own
+   * `launch` starts); resolves with its pid once it runs.
+   */
+  async start(sandbox: Sandbox | undefined): Promise<number> {
     if (this.status !== STATUS.created) {
       throw new TtrpcError(CODE.failedPrecondition, `process ${this.name} was already started`);
     }
@@ -155,11 +158,7 @@ export class TaskProcess {
     const stdout = openWriter(this.io.stdout);
     const stderr = openWriter(this.io.stderr);
     try {
-      this.running = this.launch
-        ? await this.launch(sandbox)
-        : this.io.terminal || this.spec.terminal
-          ? await this.startTerminal(sandbox, stdin, stdout)
-          : await this.startExec(sandbox.commands, stdin, stdout, stderr);
+      this.running = await this.begin(sandbox, stdin, stdout, stderr);
     } catch (e) {
       stdin?.destroy();
       await Promise.all([stdout?.close(), stderr?.close()]);
@@ -180,6 +179,25 @@ export class TaskProcess {
         this.exit(status);
       });
     return this.pid;
+  }
+
+  /** Its launch, or an exec or terminal session of `spec` in `sandbox`. */
+  private async begin(
+    sandbox: Sandbox | undefined,
+    stdin: Socket | undefined,
+    stdout: Output | undefined,
+    stderr: Output | undefined,
+  ): Promise<Running> {
+    if (this.launch) return this.launch();
+    if (!sandbox) {
+      throw new TtrpcError(
+        CODE.failedPrecondition,
+        `process ${this.name} has no VM to run in: a pod without forkd.dev/snapshot gets one when its first container starts`,
+      );
+    }
+    return this.io.terminal || this.spec.terminal
+      ? this.startTerminal(sandbox, stdin, stdout)
+      : this.startExec(sandbox.commands, stdin, stdout, stderr);
   }
 
   private async startExec(

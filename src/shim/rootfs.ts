@@ -1,6 +1,6 @@
 /**
  * The root of a task that names no snapshot: its container's image, as a forkd image
- * (docs/kubernetes.md "Pods without a snapshot"). The image is named by the chain ID of
+ * (docs/kubernetes.md "Pods and tasks without a snapshot"). The image is named by the chain ID of
  * the image's layers — the parent of the container's snapshot, as containerd's snapshots
  * service reports it — so it is content-addressed: every container of the same layers, by
  * any tag or in any namespace, gets the same image, and the daemon's image store is the
@@ -108,7 +108,8 @@ export class RootfsImages {
     await mountAll(mounts, dir);
     try {
       this.log(`image ${name}: importing the container's root`);
-      await this.forkd.images.create({ name, fromDir: dir });
+      // A cache entry: the daemon removes it once no pod has used it for a while.
+      await this.forkd.images.create({ name, fromDir: dir, cache: true });
     } catch (e) {
       // Another shim (another namespace) made it meanwhile: the same layers, the same image.
       if (!isForkdError(e, 'name_taken')) throw e;

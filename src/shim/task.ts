@@ -1,14 +1,16 @@
 /**
  * containerd's task service (`containerd.task.v2.Task`). A task started by `ctr` is one
  * forkd sandbox; a pod under CRI is one forkd sandbox for all its tasks (pod.ts), served by
- * one shim. Create of a task or of a pod's sandbox container makes the sandbox (forked from
- * the snapshot the `forkd.dev/snapshot` annotation names; else a task's root is its
- * container's image, made a forkd image once per chain ID (rootfs.ts), and a task with no
- * image or a pod's sandbox container boots the busybox image) labelled with the containerd namespace and id, so `delete` run by a later shim
- * finds it; an app container's Create joins its pod's sandbox. Processes and execs run in it
- * through the daemon; Delete of the task that made the sandbox kills it. The sandbox and its
- * processes live in the daemon: the shim keeps only what containerd asks back (pids, exit
- * statuses) while it runs.
+ * one shim. The sandbox is forked from the snapshot the `forkd.dev/snapshot` annotation
+ * names, made at the Create of the task or of the pod's sandbox container; without one its
+ * root is a container's image, made a forkd image once per chain ID (rootfs.ts): a task's
+ * own at its Create, a pod's first app container's at that container's Create (the pod has
+ * no VM until then), and a task with no image boots the busybox image. It is labelled with
+ * the containerd namespace and the task's (or pod's) id, so `delete` run by a later shim
+ * finds it; later app containers join it. Processes and execs run in it through the
+ * daemon; Delete of the task that owns the sandbox kills it. The sandbox and its processes
+ * live in the daemon: the shim keeps only what containerd asks back (pids, exit statuses)
+ * while it runs.
  */
 import {
   Sandbox,
@@ -26,7 +28,7 @@ import {
 } from './bundle.js';
 import { Publisher } from './events.js';
 import type { ShimLog } from './log.js';
-import { holdSandbox, roleOf } from './pod.js';
+import { PodSandbox, roleOf } from './pod.js';
 import { TaskProcess, STATUS, type ProcessIO, type Running } from './process.js';
 import { decode, encode, timestamp } from './proto.js';
 import { CODE, TtrpcError, type Handler } from './ttrpc.js';
@@ -118,12 +120,18 @@ export interface TaskServiceOptions {
 interface Task {
   id: string;
   bundle: string;
-  sandbox: Sandbox;
-  /** Whether this task made the sandbox (and its Delete kills it). */
+  /** The sandbox it runs in, shared by every task of a pod. */
+  pod: PodSandbox;
+  /** Whether this task owns the sandbox (and its Delete kills it). */
   owner: boolean;
+  /** The limits its bundle asks of the sandbox it owns (a pod's VM made later takes them). */
+  limits?: BundleSpec['limits'];
   init: TaskProcess;
   execs: Map<string, TaskProcess>;
 }
+
+/** Usage of a pod that has no VM yet: nothing. */
+const NO_USAGE = { cpuSeconds: 0, memoryBytes: 0, throttledSeconds: 0, oomKills: 0 };
 
 export class TaskService {
   private readonly tasks = new Map<string, Task>();
@@ -227,7 +235,7 @@ export class TaskService {
       const role = roleOf(bundle.annotations, r.id);
       task =
         role.kind === 'container'
-          ? this.joinPod(r, bundle, role.pod)
+          ? await this.joinPod(r, bundle, role.pod)
           : await this.makeSandbox(r, bundle, role.kind === 'pod');
       this.tasks.set(r.id, task);
     } finally {
@@ -247,23 +255,73 @@ export class TaskService {
   /**
    * A task with a sandbox of its own: a ctr task, or a pod's sandbox container. A pod forked
    * from a snapshot runs its VM in the pod's network namespace (CNI's), the guest NATed to
-   * the pod's IP and the `forkd.dev/ports` forwarded from it.
+   * the pod's IP and the `forkd.dev/ports` forwarded from it. A pod without a snapshot has
+   * no VM until its first app container (joinPod) makes it from that container's image.
    */
   private async makeSandbox(r: CreateRequest, bundle: BundleSpec, pod: boolean): Promise<Task> {
-    const init = this.process(r.id, '', bundle.process, r, pod ? holdSandbox : undefined);
     const snapshot = bundle.annotations[SNAPSHOT_ANNOTATION];
     const ports = podPorts(bundle.annotations);
-    const netns = pod && snapshot ? bundle.netns : undefined;
-    const image = snapshot || pod ? undefined : await this.rootImage(r);
+    const { limits } = bundle;
+    let vm: Sandbox | undefined;
+    if (snapshot) {
+      const netns = pod ? bundle.netns : undefined;
+      vm = await this.newSandbox(
+        r.id,
+        { snapshot },
+        { limits, ...(netns ? { netns, ports } : {}) },
+      );
+    } else if (!pod) vm = await this.imageSandbox(r.id, r, limits);
+    const task: Task = {
+      id: r.id,
+      bundle: r.bundle,
+      pod: new PodSandbox(vm),
+      owner: true,
+      limits,
+      init: this.process(r.id, '', bundle.process, r, pod ? () => task.pod.hold() : undefined),
+      execs: new Map(),
+    };
+    if (!vm) this.o.log.write(`pod ${r.id}: no VM until its first container names its image`);
+    return task;
+  }
+
+  /**
+   * A sandbox of task (or pod) `id`, labelled so a later shim's `delete` finds it: a fork of
+   * `from.snapshot`, else a start of `from.image` (busybox when none).
+   */
+  private async newSandbox(
+    id: string,
+    from: { snapshot?: string; image?: string },
+    opts: { limits?: BundleSpec['limits']; netns?: string; ports?: number[] },
+  ): Promise<Sandbox> {
+    const image = from.image ?? 'busybox';
     const sandbox = await Sandbox.create({
-      ...(snapshot ? { snapshot } : { image: image ?? 'busybox' }),
-      ...(netns ? { netns, forwardPorts: ports } : {}),
-      ...(bundle.limits ? { limits: bundle.limits } : {}),
-      labels: { [LABEL.namespace]: this.o.namespace, [LABEL.id]: r.id },
+      ...(from.snapshot ? { snapshot: from.snapshot } : { image }),
+      ...(opts.netns ? { netns: opts.netns, forwardPorts: opts.ports } : {}),
+      ...(opts.limits ? { limits: opts.limits } : {}),
+      labels: { [LABEL.namespace]: this.o.namespace, [LABEL.id]: id },
     });
-    const from = snapshot ? `forked from ${snapshot}` : `from image ${image ?? 'busybox'}`;
-    this.o.log.write(`task ${r.id}: sandbox ${sandbox.id} ${from}`);
-    return { id: r.id, bundle: r.bundle, sandbox, owner: true, init, execs: new Map() };
+    const how = from.snapshot ? `forked from ${from.snapshot}` : `from image ${image}`;
+    this.o.log.write(`task ${id}: sandbox ${sandbox.id} ${how}`);
+    return sandbox;
+  }
+
+  /**
+   * A sandbox of task (or pod) `id` on the image of container `r` (rootImage). An image the
+   * daemon removed between the look-up and the start (pruned: unused for its cache time) is
+   * made again, once.
+   */
+  private async imageSandbox(
+    id: string,
+    r: CreateRequest,
+    limits: BundleSpec['limits'],
+  ): Promise<Sandbox> {
+    const image = await this.rootImage(r);
+    try {
+      return await this.newSandbox(id, { image }, { limits });
+    } catch (e) {
+      if (!image || !isForkdError(e, 'image_not_found')) throw e;
+      return this.newSandbox(id, { image: await this.rootImage(r) }, { limits });
+    }
   }
 
   /**
@@ -285,8 +343,11 @@ export class TaskService {
     return chainId && this.images.image(chainId, r.rootfs, r.bundle);
   }
 
-  /** An app container of pod `pod`: a process in the pod's sandbox. */
-  private joinPod(r: CreateRequest, bundle: BundleSpec, pod: string): Task {
+  /**
+   * An app container of pod `pod`: a process in the pod's sandbox. The first of a pod
+   * without a VM makes it, from its own image (the next ones run in that root).
+   */
+  private async joinPod(r: CreateRequest, bundle: BundleSpec, pod: string): Promise<Task> {
     const owner = this.tasks.get(pod);
     if (!owner?.owner || owner.init.status === STATUS.stopped) {
       throw new TtrpcError(
@@ -294,15 +355,15 @@ export class TaskService {
         `pod sandbox ${pod} is not running in this shim: run the pod (RunPodSandbox) first`,
       );
     }
+    await owner.pod.get(async () => {
+      this.o.log.write(`pod ${pod}: its VM is made from the image of container ${r.id}`);
+      const vm = await this.imageSandbox(pod, r, owner.limits);
+      // The sandbox container's pid from now on: the VMM's, as for a pod made at once.
+      owner.init.pid = (await vm.refresh()).pid ?? 0;
+      return vm;
+    });
     const init = this.process(r.id, '', bundle.process, r);
-    return {
-      id: r.id,
-      bundle: r.bundle,
-      sandbox: owner.sandbox,
-      owner: false,
-      init,
-      execs: new Map(),
-    };
+    return { id: r.id, bundle: r.bundle, pod: owner.pod, owner: false, init, execs: new Map() };
   }
 
   /** A process of task `id` whose exit is published; `execId` empty for the init. */
@@ -311,7 +372,7 @@ export class TaskService {
     execId: string,
     spec: TaskProcess['spec'],
     io: ProcessIO,
-    launch?: (sandbox: Sandbox) => Promise<Running>,
+    launch?: () => Promise<Running>,
   ) {
     return new TaskProcess(
       execId,
@@ -333,8 +394,8 @@ export class TaskService {
 
   /** A process of task `id` lost its stream: see whether its sandbox ended (watch.ts). */
   private async lost(id: string): Promise<void> {
-    const sandbox = this.tasks.get(id)?.sandbox;
-    const owner = [...this.tasks.values()].find((t) => t.owner && t.sandbox === sandbox);
+    const pod = this.tasks.get(id)?.pod;
+    const owner = [...this.tasks.values()].find((t) => t.owner && t.pod === pod);
     if (owner) await this.watch.check(owner);
   }
 
@@ -354,7 +415,7 @@ export class TaskService {
 
   private async start(r: IdRequest): Promise<object> {
     const { task, p } = this.lookup(r);
-    const pid = await p.start(task.sandbox);
+    const pid = await p.start(task.pod.vm);
     if (r.exec_id) {
       await this.o.publisher.publish('/tasks/exec-started', {
         container_id: task.id,
@@ -394,7 +455,7 @@ export class TaskService {
     } else {
       if (task.owner) {
         this.watch.remove(task);
-        await task.sandbox.kill();
+        await task.pod.kill();
       }
       this.tasks.delete(task.id);
       await this.o.publisher.publish('/tasks/delete', {
@@ -415,9 +476,16 @@ export class TaskService {
    */
   private async pause(r: IdRequest, pause: boolean): Promise<object> {
     const task = this.get(r.id);
-    if ((await pausedTier(task.sandbox)) === pause) return {};
-    if (pause) await task.sandbox.pause({ tier: 'paused' });
-    else await task.sandbox.resume();
+    const vm = task.pod.vm;
+    if (!vm) {
+      throw new TtrpcError(
+        CODE.failedPrecondition,
+        `pod ${task.id} has no VM to pause yet: it is made when its first container starts`,
+      );
+    }
+    if ((await pausedTier(vm)) === pause) return {};
+    if (pause) await vm.pause({ tier: 'paused' });
+    else await vm.resume();
     await this.o.publisher.publish(pause ? '/tasks/paused' : '/tasks/resumed', {
       container_id: task.id,
     });
@@ -432,7 +500,7 @@ export class TaskService {
       exec_id: r.exec_id,
       bundle: task.bundle,
       pid: p.pid,
-      status: running && (await pausedTier(task.sandbox)) ? STATUS.paused : p.status,
+      status: running && task.pod.vm && (await pausedTier(task.pod.vm)) ? STATUS.paused : p.status,
       ...p.io,
       exit_status: p.exitStatus,
       exited_at: at(p.exitedAt),
@@ -487,7 +555,9 @@ export class TaskService {
    * ContainerStats read. Every task of a pod reports the pod's VM: its containers share it.
    */
   private async stats(r: IdRequest): Promise<object> {
-    const info = await this.get(r.id).sandbox.refresh();
+    const task = this.get(r.id);
+    if (!task.pod.vm) return { stats: cgroupMetrics(NO_USAGE, task.limits?.memory) };
+    const info = await task.pod.vm.refresh();
     if (!info.usage) {
       throw new TtrpcError(
         CODE.unavailable,
@@ -504,9 +574,9 @@ export class TaskService {
   private async vmEnded(owner: Task, info: SandboxInfo | undefined): Promise<void> {
     const oom = info?.reason?.startsWith('out of memory') ?? false;
     this.o.log.write(
-      `sandbox ${owner.sandbox.id} of task ${owner.id} ended: ${info?.reason ?? 'gone'}`,
+      `sandbox ${owner.pod.vm?.id} of task ${owner.id} ended: ${info?.reason ?? 'gone'}`,
     );
-    const on = [...this.tasks.values()].filter((t) => t.sandbox.id === owner.sandbox.id);
+    const on = [...this.tasks.values()].filter((t) => t.pod === owner.pod);
     for (const task of on) {
       if (oom) await this.o.publisher.publish('/tasks/oom', { container_id: task.id });
       for (const p of [task.init, ...task.execs.values()]) p.vmEnded();

@@ -13,8 +13,13 @@ import { encode } from './proto.js';
 const CHECK_TRIES = 20;
 const CHECK_MS = 250;
 
-/** Watches the sandboxes of tasks `T` labelled `label` (`key=value`). */
-export class Watch<T extends { sandbox: Sandbox }> {
+/** A watched task: its pod's VM, none until it is made (pod.ts). */
+interface Watched {
+  pod: { vm: Pick<Sandbox, 'id' | 'refresh'> | undefined };
+}
+
+/** Watches the sandboxes of tasks `T` labelled `label` (`key=value`); a task without a VM yet is skipped. */
+export class Watch<T extends Watched> {
   private readonly watched = new Set<T>();
   private timer: NodeJS.Timeout | undefined;
   private busy = false;
@@ -48,8 +53,9 @@ export class Watch<T extends { sandbox: Sandbox }> {
    * QEMU gone.
    */
   async check(task: T): Promise<void> {
-    for (let i = 0; i < CHECK_TRIES && this.watched.has(task); i++) {
-      const info = await task.sandbox.refresh().catch(() => undefined);
+    const vm = task.pod.vm;
+    for (let i = 0; vm && i < CHECK_TRIES && this.watched.has(task); i++) {
+      const info = await vm.refresh().catch(() => undefined);
       if (info?.state !== 'running' && info?.state !== 'starting') return this.ended(task, info);
       await sleep(CHECK_MS);
     }
@@ -59,10 +65,12 @@ export class Watch<T extends { sandbox: Sandbox }> {
     if (this.busy) return;
     this.busy = true;
     try {
+      // Only VMs made before the list was asked for can be missing from it.
+      const asked = [...this.watched].flatMap((t) => (t.pod.vm ? [[t, t.pod.vm.id] as const] : []));
       const list = await Sandbox.list({ label: this.label });
       const byId = new Map(list.map((info) => [info.id, info]));
-      for (const task of [...this.watched]) {
-        const info = byId.get(task.sandbox.id);
+      for (const [task, id] of asked) {
+        const info = byId.get(id);
         if (info?.state !== 'running' && info?.state !== 'starting') await this.ended(task, info);
       }
     } catch {

@@ -100,6 +100,7 @@ export function hostCases(it: Case): void {
     );
     const pruned = await images.prune();
     assert.deepEqual([typeof pruned.blobs, typeof pruned.bytes], ['number', 'number']);
+    assert.ok(Array.isArray(pruned.images));
   });
 
   it('packs of unknown snapshots and files are refused; the node cache reports and prunes', async (s) => {

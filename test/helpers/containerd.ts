@@ -274,7 +274,7 @@ async function end(child: ChildProcess): Promise<void> {
  * A test image, built here from the host's static busybox (Debian's busybox-static, a
  * dependency of setup.sh): `/bin/busybox` with `sh`, `sleep`, `true`, `echo` and `cat`,
  * `/pause`, which sleeps — enough for runc to run a pod of it (the bench's runc column) —
- * and `files`. Saved as `docker save` does and imported into namespace `ns` with ctr — from
+ * and `files` (a script, starting with `#!`, executable). Saved as `docker save` does and imported into namespace `ns` with ctr — from
  * loopback only, nothing pulled. The CRI tests' pods use one (CRI_IMAGE); a pod forked from
  * a snapshot runs the VM's root, not the image's.
  */
@@ -294,7 +294,8 @@ async function importTestImage(
   await writeFile(join(root, 'pause'), '#!/bin/sh\nexec sleep 2147483647\n', { mode: 0o755 });
   for (const [path, content] of Object.entries(image.files)) {
     await mkdir(dirname(join(root, path)), { recursive: true });
-    await writeFile(join(root, path), content);
+    // A script (`#!`) is a command of the image: executable.
+    await writeFile(join(root, path), content, { mode: content.startsWith('#!') ? 0o755 : 0o644 });
   }
   const layer = await layerFromDir(join(work, 'root'), join(work, 'layer'), 'none');
   const img = ociImage([layer], { Cmd: ['/pause'], Env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin'] });

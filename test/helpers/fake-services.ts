@@ -1096,7 +1096,7 @@ export class FakeServices {
         image.boot_snapshots = [{ ...boot, physical_bytes: 1 << 20, current: true }];
         return image;
       },
-      prune: async () => ({ blobs: 0, bytes: 0 }),
+      prune: async () => ({ blobs: 0, bytes: 0, images: [] }),
       login: async (req) => {
         reachable(req.registry);
         if (req.password !== 'secret') {

@@ -29,6 +29,11 @@ export interface ImageCreateOptions extends CallOptions {
    * fails comes back in `warnings` and its first start captures one.
    */
   bootSnapshot?: boolean;
+  /**
+   * A cache entry: the daemon removes it (and its boot snapshots) once nothing has used it
+   * for its image cache time, and `prune` once unused. What the containerd shim makes.
+   */
+  cache?: boolean;
 }
 
 /**
@@ -136,6 +141,7 @@ export class Images {
         size_mib: opts.sizeMib,
         force: opts.force,
         boot_snapshot: opts.bootSnapshot,
+        cache: opts.cache,
       }),
       signal: opts.signal,
     });
@@ -201,9 +207,9 @@ export class Images {
    * Remove cached layers no image uses.
    *
    * @example
-   * const { blobs, bytes } = await forkd.images.prune();
+   * const { blobs, bytes, images } = await forkd.images.prune();
    */
-  async prune(opts: CallOptions = {}): Promise<{ blobs: number; bytes: number }> {
+  async prune(opts: CallOptions = {}): Promise<{ blobs: number; bytes: number; images: string[] }> {
     return this.transport.json({ method: 'POST', path: '/v1/images/prune', signal: opts.signal });
   }
 

@@ -240,6 +240,8 @@ export interface ImageInfo {
   bootSnapshots?: BootSnapshotInfo[];
   /** What a build, pull or import did not do without failing (a boot snapshot not captured). */
   warnings?: string[];
+  /** A cache entry (a container image's root, made by the containerd shim): removed once unused. */
+  cache?: boolean;
 }
 
 /**

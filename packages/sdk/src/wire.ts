@@ -176,6 +176,7 @@ export const IMAGE: WireNames<ImageInfo> = {
   config: 'config',
   bootSnapshots: 'boot_snapshots',
   warnings: 'warnings',
+  cache: 'cache',
 };
 
 /** `BootSnapshotRef` in schemas.ts (an Image's `boot_snapshots`). */

@@ -53,6 +53,12 @@ export const Image = Type.Object(
     created_at: Type.String(),
     source: Type.Record(Type.String(), Type.Unknown()),
     config: Type.Optional(ImageConfig),
+    cache: Type.Optional(
+      Type.Boolean({
+        description:
+          "a cache entry (a container image's root, made by the containerd shim): removed with its boot snapshots once unused for the daemon's image cache time, or by a prune",
+      }),
+    ),
     boot_snapshots: Type.Optional(
       Type.Array(BootSnapshotRef, {
         description: 'its boot snapshots (docs/snapshots.md "Boot snapshots")',
@@ -85,6 +91,12 @@ export const CreateImage = Type.Object(
     size_mib: Type.Optional(Type.Integer(between(LIMITS.imageSizeMiB))),
     force: Type.Optional(Type.Boolean()),
     boot_snapshot: Type.Optional(BootSnapshotFlag),
+    cache: Type.Optional(
+      Type.Boolean({
+        description:
+          'make the image a cache entry: the daemon removes it once no sandbox or snapshot has used it for its image cache time (`forkd daemon --image-cache-ttl`), and `image prune` once unused (default false)',
+      }),
+    ),
   },
   strict,
 );
@@ -170,7 +182,10 @@ export const ImageEvent = Type.Union(
 );
 export const PruneResult = Type.Object({
   blobs: Type.Integer({ description: 'cached blobs removed' }),
-  bytes: Type.Integer({ description: 'bytes freed' }),
+  bytes: Type.Integer({ description: 'bytes freed by the blobs' }),
+  images: Type.Array(Type.String(), {
+    description: "cache images (containers' roots) removed: no sandbox or snapshot used them",
+  }),
 });
 export type PruneResultT = Static<typeof PruneResult>;
 /** POST /v1/logins: registry credentials, checked against the registry, then kept. */

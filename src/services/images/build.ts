@@ -35,6 +35,8 @@ export interface BuildOptions {
   sizeMiB?: number;
   /** Replace an existing image of that name instead of failing with `name_taken`. */
   force?: boolean;
+  /** A cache entry: removed once unused for the daemon's image cache time (cache-images.ts). */
+  cache?: boolean;
 }
 
 const MiB = 1024 * 1024;
@@ -81,6 +83,7 @@ export async function buildImage(
     if (scratch) await removeTree(root);
     const manifest = await describe(opts.name, files.rootfs, source);
     if (extras.config) manifest.config = extras.config;
+    if (opts.cache) manifest.cache = true;
     await writeFile(files.manifest, JSON.stringify(manifest, null, 2) + '\n');
     crashPoint('image:staged');
     await publishStaging(p, staging, opts.name, Boolean(opts.force));

@@ -22,6 +22,7 @@ import { pullImage } from './oci.js';
 import { importImage } from './import.js';
 import { pruneBlobs, sweepTempBlobs } from './cache.js';
 import { login, logout } from './logins.js';
+import { DEFAULT_CACHE_TTL_S, expireCacheImages, SWEEP_MS } from './expiry.js';
 import type { ImageProgress } from '../contracts.js';
 import type {
   CaptureBootSnapshotT,
@@ -63,11 +64,13 @@ export { pullImage, type PullProgress } from './oci.js';
 export { importImage } from './import.js';
 export { pruneBlobs } from './cache.js';
 export { login, logout } from './logins.js';
+export { DEFAULT_CACHE_TTL_S } from './expiry.js';
 
 function toWire(image: Image): ImageT {
   const { name, format, size_bytes, disk_bytes, created_at, source, config } = image;
   const wire: ImageT = { name, format, size_bytes, disk_bytes, created_at, source: { ...source } };
   if (config) wire.config = config;
+  if (image.cache) wire.cache = true;
   return wire;
 }
 
@@ -104,10 +107,23 @@ export type BootCapturer = (
   onProgress?: (message: string) => void,
 ) => Promise<Prepared>;
 
+/** How the daemon keeps its cache images (expiry.ts). */
+export interface ImageCacheOptions {
+  /** Unused this long, a cache image goes (default DEFAULT_CACHE_TTL_S). */
+  ttlS?: number;
+  /** End the pre-started VMs of boot snapshots removed with a cache image. */
+  dropPools(tags: string[]): Promise<void>;
+  /** Where a sweep that failed is told. */
+  warn(msg: string): void;
+}
+
 export class ImageManager implements ImageService {
+  private sweep: NodeJS.Timeout | undefined;
+
   constructor(
     private readonly paths: Paths,
     private readonly capture?: BootCapturer,
+    private readonly cache?: ImageCacheOptions,
   ) {}
 
   /**
@@ -144,10 +160,33 @@ export class ImageManager implements ImageService {
     return withBoots(this.paths, image);
   }
 
-  /** Sweep what a pull or build cut off by a crash left: temp blobs, staging dirs. Call once before serving. */
+  /**
+   * Sweep what a pull or build cut off by a crash left: temp blobs, staging dirs; then
+   * expire cache images now and every few minutes. Call once before serving.
+   */
   async start(): Promise<void> {
     await sweepTempBlobs(this.paths);
     await sweepDeadStaging(this.paths);
+    const cache = this.cache;
+    if (!cache) return;
+    const ttlMs = (cache.ttlS ?? DEFAULT_CACHE_TTL_S) * 1000;
+    const expire = () =>
+      void this.expire(ttlMs).catch((e: unknown) =>
+        cache.warn(`could not remove expired cache images: ${String(e)}`),
+      );
+    expire();
+    this.sweep = setInterval(expire, Math.min(SWEEP_MS, Math.max(ttlMs, 1000)));
+    this.sweep.unref();
+  }
+
+  close(): void {
+    clearInterval(this.sweep);
+  }
+
+  private expire(ttlMs: number): Promise<string[]> {
+    return expireCacheImages(this.paths, ttlMs, (tags) =>
+      this.cache ? this.cache.dropPools(tags) : Promise.resolve(),
+    );
   }
 
   async list(): Promise<ImageT[]> {
@@ -161,12 +200,14 @@ export class ImageManager implements ImageService {
     size_mib?: number;
     force?: boolean;
     boot_snapshot?: boolean;
+    cache?: boolean;
   }): Promise<ImageT> {
     const image = await buildImageFromDir(this.paths, {
       name: req.name,
       dir: req.from_dir,
       sizeMiB: req.size_mib,
       force: req.force,
+      cache: req.cache,
     });
     return this.made(image, req.boot_snapshot);
   }
@@ -204,8 +245,10 @@ export class ImageManager implements ImageService {
     );
   }
 
-  prune(): Promise<PruneResultT> {
-    return pruneBlobs(this.paths);
+  /** Cache images no sandbox or snapshot uses now, then the layers no image names. */
+  async prune(): Promise<PruneResultT> {
+    const images = await this.expire(0);
+    return { ...(await pruneBlobs(this.paths)), images };
   }
 
   async login(req: LoginT): Promise<void> {

@@ -70,6 +70,8 @@ export interface ImageManifest {
   source: ImageSource;
   /** Set for images from OCI/Docker images: their config's Env, WorkingDir, User, Entrypoint, Cmd. */
   config?: ImageConfig;
+  /** A cache entry (a container image's root, made by the shim): removed once unused. */
+  cache?: true;
 }
 
 /** An image as the service returns it: its manifest plus where its rootfs is. */

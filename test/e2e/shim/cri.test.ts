@@ -3,10 +3,11 @@
  * CRI gRPC client (test/helpers/cri.ts) calls RunPodSandbox with `runtime_handler: forkd`,
  * CreateContainer, StartContainer, ExecSync, ContainerStatus, StopPodSandbox and
  * RemovePodSandbox on a private containerd whose CRI plugin has the `forkd` handler. A pod
- * is one forkd sandbox forked from a warm snapshot; its containers are processes in it.
+ * is one forkd sandbox forked from a warm snapshot, or without one made at its first
+ * container's start from that container's image; its containers are processes in it.
  * The pods' image is built and imported by the helper: nothing comes from the internet.
  */
-import { test, before, after } from 'node:test';
+import { test, before, after, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
@@ -14,7 +15,7 @@ import type { AddressInfo } from 'node:net';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Sandbox, Snapshot } from '@forkd/sdk';
+import { Forkd, Sandbox, Snapshot } from '@forkd/sdk';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
 import {
@@ -27,6 +28,7 @@ import { pidAlive } from '../../../src/util/pid.js';
 import {
   CONTAINER_STATE,
   CriClient,
+  SANDBOX_STATE,
   NAMESPACE,
   type ContainerConfig,
   type PodConfig,
@@ -347,3 +349,107 @@ test("a pod on a CNI bridge network: the guest's HTTP server answers on the pod 
     if (seen.listening) await new Promise((r) => seen.close(r));
   }
 });
+
+/** An image with a file and a command busybox does not have, for pods without a snapshot. */
+const ROOTED = 'localhost/forkd-test-rooted:1';
+const MARKER = 'only in the rooted image';
+
+/** The daemon's images made from containers' roots. */
+async function rootImages() {
+  const images = await new Forkd({ url: daemon.url }).images.list();
+  return images.filter((i) => i.name.startsWith('rootfs-'));
+}
+
+/** Stop and remove pod `id`, whatever state it is in (a failed test's cleanup too). */
+async function removePod(id: string): Promise<void> {
+  await cri.stopPodSandbox(id).catch(() => undefined);
+  await cri.removePodSandbox(id).catch(() => undefined);
+}
+
+test('a pod without a snapshot has no VM until its first container, whose image is then its root', async (t) => {
+  // A pod stopped before any container: its sandbox container answered containerd without a VM.
+  const empty = await cri.runPodSandbox(podConfig('novm', {}), 'forkd');
+  try {
+    assert.equal((await cri.podSandboxStatus(empty)).status.state, SANDBOX_STATE.ready);
+    assert.deepEqual(await sandboxesOf(empty), [], 'no VM before a container names its image');
+    await cri.stopPodSandbox(empty);
+    assert.equal((await cri.podSandboxStatus(empty)).status.state, SANDBOX_STATE.notReady);
+  } finally {
+    await removePod(empty);
+  }
+
+  await ctrd.importImage(
+    ROOTED,
+    {
+      '/etc/rooted': `${MARKER}\n`,
+      '/bin/rooted-hello': '#!/bin/sh\necho "hello from $(cat /etc/rooted)"\n',
+    },
+    'k8s.io',
+  );
+  const pod = podConfig('rooted', {});
+  const id = await cri.runPodSandbox(pod, 'forkd');
+  try {
+    await podOnItsImage(t, id, pod);
+  } finally {
+    await removePod(id);
+  }
+  assert.deepEqual(await sandboxesOf(id), []);
+  assert.deepEqual(await leftoverMounts(ctrd), []);
+  // Once the pod is gone, the prune removes its image, with its boot snapshots.
+  const [image] = await rootImages();
+  const pruned = await new Forkd({ url: daemon.url }).images.prune();
+  assert.deepEqual(pruned.images, [image?.name]);
+  assert.deepEqual(await rootImages(), []);
+  const boots = (await Snapshot.list({ url: daemon.url })).filter((s) => s.image === image?.name);
+  assert.deepEqual(boots, [], 'its boot snapshots went with it');
+});
+
+/**
+ * Pod `id` (no snapshot): its first container makes the VM from its image, which has a
+ * file and a command busybox lacks; a second container runs on that root; a prune keeps
+ * the image meanwhile.
+ */
+async function podOnItsImage(t: TestContext, id: string, pod: PodConfig): Promise<void> {
+  assert.deepEqual(await sandboxesOf(id), []);
+  const app = await cri.createContainer(
+    id,
+    {
+      ...container('app', ['sh', '-c', 'rooted-hello; exec sleep 100000']),
+      image: { image: ROOTED },
+    },
+    pod,
+  );
+  let started = Date.now();
+  await cri.startContainer(app);
+  t.diagnostic(`StartContainer, the pod's VM made from the image: ${Date.now() - started} ms`);
+  const appLog = join(pod.log_directory ?? '', 'app.log');
+  await until('the container runs the command only its image has', async () =>
+    (await readLog(appLog)).includes(`stdout F hello from ${MARKER}`),
+  ).catch(async (e: Error) => {
+    throw new Error(`${e.message}\napp.log:\n${await readLog(appLog)}`);
+  });
+  const e = await cri.execSync(app, ['cat', '/etc/rooted'], 60);
+  assert.deepEqual(e, { stdout: `${MARKER}\n`, stderr: '', code: 0 });
+  const [vm, ...more] = await sandboxesOf(id);
+  assert.deepEqual(more, []);
+  assert.match(vm?.image ?? '', /^rootfs-[0-9a-f]{56}$/, 'the VM runs the imported image');
+  const [image, ...others] = await rootImages();
+  assert.deepEqual(others, []);
+  assert.equal(image?.name, vm?.image);
+  assert.equal(image?.cache, true);
+
+  // A second container (another image) is a process in the same VM, on the first one's root.
+  const job = await cri.createContainer(id, container('job', ['cat', '/etc/rooted']), pod);
+  started = Date.now();
+  await cri.startContainer(job);
+  t.diagnostic(`StartContainer, the pod's VM there: ${Date.now() - started} ms`);
+  await until(
+    'the job exits',
+    async () => (await cri.containerStatus(job)).state === CONTAINER_STATE.exited,
+  );
+  assert.equal((await cri.containerStatus(job)).exit_code, 0);
+  assert.match(await readLog(join(pod.log_directory ?? '', 'job.log')), /stdout F only in/);
+  assert.deepEqual((await sandboxesOf(id)).length, 1, 'one pod, one VM');
+  // In use, the image is kept by a prune.
+  assert.deepEqual((await new Forkd({ url: daemon.url }).images.prune()).images, []);
+}
