@@ -14,7 +14,7 @@
  * and put back as it was at the end.
  * Usage: node dist/bench/density.js [--n 10,100] [--memory 256,1024] [--climb]
  *        [--park | --park-only] [--max 200] [--minutes 10] [--skip-pss] [--forks 15] [--fanout 20]
- *        [--ksm-wait 300] [--ksm-scans 3] [--breakdown] [--paused] [--python]
+ *        [--ksm-wait 300] [--ksm-scans 3] [--breakdown] [--paused] [--python] [--settle 3]
  * `--check`: exit 1 when PSS per idle child at N = 10 grew more than 10 % over the figure
  * recorded in bench/results/density-baseline.json for the same settings (run it before a
  * release); `--record` writes the figures of this run there. `--inflate MIB`: every child
@@ -42,6 +42,12 @@ const FORKS = Number(opt('--forks', '15'));
 const FANOUT = Number(opt('--fanout', '20'));
 /** How long PSS waits for merging at most (100 children take minutes per full scan). */
 const KSM_WAIT_S = Number(opt('--ksm-wait', '300'));
+/**
+ * Seconds the children idle before PSS is read (`--settle`): 3 by default, as the recorded
+ * baseline was taken; 15 also covers what a child's kernel does ~5 s after a restore
+ * (its periodic writeback and journal commit, when the fork dirtied its disk).
+ */
+const SETTLE_S = Number(opt('--settle', '3'));
 /** Full KSM scans to wait for before PSS is read (see idlePss). */
 const KSM_SCANS = Number(opt('--ksm-scans', '3'));
 const STEP = 10;
@@ -111,7 +117,8 @@ function baselineKey(mib: number, n: number, paused: boolean): string {
   const parent = args.includes('--python') ? 'python' : 'busybox';
   // Settings added after the first figures were recorded appear only when not the default.
   const capstone = t.disassembler ? ' capstone=on' : '';
-  return `${parent} ${mib}MiB n=${n} ${paused ? 'paused' : 'running'} tb=${t.tbMiB} merge=${t.merge} hugepages=${t.hugePages}${capstone}`;
+  const settle = SETTLE_S === 3 ? '' : ` settle=${SETTLE_S}s`;
+  return `${parent} ${mib}MiB n=${n} ${paused ? 'paused' : 'running'} tb=${t.tbMiB} merge=${t.merge} hugepages=${t.hugePages}${capstone}${settle}`;
 }
 
 /**
@@ -245,7 +252,7 @@ async function idlePss(ids: number[]): Promise<{ text: string; perChild: number 
   const ksmd = merging ? await ksmdPid() : undefined;
   const cpu0 = ksmd ? await cpuSeconds(ksmd) : 0;
   const t0 = performance.now();
-  await sleep(3000);
+  await sleep(SETTLE_S * 1000);
   // KSM merges a page on its second full scan after the page appeared, and a pause between
   // two scan passes looks like a plateau of pages_sharing: wait for --ksm-scans full scans.
   const scans0 = await fullScans();

@@ -16,6 +16,7 @@ static const struct handler {
 	{"sync", handle_sync},
 	{"ping", handle_ping},
 	{"info", handle_info},
+	{"flush", handle_flush},
 	{"exec", handle_exec},
 	{"stdin", handle_stdin},
 	{"signal", handle_signal},

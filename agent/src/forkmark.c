@@ -3,17 +3,32 @@
  * rewrites /run/forkd/sandbox-id with it (atomically: written beside, then renamed). A
  * process that remembers the id it saw, or watches the file with inotify, knows it now
  * runs in a new fork: time to reseed, reconnect, or re-register. Best effort: an image
- * without a writable /run just has no file. */
+ * without a writable /run just has no file.
+ * /run/forkd is a tmpfs of its own (mounted at boot, so every fork has it): the rewrite
+ * stays in guest memory instead of dirtying the root disk, whose journal commit and
+ * writeback 5 s later would make every fork translate the disk write path (~3 MiB of
+ * QEMU's translated code per child, docs/idle.md). */
 #include "forkmark.h"
+#include "log.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define MARK_DIR "/run/forkd"
 #define MARK_FILE MARK_DIR "/sandbox-id"
+
+void fork_mark_setup(void)
+{
+	mkdir("/run", 0755);
+	mkdir(MARK_DIR, 0755);
+	if (mount("forkd-run", MARK_DIR, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k") < 0)
+		agent_log("mount tmpfs on " MARK_DIR ": %s", strerror(errno));
+}
 
 void fork_mark(const char *id)
 {

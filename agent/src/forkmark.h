@@ -4,6 +4,8 @@
 
 #include <stdbool.h>
 
+/* At boot, in the final root: /run/forkd as a small tmpfs. */
+void fork_mark_setup(void);
 void fork_mark(const char *id);
 
 #endif

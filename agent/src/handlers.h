@@ -40,6 +40,7 @@ void session_end(void);
 void handle_sync(const struct request *rq);
 void handle_ping(const struct request *rq);
 void handle_info(const struct request *rq);
+void handle_flush(const struct request *rq);
 void handle_exec(const struct request *rq);
 void handle_stdin(const struct request *rq);
 void handle_signal(const struct request *rq);

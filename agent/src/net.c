@@ -63,15 +63,32 @@ static int default_route(int fd, in_addr_t gw)
 	return ioctl(fd, SIOCADDRT, &rt) < 0 && errno != EEXIST ? errno : 0;
 }
 
-/* Written to a staging file and renamed, so a reader never sees half a file. */
+/* Whether `path` holds exactly these n bytes. */
+static bool file_is(const char *path, const char *want, size_t n)
+{
+	char have[128];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t got = read(fd, have, sizeof(have));
+	close(fd);
+	return got == (ssize_t)n && memcmp(have, want, n) == 0;
+}
+
+/* Written to a staging file and renamed, so a reader never sees half a file. Left alone
+ * when it already says so (every fork of a snapshot, whose address plan is the same): a
+ * rewrite would dirty the root disk in every fork (its journal commit and writeback cost
+ * each child translated code and QEMU heap, docs/idle.md). */
 static int write_resolv(const char *dns)
 {
+	char buf[80];
+	int n = snprintf(buf, sizeof(buf), "nameserver %s\n", dns);
+	if (file_is("/etc/resolv.conf", buf, (size_t)n))
+		return 0;
 	mkdir("/etc", 0755);
 	int fd = open("/etc/.resolv.conf.forkd", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return errno;
-	char buf[80];
-	int n = snprintf(buf, sizeof(buf), "nameserver %s\n", dns);
 	int err = write(fd, buf, (size_t)n) == n ? 0 : (errno ? errno : EIO);
 	close(fd);
 	if (!err && rename("/etc/.resolv.conf.forkd", "/etc/resolv.conf") < 0)

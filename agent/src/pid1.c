@@ -3,6 +3,7 @@
  * the mounts, MS_MOVE the disk onto /, chroot), /tmp /dev/pts /dev/shm, hostname, lo up.
  * Reaping and never exiting are the loop's job (main.c). */
 #include "pid1.h"
+#include "forkmark.h"
 
 #include "log.h"
 
@@ -149,7 +150,9 @@ static void mount_disk(void)
 	}
 	if (mkdir(NEWROOT, 0755) < 0 && errno != EEXIST)
 		agent_log("mkdir " NEWROOT ": %s", strerror(errno));
-	if (mount(dev, NEWROOT, type, 0, "") < 0) {
+	/* lazytime: atime updates stay in memory, so a fork reading files of a day-old
+	 * snapshot (relatime then updates atime) does not write its disk for it. */
+	if (mount(dev, NEWROOT, type, MS_LAZYTIME, "") < 0) {
 		agent_log("mount %s (%s): %s; serving from the initramfs", dev, type, strerror(errno));
 		return;
 	}
@@ -209,6 +212,7 @@ void pid1_setup(void)
 	load_modules();
 	mount_disk();
 	setup_root();
+	fork_mark_setup();
 	if (sethostname("forkd", 5) < 0)
 		agent_log("sethostname: %s", strerror(errno));
 	loopback_up();

@@ -121,6 +121,16 @@ export class AgentClient {
     await this.conn.call({ type: 'ping' }, { ...opts, kind: 'control' }).done;
   }
 
+  /**
+   * The guest's dirty page cache written to its disks (before a snapshot is captured, so no
+   * fork repeats the parent's writeback). False when the agent predates the request.
+   */
+  async flush(opts: CallOptions = {}): Promise<boolean> {
+    if (!this.conn.agentTypes.has('flush')) return false;
+    await this.conn.call({ type: 'flush' }, { ...opts, kind: 'control' }).done;
+    return true;
+  }
+
   async info(opts: CallOptions = {}): Promise<AgentInfo> {
     const r = await this.conn.call({ type: 'info' }, { ...opts, kind: 'control' }).done;
     const str = (v: unknown) => (typeof v === 'string' ? v : '');

@@ -73,6 +73,7 @@ export async function createSnapshot(
     await warm(sb.agent, req, ctx);
     ctx.onProgress('capturing memory, devices and disk');
     ctx.signal?.throwIfAborted();
+    await sb.agent.flush(); // no fork inherits the parent's pending writeback (docs/idle.md)
     sb.agent.close(); // children open their own agent session (0xFF + sync)
     const cap = await vmm().capture(
       sb.vm,

@@ -38,6 +38,7 @@ const REQUEST_TYPES = [
   'pty_detach',
   'pty_list',
   'xattr_set',
+  'flush',
 ];
 /** Every `"type":"…"` that appears in PROTOCOL.md's examples (both directions). */
 const MESSAGE_TYPES = [
@@ -48,6 +49,7 @@ const MESSAGE_TYPES = [
   'exec',
   'file_read',
   'file_write',
+  'flush',
   'list',
   'mkdir',
   'ping',
@@ -108,6 +110,7 @@ const PROBES: { msg: Record<string, unknown>; expect: string }[] = [
   { msg: { type: 'pty_detach', target: 424242 }, expect: 'no_such_request' },
   { msg: { type: 'pty_list' }, expect: 'result' },
   { msg: { type: 'xattr_set' }, expect: 'bad_request' },
+  { msg: { type: 'flush' }, expect: 'result' },
 ];
 
 const protocolDoc = () => readFileSync(join(REPO_ROOT, 'agent', 'PROTOCOL.md'), 'utf8');
