@@ -127,6 +127,9 @@ class ImageInfo:
     boot_snapshots: Optional[List[Dict[str, Any]]] = None
     #: What a build did not do without failing (a boot snapshot it could not capture).
     warnings: Optional[List[str]] = None
+    #: A cache entry (a container image's root, made by the containerd shim): removed
+    #: once unused for the daemon's image cache time.
+    cache: Optional[bool] = None
 
 
 @dataclass(frozen=True)
