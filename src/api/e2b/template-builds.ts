@@ -11,7 +11,7 @@ import { createWriteStream } from 'node:fs';
 import { access, mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import { PassThrough, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ForkdError, isForkdError } from '../../errors.js';
 import type { BuildEvent, Caller, Services } from '../../services/contracts.js';
@@ -229,10 +229,16 @@ function eventLine(e: BuildEvent): string | undefined {
   }
 }
 
-/** A directory as the tar stream the build service takes. */
+/**
+ * A directory as the tar stream the build service takes. Read from at once: a child's
+ * stdout that nobody reads when the child exits is drained and its data dropped (Node's
+ * flushStdio), and a small context's tar can end before the service starts reading.
+ */
 function packDir(dir: string): Readable {
   const child = spawnTool('tar', ['-c', '-f', '-', '-C', dir, '.'], {
     stdio: ['ignore', 'pipe', 'ignore'],
   });
-  return child.stdout as Readable;
+  const out = new PassThrough();
+  child.on('error', (e) => out.destroy(e));
+  return (child.stdout as Readable).pipe(out);
 }
