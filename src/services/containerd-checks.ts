@@ -3,11 +3,10 @@
  * installed, `containerd-shim-forkd-v2` on the PATH containerd searches, and containerd's
  * config naming the forkd runtime. Kubernetes is optional: each is a warn at worst.
  */
-import { constants } from 'node:fs';
-import { access, readFile } from 'node:fs/promises';
-import { delimiter, join } from 'node:path';
+import { readFile } from 'node:fs/promises';
 import { isForkdError } from '../errors.js';
 import { run } from '../util/exec.js';
+import { onPath } from '../util/on-path.js';
 
 export interface ContainerdOutcome {
   status: 'pass' | 'warn';
@@ -39,23 +38,8 @@ export async function checkContainerd(): Promise<ContainerdOutcome> {
   }
 }
 
-/** The first executable `containerd-shim-forkd-v2` on PATH. */
-async function shimOnPath(env: NodeJS.ProcessEnv): Promise<string | undefined> {
-  for (const dir of (env.PATH ?? '').split(delimiter).filter(Boolean)) {
-    const path = join(dir, SHIM);
-    if (
-      await access(path, constants.X_OK).then(
-        () => true,
-        () => false,
-      )
-    )
-      return path;
-  }
-  return undefined;
-}
-
 export async function checkShim(env: NodeJS.ProcessEnv = process.env): Promise<ContainerdOutcome> {
-  const path = await shimOnPath(env);
+  const path = await onPath(SHIM, env);
   if (path) return { status: 'pass', summary: `${SHIM} at ${path}` };
   return { status: 'warn', summary: `${SHIM} is not on PATH`, fix: INSTALL };
 }

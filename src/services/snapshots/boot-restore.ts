@@ -5,13 +5,13 @@
  * it; the fork's identity (entropy, clock, hostname, id) is pushed as for every fork.
  * `image build` without a daemon captures the same snapshot eagerly (`captureBootSnapshotHere`).
  */
-import { constants } from 'node:fs';
-import { access, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Paths } from '../../config.js';
 import { makeDir } from '../../util/make-dir.js';
 import { Store } from '../../store/db.js';
 import { run } from '../../util/exec.js';
+import { onPath } from '../../util/on-path.js';
 import { parseQemuVersion } from '../host.js';
 import type { Limiter, Placement } from '../limits.js';
 import { silentLog } from '../log.js';
@@ -103,22 +103,6 @@ async function qemuVersionHere(p: Paths): Promise<string> {
       .catch(() => rm(tmp, { force: true })); // a cache: asked again next time
   }
   return version;
-}
-
-/** The file a command name runs (PATH searched as exec does), if there is one. */
-async function onPath(cmd: string): Promise<string | undefined> {
-  if (cmd.includes('/')) return cmd;
-  for (const dir of (process.env.PATH ?? '').split(':').filter(Boolean)) {
-    const f = join(dir, cmd);
-    if (
-      await access(f, constants.X_OK).then(
-        () => true,
-        () => false,
-      )
-    )
-      return f;
-  }
-  return undefined;
 }
 
 /**
