@@ -3,6 +3,7 @@
  * Debian suite; remove one; list them (pull, import, inspect, prune: image-oci.ts). Build progress goes to stderr, the result to stdout.
  */
 import type { Command } from 'commander';
+import { imageToWire } from '@forkd/sdk/wire';
 import { paths } from '../config.js';
 import { ForkdError } from '../errors.js';
 import {
@@ -54,7 +55,7 @@ export function register(image: Command): void {
     .option('--json', 'machine-readable output')
     .action(
       action(async (name: string, opts: { json?: boolean }) => {
-        const removed = await removeImage(paths(), parseName(name, 'the image name'));
+        const removed = await remove(parseName(name, 'the image name'));
         if (opts.json) printJson(removed);
         else process.stdout.write(`removed image ${removed.name}\n`);
       }),
@@ -65,6 +66,18 @@ export function register(image: Command): void {
     .option('--json', 'machine-readable output')
     .action(action(showImages));
   registerOci(image);
+}
+
+/**
+ * Through the daemon when one runs: it also ends the pool VMs of the image's boot
+ * snapshots, which a removal behind its back would leave running.
+ */
+async function remove(name: string): Promise<{ name: string }> {
+  const daemon = await findDaemon();
+  if (!daemon) return removeImage(paths(), name);
+  const image = await daemon.images.get(name);
+  await daemon.images.remove(name);
+  return { ...imageToWire(image), name: image.name };
 }
 
 async function build(flags: BuildFlags): Promise<void> {

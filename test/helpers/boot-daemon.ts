@@ -18,8 +18,12 @@ export interface BootDaemon {
   create(...args: string[]): Promise<{ id: string; snapshot: string | null }>;
 }
 
-export async function bootDaemon(t: TestContext, home: TestHome): Promise<BootDaemon> {
-  const daemon = await startDaemon(home);
+export async function bootDaemon(
+  t: TestContext,
+  home: TestHome,
+  args: string[] = [],
+): Promise<BootDaemon> {
+  const daemon = await startDaemon(home, args);
   t.after(async () => {
     for (const sb of await Sandbox.list({ url: daemon.url }))
       await Sandbox.kill(sb.id, { url: daemon.url }).catch(() => undefined);

@@ -13,7 +13,7 @@ import type { Paths } from '../../config.js';
 import { isForkdError } from '../../errors.js';
 import { Store } from '../../store/db.js';
 import { ACTIVE_STATES, type SandboxRow } from '../../store/sandboxes.js';
-import { listImages, removeImage, type ImageManifest } from './store.js';
+import { listImages, removeImage, type Image, type ImageManifest } from './store.js';
 import { bootSnapshotsOf } from './users.js';
 
 /** The image cache time by default: a day unused. */
@@ -68,15 +68,28 @@ export async function expireCacheImages(
   const names = expiredImages(await listImages(p), sandboxRows(p), ttlMs, Date.now());
   const removed: string[] = [];
   for (const name of names) {
-    const boots = (await bootSnapshotsOf(p, name)).map((m) => m.tag);
     try {
-      await removeImage(p, name);
+      await removeImageAndPools(p, name, dropPools);
     } catch (e) {
       if (isForkdError(e, 'image_in_use') || isForkdError(e, 'image_not_found')) continue;
       throw e;
     }
-    await dropPools(boots);
     removed.push(name);
   }
   return removed;
+}
+
+/**
+ * Remove image `name` with its boot snapshots, then end those snapshots' pre-started VMs:
+ * a pool VM of a snapshot whose files are gone could never be forked, only cost memory.
+ */
+export async function removeImageAndPools(
+  p: Paths,
+  name: string,
+  dropPools: (tags: string[]) => Promise<void>,
+): Promise<Image> {
+  const boots = (await bootSnapshotsOf(p, name)).map((m) => m.tag);
+  const image = await removeImage(p, name);
+  await dropPools(boots);
+  return image;
 }

@@ -9,20 +9,13 @@ import type { BootSnapshotRefT, ImageT } from '../../contract/schemas.js';
 import type { Paths } from '../../config.js';
 import type { ImageService } from '../contracts.js';
 import { buildImageFromDir } from './build.js';
-import {
-  getImage,
-  imageIdentity,
-  listImages,
-  removeImage,
-  sweepDeadStaging,
-  type Image,
-} from './store.js';
+import { getImage, imageIdentity, listImages, sweepDeadStaging, type Image } from './store.js';
 import { bootSnapshotsOf } from './users.js';
 import { pullImage } from './oci.js';
 import { importImage } from './import.js';
 import { pruneBlobs, sweepTempBlobs } from './cache.js';
 import { login, logout } from './logins.js';
-import { DEFAULT_CACHE_TTL_S, expireCacheImages, SWEEP_MS } from './expiry.js';
+import { DEFAULT_CACHE_TTL_S, expireCacheImages, removeImageAndPools, SWEEP_MS } from './expiry.js';
 import type { ImageProgress } from '../contracts.js';
 import type {
   CaptureBootSnapshotT,
@@ -111,7 +104,7 @@ export type BootCapturer = (
 export interface ImageCacheOptions {
   /** Unused this long, a cache image goes (default DEFAULT_CACHE_TTL_S). */
   ttlS?: number;
-  /** End the pre-started VMs of boot snapshots removed with a cache image. */
+  /** End the pre-started VMs of boot snapshots removed with an image. */
   dropPools(tags: string[]): Promise<void>;
   /** Where a sweep that failed is told. */
   warn(msg: string): void;
@@ -184,9 +177,11 @@ export class ImageManager implements ImageService {
   }
 
   private expire(ttlMs: number): Promise<string[]> {
-    return expireCacheImages(this.paths, ttlMs, (tags) =>
-      this.cache ? this.cache.dropPools(tags) : Promise.resolve(),
-    );
+    return expireCacheImages(this.paths, ttlMs, (tags) => this.dropPools(tags));
+  }
+
+  private dropPools(tags: string[]): Promise<void> {
+    return this.cache ? this.cache.dropPools(tags) : Promise.resolve();
   }
 
   async list(): Promise<ImageT[]> {
@@ -214,7 +209,7 @@ export class ImageManager implements ImageService {
 
   /** Running sandboxes keep working: QEMU holds the rootfs open and reads it past unlink. */
   async remove(name: string): Promise<void> {
-    await removeImage(this.paths, name);
+    await removeImageAndPools(this.paths, name, (tags) => this.dropPools(tags));
   }
 
   async get(name: string): Promise<ImageT> {

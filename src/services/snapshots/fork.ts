@@ -14,7 +14,7 @@ import { open, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
 import type { AgentClient } from '../../drivers/agent/client.js';
-import { ForkdError } from '../../errors.js';
+import { ForkdError, isForkdError } from '../../errors.js';
 import { crashPoint, holdPoint } from '../../util/crash.js';
 import type { StoredIdle, StoredLimits } from '../../store/sandboxes.js';
 import type { Caller, ForkOutcome, ForkRequest } from '../contracts.js';
@@ -113,7 +113,10 @@ export async function prewarmChild(child: PreparedChild): Promise<PreparedChild>
   try {
     await child.vm.restore();
     const agent = await connectGuest(child.vm, child.id, { bootTimeoutMs: 30_000 });
-    await agent.run({ argv: ['true'] });
+    await agent.run({ argv: ['true'] }).catch((e: unknown) => {
+      // An image without `true` (a minimal one) still took the agent's exec path.
+      if (!isForkdError(e, 'command_not_found')) throw e;
+    });
     await child.vm.pause();
     return { ...child, agent };
   } catch (e) {

@@ -4,16 +4,16 @@
  * even the first `forkd run` restores; `--no-boot-snapshot` skips it; a capture that fails
  * is a warning and the image is kept. Through a daemon the build captures the daemon's
  * size and NIC, and an image rebuilt under the same name gets its boot snapshots captured
- * again in the background, the old ones gone.
+ * again in the background, the old ones gone; removed through it, their pool VMs end.
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { copyFile, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { HOST_BUSYBOX } from '../../../src/services/images/index.js';
-import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
+import { assertNoLeftovers, makeTestHome, qemusUnder, type TestHome } from '../../helpers/home.js';
 import { bootDaemon } from '../../helpers/boot-daemon.js';
 import { forkd } from '../../helpers/cli.js';
 
@@ -91,7 +91,8 @@ test('image build (no daemon) captures the boot snapshot: the first run restores
 });
 
 test('through the daemon: image build captures its size and NIC; a rebuild under the same name is captured again in the background', async (t) => {
-  const served = await bootDaemon(t, home);
+  // A pool of one per boot snapshot (tests run with none): `image rm` must end it.
+  const served = await bootDaemon(t, home, ['--default-pool', '1']);
   const { daemon, env } = served;
   const create = (...args: string[]) => served.create('--image', 'served', ...args);
   const captures = () =>
@@ -132,4 +133,29 @@ test('through the daemon: image build captures its size and NIC; a rebuild under
   );
   const marker = await forkd(['exec', c.id, '--', 'cat', '/marker'], { env });
   assert.equal(marker.stdout.toString(), 'two\n');
+  const info = await forkd(['info', c.id, '--json'], { env });
+  const cPid = (JSON.parse(info.stdout.toString()) as { pid: number }).pid;
+  assert.equal((await forkd(['kill', c.id], { env })).code, 0);
+
+  // The boot snapshots' pool VMs (one each; pre-warmed though the image has no `true`) go
+  // with the image when it is removed through the daemon, as `forkd image rm` does when one
+  // runs.
+  const poolVms = async () => {
+    const pids = await qemusUnder(home.dir);
+    const cmds = await Promise.all(pids.map((p) => readFile(`/proc/${p}/cmdline`, 'utf8')));
+    return pids.filter((p, i) => p !== cPid && now?.some((x) => cmds[i]?.includes(x.tag)));
+  };
+  let pooled: number[] = [];
+  for (let i = 0; i < 180 && pooled.length === 0; i++) {
+    pooled = await poolVms();
+    if (pooled.length === 0) await sleep(1000);
+  }
+  const poolLog = daemon
+    .output()
+    .split('\n')
+    .filter((l) => /pool/i.test(l))
+    .slice(-10);
+  assert.ok(pooled.length > 0, `no pool VM of the boot snapshots to end: ${poolLog.join('\n')}`);
+  assert.equal((await forkd(['image', 'rm', 'served'], { env })).code, 0);
+  assert.deepEqual(await poolVms(), [], 'a pool VM of a removed boot snapshot runs on');
 });
