@@ -4,10 +4,12 @@
  * processes a live branch must not leave behind (zombie or traced forks, copiers); and a
  * snapshot's memory as a fork maps it (a diff materialized).
  */
+import { existsSync } from 'node:fs';
 import { open, readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../src/config.js';
 import type { RamRegion } from '../../src/drivers/qemu/capture.js';
+import { fileExtents } from '../../src/drivers/qemu/helper.js';
 import { readManifest } from '../../src/services/snapshots/files.js';
 import { materialize } from '../../src/services/snapshots/memory.js';
 
@@ -41,12 +43,15 @@ export async function dumpRam(region: RamRegion, file: string): Promise<RamRefer
   return { file, fileOffset, length };
 }
 
-/** 4 KiB pages of `file` that differ from the reference (holes read as zeros). */
-export async function differingPages(ref: RamReference, file: string): Promise<number> {
+/**
+ * RAM offsets (guest-physical addresses) of the 4 KiB pages of `file` that differ from the
+ * reference (holes read as zeros).
+ */
+async function pagesDiffering(ref: RamReference, file: string): Promise<number[]> {
   const [a, b] = await Promise.all([open(ref.file, 'r'), open(file, 'r')]);
   const ba = Buffer.alloc(CHUNK);
   const bb = Buffer.alloc(CHUNK);
-  let differing = 0;
+  const at: number[] = [];
   try {
     for (let off = 0; off < ref.length; off += CHUNK) {
       ba.fill(0);
@@ -54,16 +59,39 @@ export async function differingPages(ref: RamReference, file: string): Promise<n
       await a.read(ba, 0, CHUNK, ref.fileOffset + off);
       await b.read(bb, 0, CHUNK, ref.fileOffset + off);
       for (let p = 0; p < CHUNK; p += PAGE) {
-        if (ba.compare(bb, p, p + PAGE, p, p + PAGE) !== 0) differing++;
+        if (ba.compare(bb, p, p + PAGE, p, p + PAGE) !== 0) at.push(ref.fileOffset + off + p);
       }
     }
   } finally {
     await a.close();
     await b.close();
   }
-  return differing;
+  return at;
 }
 
+/** How many 4 KiB pages of `file` differ from the reference. */
+export async function differingPages(ref: RamReference, file: string): Promise<number> {
+  return (await pagesDiffering(ref, file)).length;
+}
+
+/**
+ * The differing pages of `file` as a failure message says them: how many, and the first
+ * few RAM offsets (guest-physical addresses), each with whether `diff` (the snapshot's
+ * stored diff) holds data there or the page came from its parent's memory.
+ */
+export async function differingReport(
+  ref: RamReference,
+  file: string,
+  diff?: string,
+): Promise<string> {
+  const at = await pagesDiffering(ref, file);
+  if (at.length === 0) return 'none';
+  const extents = diff && existsSync(diff) ? (await fileExtents(diff)).extents : [];
+  const inDiff = (o: number) => extents.some(([d, n]) => o >= d && o < d + n);
+  const where = (o: number) => (extents.length ? (inDiff(o) ? ' (diff)' : ' (parent)') : '');
+  const shown = at.slice(0, 8).map((o) => `0x${o.toString(16)}${where(o)}`);
+  return `${at.length}: ${shown.join(', ')}${at.length > 8 ? ', …' : ''}`;
+}
 export async function removeReference(ref: RamReference): Promise<void> {
   await rm(ref.file, { force: true });
 }

@@ -92,7 +92,7 @@ test('a live branch works under confinement; the child is confined under another
   const live = (await probeLive()).available;
   const res = await s!.branch.branch(src, { tag: 'conf', fork: 1 }, caller);
   if (live) assert.equal(res.mode, 'live');
-  await assertChildrenFromOneInstant(s!, src, res);
+  await assertChildrenFromOneInstant(s!, home.paths, src, res);
   if (!root) return t.skip('not root: QEMU keeps the daemon’s uid');
   const kid = res.children!.sandboxes[0]!.id;
   const [mine, theirs] = [src, kid].map((id) => join(home.paths.sandboxes, id));

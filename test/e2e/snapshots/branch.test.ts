@@ -70,7 +70,7 @@ test('branch: source keeps running; children start at the branch instant, memory
   );
   const kids = res.children?.sandboxes.map((k) => k.id) ?? [];
   assert.equal(kids.length, 3, JSON.stringify(res.children?.failed));
-  await assertChildrenFromOneInstant(s, src, res);
+  await assertChildrenFromOneInstant(s, home.paths, src, res);
   await Promise.all([...kids, src].map((id) => s.sandboxes.kill(id)));
 });
 

@@ -14,6 +14,7 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { RamRegion } from '../../../src/drivers/qemu/capture.js';
 import { snapshotDir, SNAPSHOT_FILES } from '../../../src/services/snapshots/files.js';
+import { MEMORY_DIFF_FILE } from '../../../src/services/snapshots/memory.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import {
   assertChildrenFromOneInstant,
@@ -23,6 +24,7 @@ import {
 import {
   childrenOf,
   differingPages,
+  differingReport,
   dumpRam,
   memoryOf,
   ramIsDontFork,
@@ -87,7 +89,7 @@ test('live branch: children start at the branch instant, memory and disk alike',
   assert.equal(res.mode, 'live');
   assert.ok(res.pause_ms > 0 && res.captured_bytes > 0);
   assert.equal(await differingPages(refs.at(-1)!.ref, await memoryOf(home.paths, 'live-log')), 0);
-  await assertChildrenFromOneInstant(s, src, res);
+  await assertChildrenFromOneInstant(s, home.paths, src, res);
   const kids = res.children?.sandboxes.map((k) => k.id) ?? [];
   await Promise.all([...kids, src].map((id) => s.sandboxes.kill(id)));
   await s.snapshots.remove('live-log', { force: true });
@@ -97,7 +99,7 @@ test('live branch: children start at the branch instant, memory and disk alike',
 async function branchRepeatedly(id: string, kind: string): Promise<void> {
   const qemu = (await s.sandboxes.lease(id)).vm.pid;
   const growth: number[] = [];
-  const differing: number[] = [];
+  const differing: string[] = [];
   for (let i = 0; i < BRANCHES; i++) {
     const before = await statusKiB(qemu, 'RssAnon');
     const tag = `${kind}-${i}`;
@@ -106,12 +108,13 @@ async function branchRepeatedly(id: string, kind: string): Promise<void> {
     const { ref, region } = refs.at(-1)!;
     assert.equal(region.pid, qemu);
     assert.ok(res.captured_bytes > 0, `${tag}: nothing captured`);
-    differing.push(await differingPages(ref, await memoryOf(home.paths, tag)));
+    const diff = join(snapshotDir(home.paths, tag), MEMORY_DIFF_FILE);
+    differing.push(await differingReport(ref, await memoryOf(home.paths, tag), diff));
     await removeReference(ref);
     await assertNothingLeft(qemu);
     assert.ok(await ramIsDontFork(region), 'guest RAM is no longer MADV_DONTFORK');
   }
-  assert.deepEqual(differing, new Array<number>(BRANCHES).fill(0), `${kind}: differing pages`);
+  assert.deepEqual(differing, new Array<string>(BRANCHES).fill('none'), `${kind}: differing pages`);
   // Pages the source wrote during a copy were duplicated (copy-on-write); once the frozen
   // fork is gone they are freed. The writer itself may touch a few new guest pages.
   const median = [...growth].sort((a, b) => a - b)[growth.length >> 1] as number;
