@@ -58,6 +58,8 @@ export interface SnapshotManifest {
   memory_id?: string;
   /** Set when its memory is a diff (files.memory is `memory.diff`): the memory it is over. */
   memory_diff?: { parent: string; parent_memory_id: string };
+  /** Its VM's device set (VmSpec.deviceSet; forks must match); absent: 1, from before 12-04. */
+  device_set?: number;
   /** Whether its VM has a NIC (forks must match: the NIC is in the device state); absent: none. */
   network?: NetworkMode;
   /** The egress policy its forks inherit. */

@@ -4,7 +4,12 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { accelArg, buildQemuArgs } from '../../../src/drivers/qemu/cmdline.js';
+import {
+  accelArg,
+  buildQemuArgs,
+  DEVICE_SET,
+  deviceSetOf,
+} from '../../../src/drivers/qemu/cmdline.js';
 import {
   DEFAULT_TB_MIB,
   launcherPrefix,
@@ -25,6 +30,20 @@ test('the TCG buffer cap reaches -accel; KVM and an uncapped TCG get none', () =
   assert.equal(accelArg({ accel: 'kvm', tbMiB: 32 }), 'kvm');
   const args = buildQemuArgs({ ...SPEC, accel: 'tcg', tbMiB: 64 });
   assert.equal(args[args.indexOf('-accel') + 1], 'tcg,tb-size=64');
+});
+
+test("a VM's device set reaches -M and is read back from its argv; absent is the old set", () => {
+  const machine = (deviceSet?: number) => {
+    const args = buildQemuArgs({ ...SPEC, accel: 'tcg', deviceSet });
+    return { m: args[args.indexOf('-M') + 1]!, back: deviceSetOf(args) };
+  };
+  assert.equal(DEVICE_SET, 2);
+  assert.match(machine(2).m, /^microvm,.*,ioapic2=off$/);
+  assert.equal(machine(2).back, 2);
+  // A snapshot or hibernation from before the device set was recorded restores as it was made.
+  assert.doesNotMatch(machine(undefined).m, /ioapic2/);
+  assert.equal(machine(undefined).back, 1);
+  assert.equal(machine(1).back, 1);
 });
 
 test('flags and environment parse; bad values name the flag', () => {
