@@ -18,6 +18,7 @@ import {
   QEMU_EXEC_BINARY,
   qemuEnv,
   qemuLibsDir,
+  qemuLibPath,
   QEMU_LIBS_DIR,
   tuningFromEnv,
 } from '../../../src/drivers/qemu/tuning.js';
@@ -90,23 +91,25 @@ test('the launcher turns huge pages off unless asked, and merging on when asked'
 });
 
 test("QEMU's environment keeps the daemon's and adds one malloc arena", () => {
-  assert.equal(qemuEnv({ PATH: '/bin' }, null).GLIBC_TUNABLES, 'glibc.malloc.arena_max=1');
-  assert.equal(qemuEnv({ PATH: '/bin' }, null).PATH, '/bin');
-  assert.equal(qemuEnv({ PATH: '/bin' }, null).LD_LIBRARY_PATH, undefined);
+  assert.equal(qemuEnv({ PATH: '/bin' }, []).GLIBC_TUNABLES, 'glibc.malloc.arena_max=1');
+  assert.equal(qemuEnv({ PATH: '/bin' }, []).PATH, '/bin');
+  assert.equal(qemuEnv({ PATH: '/bin' }, []).LD_LIBRARY_PATH, undefined);
   assert.equal(
-    qemuEnv({ GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }, null).GLIBC_TUNABLES,
+    qemuEnv({ GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }, []).GLIBC_TUNABLES,
     'glibc.pthread.rseq=0:glibc.malloc.arena_max=1',
   );
 });
 
-test('QEMU finds the empty capstone first, unless asked for the real disassembler', () => {
-  assert.equal(qemuEnv({}, '/r/libs').LD_LIBRARY_PATH, '/r/libs');
+test('QEMU finds the stubs first, and the empty capstone unless asked for the real one', () => {
+  assert.equal(qemuEnv({}, ['/r/libs']).LD_LIBRARY_PATH, '/r/libs');
   assert.equal(
-    qemuEnv({ LD_LIBRARY_PATH: '/opt/lib' }, '/r/libs').LD_LIBRARY_PATH,
+    qemuEnv({ LD_LIBRARY_PATH: '/opt/lib' }, ['/r/libs']).LD_LIBRARY_PATH,
     '/r/libs:/opt/lib',
   );
   const off = { tbMiB: 64, merge: 'off', hugePages: false, disassembler: false } as const;
-  assert.equal(qemuLibsDir(off), QEMU_LIBS_DIR, 'the stub is built by npm run build');
-  assert.equal(qemuLibsDir({ ...off, disassembler: true }), null);
-  assert.equal(qemuLibsDir(off, '/nonexistent'), null, 'not built: the system library');
+  assert.equal(qemuLibsDir(), QEMU_LIBS_DIR, 'the stubs are built by npm run build');
+  assert.deepEqual(qemuLibPath(off), [`${QEMU_LIBS_DIR}/capstone`, QEMU_LIBS_DIR]);
+  assert.deepEqual(qemuLibPath({ ...off, disassembler: true }), [QEMU_LIBS_DIR]);
+  assert.equal(qemuLibsDir('/nonexistent'), null, 'not built: the system libraries');
+  assert.deepEqual(qemuLibPath(off, null), []);
 });
