@@ -278,14 +278,14 @@ test('a snapshot of another format version is listed unbootable and refused, as 
   try {
     for (const [version, who] of [
       [0, 'an older'],
-      [3, 'a newer'],
+      [4, 'a newer'],
     ] as const) {
       await writeFile(file, JSON.stringify({ ...JSON.parse(original), format_version: version }));
       const info = await s.snapshots.get('warm');
       assert.equal(info.bootable, false);
       assert.match(
         info.reason ?? '',
-        new RegExp(`format ${version} is not 1–2 \\(written by ${who} forkd\\)`),
+        new RegExp(`format ${version} is not 1–3 \\(written by ${who} forkd\\)`),
       );
       await assert.rejects(
         s.snapshots.fork({ snapshot: 'warm', n: 1 }, caller),
