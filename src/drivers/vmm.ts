@@ -25,6 +25,12 @@ export interface VmSpec {
   incoming?: boolean;
   /** A NIC on user networking; absent: no NIC at all (network `none`). */
   net?: VmNet;
+  /**
+   * The version of its device set (the VMM's DEVICE_SET when it was made; absent: 1). A
+   * restore must give the one its device state was captured with: snapshots and
+   * hibernations record it.
+   */
+  deviceSet?: number;
 }
 
 /** The guest's NIC: user networking, run inside a network namespace when `netns` is set. */
@@ -239,6 +245,8 @@ export interface Vmm {
   /** The machine type every VM runs (part of a boot snapshot's key). */
   readonly machine: string;
   readonly guestNet: GuestNet;
+  /** The device set (VmSpec.deviceSet) of the VMs it makes now. */
+  readonly deviceSet: number;
   accel(): Promise<AccelChoice>;
   hostTscKhz(): Promise<number | undefined>;
   filesOf(dir: string): VmFiles;

@@ -8,7 +8,7 @@ import { ForkdError } from '../../errors.js';
 import type { DiskLayer, Vmm, VmHandle } from '../vmm.js';
 import { detectAccel, hostTscKhz } from './accel.js';
 import { captureVm, liveCaptureBytes } from './capture.js';
-import { GUEST_NET, vmFiles } from './cmdline.js';
+import { DEVICE_SET, GUEST_NET, vmFiles } from './cmdline.js';
 import { canSwitchUser, confinementOf, confinementSetting } from './confine.js';
 import {
   createLayerOver,
@@ -48,6 +48,7 @@ export const qemu: Vmm = {
   binary: QEMU_BINARY,
   machine: 'microvm', // cmdline.ts
   guestNet: GUEST_NET,
+  deviceSet: DEVICE_SET,
   accel: () => detectAccel(),
   hostTscKhz,
   filesOf: vmFiles,

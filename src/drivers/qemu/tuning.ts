@@ -14,6 +14,8 @@
  *  - no capstone: QEMU loads an empty libcapstone (native/capstone-stub.c, through
  *    LD_LIBRARY_PATH) instead of the disassembler it uses only for debug logs, whose
  *    relocated tables cost every child 1.3 MiB (FORKD_QEMU_DISASSEMBLER=on keeps it).
+ *  - no libpmem: an empty one (native/pmem-stub.c) in its place, for persistent-memory RAM
+ *    forkd never uses; the real one loads libndctl, libkmod and libcrypto (-0.45 MiB each).
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -43,7 +45,10 @@ export const DEFAULT_TB_MIB = 64;
 export const QEMU_EXEC_BINARY =
   process.env.FORKD_QEMU_EXEC_BIN ?? join(repoRoot(), 'native', 'build', 'forkd-qemu-exec');
 
-/** Where the empty libcapstone.so.4 is (native/capstone-stub.c), found before the system's. */
+/**
+ * Where the libraries QEMU loads before the system's are: libpmem.so.1 (native/pmem-stub.c)
+ * and, in `capstone/`, the empty libcapstone.so.4 (native/capstone-stub.c).
+ */
 export const QEMU_LIBS_DIR = join(repoRoot(), 'native', 'build', 'qemu-libs');
 
 /** `--tcg-tb-mib`: a whole number of MiB from 1 to 1024, or `default` (QEMU's own). */
@@ -106,30 +111,35 @@ export function launcherPrefix(t: VmTuning = tuning, jail: string[] = []): strin
   return flags.length ? [QEMU_EXEC_BINARY, ...flags, '--'] : [];
 }
 
-/** Whether a libraries directory holds the stub, asked once per directory. */
+/** Whether a libraries directory holds the stubs, asked once per directory. */
 const libsBuilt = new Map<string, boolean>();
 
 /**
- * The directory of libraries QEMU loads in place of the system's (the empty capstone), or
- * none: asked for the real one, or not built (QEMU then loads the system's, as before).
+ * The directory of libraries QEMU loads in place of the system's (bound into its jail), or
+ * none when not built (QEMU then loads the system's, as before).
  */
-export function qemuLibsDir(t: VmTuning = tuning, dir = QEMU_LIBS_DIR): string | null {
-  if (t.disassembler) return null;
+export function qemuLibsDir(dir = QEMU_LIBS_DIR): string | null {
   let built = libsBuilt.get(dir);
-  if (built === undefined) libsBuilt.set(dir, (built = existsSync(join(dir, 'libcapstone.so.4'))));
+  if (built === undefined) libsBuilt.set(dir, (built = existsSync(join(dir, 'libpmem.so.1'))));
   return built ? dir : null;
 }
 
+/** QEMU's library path before the system's: the stubs, the empty capstone unless asked not. */
+export function qemuLibPath(t: VmTuning = tuning, dir = qemuLibsDir()): string[] {
+  if (!dir) return [];
+  return t.disassembler ? [dir] : [join(dir, 'capstone'), dir];
+}
+
 /**
- * QEMU's environment: the daemon's, with glibc's malloc held to one arena and the empty
- * capstone found first.
+ * QEMU's environment: the daemon's, with glibc's malloc held to one arena and the stubs
+ * found first.
  */
 export function qemuEnv(
   env: NodeJS.ProcessEnv = process.env,
-  libs = qemuLibsDir(),
+  libs = qemuLibPath(),
 ): NodeJS.ProcessEnv {
   const tunables = [env.GLIBC_TUNABLES, 'glibc.malloc.arena_max=1'].filter(Boolean).join(':');
-  if (!libs) return { ...env, GLIBC_TUNABLES: tunables };
-  const path = [libs, env.LD_LIBRARY_PATH].filter(Boolean).join(':');
+  if (!libs.length) return { ...env, GLIBC_TUNABLES: tunables };
+  const path = [...libs, env.LD_LIBRARY_PATH].filter(Boolean).join(':');
   return { ...env, GLIBC_TUNABLES: tunables, LD_LIBRARY_PATH: path };
 }

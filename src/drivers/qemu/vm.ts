@@ -8,7 +8,7 @@ import { chown, copyFile, open, readdir, readFile, rename, rm } from 'node:fs/pr
 import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ForkdError, isForkdError } from '../../errors.js';
-import { buildQemuArgs, vmFiles, type VmSpec } from './cmdline.js';
+import { buildQemuArgs, deviceSetOf, vmFiles, type VmSpec } from './cmdline.js';
 import { confineVm, type VmConfinement } from './confine.js';
 import { QmpClient } from './qmp.js';
 import { launcherPrefix, qemuEnv, vmTuning } from './tuning.js';
@@ -294,9 +294,12 @@ export class Vm implements VmHandle {
     if (!(await isQemuOf(pid, spec.dir))) {
       throw new ForkdError('internal', `pid ${pid} is not the QEMU of ${spec.dir}`, { pid });
     }
-    // Whether it has a NIC is in its command line: a branch of it must record the NIC its
-    // device state holds, or the branch's children cannot restore.
-    if (!spec.net && (await hasNic(pid))) spec = { ...spec, net: {} };
+    // Whether it has a NIC, and its device set, are in its command line: a branch or a
+    // hibernation of it must record the devices its device state holds, or nothing
+    // restores from it.
+    const argv = await argvOf(pid);
+    if (!spec.net && argv.includes('-netdev')) spec = { ...spec, net: {} };
+    spec = { ...spec, deviceSet: deviceSetOf(argv) };
     const proc = new AdoptedVmProcess(pid, spec.dir, opts.pollMs ?? 1000);
     const died = proc.exited.then(() => {
       throw new ForkdError('internal', `QEMU ${pid} exited while being adopted`, { pid });
@@ -424,9 +427,8 @@ export async function isQemuOf(pid: number, dir: string): Promise<boolean> {
   return cmdlineMatches(cmdline, dir);
 }
 
-async function hasNic(pid: number): Promise<boolean> {
-  const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-  return cmdline.split('\0').includes('-netdev');
+async function argvOf(pid: number): Promise<string[]> {
+  return (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
 }
 
 function isQemuOfSync(pid: number, dir: string): boolean {

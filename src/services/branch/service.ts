@@ -33,6 +33,9 @@ import { CopyRoom } from './room.js';
 import { recoverIntents, sweepStrayLayers } from './recover.js';
 import type { RamRegion } from '../../drivers/vmm.js';
 
+/** How long a branch waits for its source's guest to write its dirty page cache out. */
+const FLUSH_WAIT_MS = 5_000;
+
 export interface BranchServiceOptions {
   paths: Paths;
   sandboxes: SandboxHost;
@@ -141,6 +144,7 @@ export class BranchManager implements BranchService {
     const warn = (err: unknown) =>
       this.log.warn({ sandbox: id, snapshot: tag, err }, 'could not repair the disk chain');
     try {
+      await this.flushGuest(source, tag);
       captured = await captureBranch(this.opts.paths, source, tag, {
         mode,
         start: over ? 'empty' : 'base',
@@ -249,6 +253,7 @@ export class BranchManager implements BranchService {
       accel: source.vm.spec.accel,
       memory_mib: source.info.memory_mib,
       cpus: source.info.cpus,
+      device_set: source.vm.spec.deviceSet ?? 1,
       created_at: new Date().toISOString(),
       labels: req.labels ?? {},
       ...(over ? { memory_diff: { parent: over.tag, parent_memory_id: memoryId(over) } } : {}),
@@ -257,6 +262,17 @@ export class BranchManager implements BranchService {
       ...inheritedLimits(source.info),
       ...(await inheritedFromSnapshot(this.opts.paths, source.info.snapshot)),
     };
+  }
+
+  /**
+   * The source's dirty page cache written out before the capture, so its children do not
+   * each repeat the writeback after their restore. Best effort, bounded: a guest with much
+   * to write is captured as it is once FLUSH_WAIT_MS have passed (its writeback goes on).
+   */
+  private async flushGuest(source: Lease, tag: string): Promise<void> {
+    await source.flush({ timeoutMs: FLUSH_WAIT_MS }).catch((err: unknown) => {
+      this.log.warn({ sandbox: source.id, snapshot: tag, err }, 'guest flush before branch');
+    });
   }
 
   /** Undo a capture that was never published: staging removed, disk switch undone. */

@@ -26,6 +26,8 @@ export interface HibernationImage {
   /** Whether it has a NIC, and slirp's `restrict` (rootless hosts). */
   nic: boolean;
   restrict?: boolean;
+  /** Its VM's device set (VmSpec.deviceSet); absent: 1, hibernated before 12-04. */
+  device_set?: number;
   /** Its egress policy and published ports, put back on the wake. */
   egress?: Egress;
   ports: PublishedPort[];
@@ -119,6 +121,7 @@ export async function captureToDisk(vm: VmHandle, net: NetImage): Promise<Staged
       disk,
       nic: vm.spec.net !== undefined,
       ...(vm.spec.net?.restrict ? { restrict: true } : {}),
+      device_set: vm.spec.deviceSet ?? 1,
       ...net,
       hibernated_at: new Date().toISOString(),
       memory_bytes: pages.bytes,
@@ -160,7 +163,12 @@ export async function restoreFromDisk(
   const { accel } = await vmm().accel();
   const f = hibernationFiles(t.dir);
   const spec = {
-    ...sandboxVmSpec(t.dir, { memoryMiB: t.memoryMiB, cpus: t.cpus, accel }, f.memory),
+    ...sandboxVmSpec(
+      t.dir,
+      { memoryMiB: t.memoryMiB, cpus: t.cpus, accel },
+      f.memory,
+      image.device_set ?? 1,
+    ),
     disk: image.disk,
     net: t.net,
     incoming: true,

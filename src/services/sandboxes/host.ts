@@ -32,6 +32,12 @@ export interface Lease {
    * operation in that error.
    */
   lendMemory(bytes: number, what: string, check: boolean): Promise<() => Promise<void>>;
+  /**
+   * Its guest's dirty page cache written to its disk (the agent's `flush`), before a capture
+   * its children restore from: otherwise each child repeats the writeback ~5 s after its
+   * restore (docs/idle.md "A fork leaves its disk alone"). Nothing for an older agent.
+   */
+  flush(opts: { timeoutMs: number }): Promise<void>;
   /** Why it died, once its death is recorded (a branch that lost its source says why). */
   deathReason(): Promise<string | null>;
 }

@@ -107,14 +107,16 @@ export function sandboxDir(p: Paths, id: string): string {
 
 /**
  * The VM spec of a sandbox (also rebuilt to adopt its QEMU later): RAM over /dev/zero when
- * booted from an image, over its snapshot's memory file when forked.
+ * booted from an image, over its snapshot's memory file when forked; the device set of VMs
+ * made now unless it restores state captured with another (`deviceSet`).
  */
 export function sandboxVmSpec(
   dir: string,
   res: { memoryMiB: number; cpus: number; accel: 'kvm' | 'tcg' },
   memPath = '/dev/zero',
+  deviceSet = vmm().deviceSet,
 ): VmSpec {
-  return { dir, ...res, memPath, disk: join(dir, 'overlay.qcow2') };
+  return { dir, ...res, memPath, disk: join(dir, 'overlay.qcow2'), deviceSet };
 }
 
 /** The RAM base file of a sandbox: its snapshot's memory, or /dev/zero. */

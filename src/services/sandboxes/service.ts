@@ -217,7 +217,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   async lease(id: string): Promise<Lease> {
-    const { vm } = await this.tiers.awake(id);
+    const { vm, agent } = await this.tiers.awake(id);
     const row = this.table.row(id);
     return {
       id,
@@ -230,6 +230,7 @@ export class SandboxManager implements SandboxService, SandboxHost {
       lendMemory: (bytes, what, check) =>
         this.limiter.lend(id, bytes, () => this.rows.get(id)?.limits ?? null, { what, check }),
       deathReason: () => this.endings.reasonOnceDead(id),
+      flush: async (opts) => void (await agent.flush(opts)),
     };
   }
 

@@ -78,7 +78,8 @@ export async function bootKey(p: Paths, start: BootStart, qemu: string): Promise
     kernel: guest.kernelVersion,
     guest_id: sha256(guestIds.join('\n')).slice(0, 32),
     qemu,
-    machine: vmm().machine,
+    // With its device set: boot snapshots captured under an older set are made again.
+    machine: vmm().deviceSet > 1 ? `${vmm().machine}/${vmm().deviceSet}` : vmm().machine,
     accel: (await vmm().accel()).accel,
     memory_mib: start.memoryMiB,
     cpus: start.cpus,

@@ -98,6 +98,7 @@ export async function createSnapshot(
       accel: sb.vm.spec.accel,
       memory_mib: sb.vm.spec.memoryMiB,
       cpus: sb.vm.spec.cpus,
+      device_set: sb.vm.spec.deviceSet ?? 1,
       created_at: new Date().toISOString(),
       labels: req.labels ?? {},
       network: mode,

@@ -20,9 +20,11 @@ import type { BootKey } from './boot.js';
 /**
  * Bumped only when an older forkd could not restore the new layout: 2 is a snapshot whose
  * memory is a diff over its parent's (`memory.diff`, memory.ts). A snapshot with a full
- * memory is still written as 1, so older forkd versions keep reading it.
+ * memory is still written as 1, so older forkd versions keep reading it. 3 is a snapshot of
+ * device set 2 or later (`device_set`): an older forkd would restore it into a VM whose
+ * virtio transports sit elsewhere, which QEMU refuses.
  */
-export const SNAPSHOT_FORMAT_VERSION = 2;
+export const SNAPSHOT_FORMAT_VERSION = 3;
 /** The oldest format this forkd restores. */
 const OLDEST_FORMAT_VERSION = 1;
 
@@ -58,6 +60,8 @@ export interface SnapshotManifest {
   memory_id?: string;
   /** Set when its memory is a diff (files.memory is `memory.diff`): the memory it is over. */
   memory_diff?: { parent: string; parent_memory_id: string };
+  /** Its VM's device set (VmSpec.deviceSet; forks must match); absent: 1, from before 12-04. */
+  device_set?: number;
   /** Whether its VM has a NIC (forks must match: the NIC is in the device state); absent: none. */
   network?: NetworkMode;
   /** The egress policy its forks inherit. */
@@ -147,6 +151,12 @@ export async function sha256StableFile(path: string): Promise<string> {
   return sha256;
 }
 
+/** The oldest format that says what a snapshot needs: its device set, a diff memory. */
+export function formatOf(m: Pick<SnapshotManifest, 'device_set' | 'memory_diff'>): number {
+  if ((m.device_set ?? 1) >= 2) return 3;
+  return m.memory_diff ? 2 : OLDEST_FORMAT_VERSION;
+}
+
 /** Checksum the files of a staged snapshot, write its manifest, rename it into place. */
 export async function publishSnapshot(
   p: Paths,
@@ -158,7 +168,7 @@ export async function publishSnapshot(
     const name = role === 'memory' && meta.memory_diff ? 'memory.diff' : SNAPSHOT_FILES[role];
     files[role] = await describeFile(staging, name);
   }
-  const format_version = meta.memory_diff ? SNAPSHOT_FORMAT_VERSION : OLDEST_FORMAT_VERSION;
+  const format_version = formatOf(meta);
   // A compact passes the manifest it flattens: its format and files are this one's own.
   const manifest: SnapshotManifest = { ...meta, format_version, files };
   await writeFile(join(staging, 'manifest.json'), JSON.stringify(manifest, null, 2) + '\n');

@@ -79,6 +79,7 @@ export async function prepareChild(
       dir,
       { memoryMiB: m.memory_mib, cpus: m.cpus, accel },
       memPathOf(p, m.tag),
+      m.device_set ?? 1,
     );
     await vmm().disks.createOverlay(
       spec.disk,

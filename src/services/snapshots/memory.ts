@@ -20,6 +20,7 @@ import { ForkdError } from '../../errors.js';
 import { crashPoint } from '../../util/crash.js';
 import {
   describeFile,
+  formatOf,
   listTags,
   readManifest,
   snapshotDir,
@@ -250,7 +251,7 @@ export async function compactMemory(p: Paths, m: SnapshotManifest): Promise<Snap
   const dir = snapshotDir(p, m.tag);
   const next: SnapshotManifest = {
     ...withoutDiff(m),
-    format_version: 1,
+    format_version: formatOf(withoutDiff(m)),
     memory_id: memoryId(m),
     files: { ...m.files, memory: await describeFile(dir, SNAPSHOT_FILES.memory) },
   };

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isForkdError } from '../../../src/errors.js';
+import { readManifest } from '../../../src/services/snapshots/files.js';
 import { configureTuning, vmTuning } from '../../../src/drivers/qemu/tuning.js';
 import { makeTestHome, type TestHome } from '../../helpers/home.js';
 import { cgroupState, homeCgroup, type CgroupState } from '../../helpers/cgroups.js';
@@ -226,6 +227,13 @@ test('a child under the default tuning has no huge pages and one malloc arena in
   assert.match(await readFile(`/proc/${pid}/status`, 'utf8'), /^THP_enabled:\s+0$/m);
   const environ = (await readFile(`/proc/${pid}/environ`, 'utf8')).split('\0');
   assert.ok(environ.some((e) => /^GLIBC_TUNABLES=.*glibc\.malloc\.arena_max=1/.test(e)));
+  // Device set 2 and the empty libpmem (-0.7 and -0.43 MiB): the snapshot records the set.
+  const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0');
+  assert.match(argv[argv.indexOf('-M') + 1]!, /,ioapic2=off/);
+  assert.equal((await readManifest(home.paths, 'warm')).device_set, 2);
+  const maps = await readFile(`/proc/${pid}/maps`, 'utf8');
+  assert.match(maps, /qemu-libs\/libpmem\.so\.1/);
+  assert.doesNotMatch(maps, /libcrypto/);
   assert.equal(await sh(s, id as string, 'cat /tmp/mem.txt'), 'in-memory\n');
   await s.sandboxes.kill(id as string);
 });
@@ -270,14 +278,14 @@ test('a snapshot of another format version is listed unbootable and refused, as 
   try {
     for (const [version, who] of [
       [0, 'an older'],
-      [3, 'a newer'],
+      [4, 'a newer'],
     ] as const) {
       await writeFile(file, JSON.stringify({ ...JSON.parse(original), format_version: version }));
       const info = await s.snapshots.get('warm');
       assert.equal(info.bootable, false);
       assert.match(
         info.reason ?? '',
-        new RegExp(`format ${version} is not 1–2 \\(written by ${who} forkd\\)`),
+        new RegExp(`format ${version} is not 1–3 \\(written by ${who} forkd\\)`),
       );
       await assert.rejects(
         s.snapshots.fork({ snapshot: 'warm', n: 1 }, caller),

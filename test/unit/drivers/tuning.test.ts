@@ -4,7 +4,12 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { accelArg, buildQemuArgs } from '../../../src/drivers/qemu/cmdline.js';
+import {
+  accelArg,
+  buildQemuArgs,
+  DEVICE_SET,
+  deviceSetOf,
+} from '../../../src/drivers/qemu/cmdline.js';
 import {
   DEFAULT_TB_MIB,
   launcherPrefix,
@@ -13,6 +18,7 @@ import {
   QEMU_EXEC_BINARY,
   qemuEnv,
   qemuLibsDir,
+  qemuLibPath,
   QEMU_LIBS_DIR,
   tuningFromEnv,
 } from '../../../src/drivers/qemu/tuning.js';
@@ -25,6 +31,20 @@ test('the TCG buffer cap reaches -accel; KVM and an uncapped TCG get none', () =
   assert.equal(accelArg({ accel: 'kvm', tbMiB: 32 }), 'kvm');
   const args = buildQemuArgs({ ...SPEC, accel: 'tcg', tbMiB: 64 });
   assert.equal(args[args.indexOf('-accel') + 1], 'tcg,tb-size=64');
+});
+
+test("a VM's device set reaches -M and is read back from its argv; absent is the old set", () => {
+  const machine = (deviceSet?: number) => {
+    const args = buildQemuArgs({ ...SPEC, accel: 'tcg', deviceSet });
+    return { m: args[args.indexOf('-M') + 1]!, back: deviceSetOf(args) };
+  };
+  assert.equal(DEVICE_SET, 2);
+  assert.match(machine(2).m, /^microvm,.*,ioapic2=off$/);
+  assert.equal(machine(2).back, 2);
+  // A snapshot or hibernation from before the device set was recorded restores as it was made.
+  assert.doesNotMatch(machine(undefined).m, /ioapic2/);
+  assert.equal(machine(undefined).back, 1);
+  assert.equal(machine(1).back, 1);
 });
 
 test('flags and environment parse; bad values name the flag', () => {
@@ -71,23 +91,25 @@ test('the launcher turns huge pages off unless asked, and merging on when asked'
 });
 
 test("QEMU's environment keeps the daemon's and adds one malloc arena", () => {
-  assert.equal(qemuEnv({ PATH: '/bin' }, null).GLIBC_TUNABLES, 'glibc.malloc.arena_max=1');
-  assert.equal(qemuEnv({ PATH: '/bin' }, null).PATH, '/bin');
-  assert.equal(qemuEnv({ PATH: '/bin' }, null).LD_LIBRARY_PATH, undefined);
+  assert.equal(qemuEnv({ PATH: '/bin' }, []).GLIBC_TUNABLES, 'glibc.malloc.arena_max=1');
+  assert.equal(qemuEnv({ PATH: '/bin' }, []).PATH, '/bin');
+  assert.equal(qemuEnv({ PATH: '/bin' }, []).LD_LIBRARY_PATH, undefined);
   assert.equal(
-    qemuEnv({ GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }, null).GLIBC_TUNABLES,
+    qemuEnv({ GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }, []).GLIBC_TUNABLES,
     'glibc.pthread.rseq=0:glibc.malloc.arena_max=1',
   );
 });
 
-test('QEMU finds the empty capstone first, unless asked for the real disassembler', () => {
-  assert.equal(qemuEnv({}, '/r/libs').LD_LIBRARY_PATH, '/r/libs');
+test('QEMU finds the stubs first, and the empty capstone unless asked for the real one', () => {
+  assert.equal(qemuEnv({}, ['/r/libs']).LD_LIBRARY_PATH, '/r/libs');
   assert.equal(
-    qemuEnv({ LD_LIBRARY_PATH: '/opt/lib' }, '/r/libs').LD_LIBRARY_PATH,
+    qemuEnv({ LD_LIBRARY_PATH: '/opt/lib' }, ['/r/libs']).LD_LIBRARY_PATH,
     '/r/libs:/opt/lib',
   );
   const off = { tbMiB: 64, merge: 'off', hugePages: false, disassembler: false } as const;
-  assert.equal(qemuLibsDir(off), QEMU_LIBS_DIR, 'the stub is built by npm run build');
-  assert.equal(qemuLibsDir({ ...off, disassembler: true }), null);
-  assert.equal(qemuLibsDir(off, '/nonexistent'), null, 'not built: the system library');
+  assert.equal(qemuLibsDir(), QEMU_LIBS_DIR, 'the stubs are built by npm run build');
+  assert.deepEqual(qemuLibPath(off), [`${QEMU_LIBS_DIR}/capstone`, QEMU_LIBS_DIR]);
+  assert.deepEqual(qemuLibPath({ ...off, disassembler: true }), [QEMU_LIBS_DIR]);
+  assert.equal(qemuLibsDir('/nonexistent'), null, 'not built: the system libraries');
+  assert.deepEqual(qemuLibPath(off, null), []);
 });
