@@ -416,7 +416,7 @@ export class SnapshotManager implements SnapshotService {
     await refuseWhenFull(this.opts.paths.sandboxes, `fork of ${req.snapshot}`);
     const m = await this.materialized(req.snapshot);
     checkForkNetwork(m, req.network);
-    checkForkNetns(m, req);
+    await checkForkNetns(m, req);
     const ctx = {
       paths: this.opts.paths,
       pool: this.pool,
