@@ -131,7 +131,7 @@ export class BootStarts {
         forward_ports: req.forward_ports,
       },
       caller,
-      { requestLabel: false },
+      { imageStart: true },
     );
     const failed = outcome.failed[0];
     if (failed) throw failed.error;

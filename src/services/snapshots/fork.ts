@@ -232,6 +232,15 @@ export function childLimits(
   return limiter.resolve(req, { memoryMiB: m.memory_mib, cpus: m.cpus, inherited: m.limits });
 }
 
+/** How a fork is asked for, besides its request. */
+export interface ForkOptions {
+  /**
+   * A start from an image: its boot snapshot's one child, the daemon's choice and not the
+   * caller's, so no request label, and no pod allow-list (that is of snapshots pods name).
+   */
+  imageStart?: boolean;
+}
+
 /**
  * Fork `req.n` children of the snapshot `m` at once. Each child that fails is reported
  * with its error; with `all_or_nothing` one failure kills the healthy ones too.
@@ -241,10 +250,9 @@ export async function forkChildren(
   m: SnapshotManifest,
   req: ForkRequest,
   caller: Caller,
-  opts: { requestLabel?: boolean } = {},
+  opts: ForkOptions = {},
 ): Promise<ForkOutcome> {
-  // A start from an image (a boot snapshot's one child) is no fork request of the caller's.
-  const labels = opts.requestLabel === false ? req.labels : withRequestLabel(req.labels);
+  const labels = opts.imageStart ? req.labels : withRequestLabel(req.labels);
   const limits = await childLimits(ctx.limiter, m, req.limits); // bad_request before any child
   const idle = ctx.sandboxes.idlePolicy(req.idle);
   const settled = await Promise.allSettled(

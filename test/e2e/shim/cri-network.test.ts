@@ -12,7 +12,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Sandbox, Snapshot, isForkdError } from '@forkd/sdk';
+import { Sandbox, Snapshot, isForkdError, type SandboxInfo } from '@forkd/sdk';
 import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
 import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
 import { leftoverMounts, startContainerd, type Containerd } from '../../helpers/containerd.js';
@@ -76,10 +76,14 @@ async function peerEcho(): Promise<Server> {
 /**
  * Run pod `pod` (on the CNI network, guest port 8080 forwarded) with a container of `image`
  * serving /www on 8080: it answers on the pod IP, and its connection to the gateway comes
- * from that IP; once the pod is removed nothing answers and no VM is left. Answers the image
- * the pod's VM ran.
+ * from that IP; once the pod is removed nothing answers and no VM is left. Answers the pod's
+ * VM as the daemon showed it while it ran.
  */
-async function servesOnPodIp(t: TestContext, pod: PodConfig, image: string): Promise<string> {
+async function servesOnPodIp(
+  t: TestContext,
+  pod: PodConfig,
+  image: string,
+): Promise<SandboxInfo | undefined> {
   let started = Date.now();
   const id = await cri.runPodSandbox(pod, 'forkd');
   t.diagnostic(`RunPodSandbox on a CNI network: ${Date.now() - started} ms`);
@@ -122,7 +126,7 @@ async function servesOnPodIp(t: TestContext, pod: PodConfig, image: string): Pro
     assert.deepEqual(await sandboxesOf(id), []);
     assert.equal(await get(`http://${ip}:8080/`), undefined, 'nothing answers once it is gone');
     assert.deepEqual(await leftoverMounts(ctrd), []);
-    return vm?.image ?? '';
+    return vm;
   } finally {
     await new Promise((r) => seen.close(r));
     await cri.stopPodSandbox(id).catch(() => undefined);
@@ -148,13 +152,14 @@ test("a pod forked from a network nat snapshot: the guest's HTTP server answers 
     warm: ['mkdir -p /www && echo hello-from-the-guest > /www/index.html'],
   });
   const pod = podOnNetwork('web', { 'forkd.dev/snapshot': 'pod-web' });
-  assert.equal(await servesOnPodIp(t, pod, ctrd.image), 'busybox');
+  assert.equal((await servesOnPodIp(t, pod, ctrd.image))?.snapshot, 'pod-web');
 });
 
 test("a pod without a snapshot, its VM made from its container's image, is on the pod's network the same way", async (t) => {
   await ctrd.importImage(WEB_IMAGE, { '/www/index.html': 'hello-from-the-guest\n' }, 'k8s.io');
-  const image = await servesOnPodIp(t, podOnNetwork('imgweb', {}), WEB_IMAGE);
-  assert.match(image, /^rootfs-[0-9a-f]{56}$/, "the pod's VM ran the container's image");
+  const vm = await servesOnPodIp(t, podOnNetwork('imgweb', {}), WEB_IMAGE);
+  assert.match(vm?.image ?? '', /^rootfs-[0-9a-f]{56}$/, "the pod's VM ran the container's image");
+  assert.match(vm?.snapshot ?? '', /^boot-[0-9a-f]{16}$/, "a fork of the image's boot snapshot");
 });
 
 test('a start from an image into a path that is no network namespace is refused, leaving nothing', async () => {

@@ -363,6 +363,8 @@ async function podOnItsImage(t: TestContext, id: string, pod: PodConfig): Promis
   const [vm, ...more] = await sandboxesOf(id);
   assert.deepEqual(more, []);
   assert.match(vm?.image ?? '', /^rootfs-[0-9a-f]{56}$/, 'the VM runs the imported image');
+  // Not a cold boot: the pod's labels name no snapshot, the allow-list does not apply.
+  assert.match(vm?.snapshot ?? '', /^boot-[0-9a-f]{16}$/, "a fork of the image's boot snapshot");
   const [image, ...others] = await rootImages();
   assert.deepEqual(others, []);
   assert.equal(image?.name, vm?.image);
