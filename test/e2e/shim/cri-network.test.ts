@@ -13,10 +13,9 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Sandbox, Snapshot, isForkdError, type SandboxInfo } from '@forkd/sdk';
-import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
-import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
-import { leftoverMounts, startContainerd, type Containerd } from '../../helpers/containerd.js';
-import { CriClient, type PodConfig } from '../../helpers/cri.js';
+import { startCriNode, type CriNode } from '../../helpers/cri-node.js';
+import { leftoverMounts } from '../../helpers/containerd.js';
+import type { PodConfig } from '../../helpers/cri.js';
 
 /** The pods' CNI network: a bridge in the host namespace, the gateway at .1 on it. */
 const POD_NETWORK = { bridge: 'fkdtest-br1', subnet: '10.203.118.0/24' };
@@ -24,34 +23,24 @@ const GATEWAY = '10.203.118.1';
 /** An image whose root serves a page, for the pod without a snapshot. */
 const WEB_IMAGE = 'localhost/forkd-test-web:1';
 
-let home: TestHome;
-let daemon: DaemonProcess;
-let ctrd: Containerd;
-let cri: CriClient;
+let node: CriNode;
 
 before(async () => {
-  home = await makeTestHome();
-  daemon = await startDaemon(home, ['--pod-snapshots', 'pod-*', '--default-pool', '1']);
-  ctrd = await startContainerd(daemon.url, { cri: true, cni: POD_NETWORK });
-  cri = new CriClient(ctrd.address);
+  node = await startCriNode(POD_NETWORK);
 });
 
-after(async () => {
-  cri?.close();
-  await ctrd?.stop();
-  await daemon?.stop();
-  await assertNoLeftovers(home).finally(() => home.cleanup());
-});
+after(() => node?.stop());
 
 /** The running forkd sandboxes of the pod `id`. */
 function sandboxesOf(id: string) {
-  return Sandbox.list({ url: daemon.url, label: `containerd.io/id=${id}`, state: 'running' });
+  return Sandbox.list({ url: node.daemon.url, label: `containerd.io/id=${id}`, state: 'running' });
 }
 
 async function until(what: string, check: () => Promise<boolean>, ms: number): Promise<void> {
   const deadline = Date.now() + ms;
   while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms\n${ctrd.output()}`);
+    if (Date.now() > deadline)
+      throw new Error(`${what}: not within ${ms} ms\n${node.ctrd.output()}`);
     await sleep(250);
   }
 }
@@ -85,14 +74,14 @@ async function servesOnPodIp(
   image: string,
 ): Promise<SandboxInfo | undefined> {
   let started = Date.now();
-  const id = await cri.runPodSandbox(pod, 'forkd');
+  const id = await node.cri.runPodSandbox(pod, 'forkd');
   t.diagnostic(`RunPodSandbox on a CNI network: ${Date.now() - started} ms`);
   // The bridge exists once CNI has set up the first pod.
   const seen = await peerEcho();
   try {
-    const ip = (await cri.podSandboxStatus(id)).status.network?.ip ?? '';
+    const ip = (await node.cri.podSandboxStatus(id)).status.network?.ip ?? '';
     assert.match(ip, /^10\.203\.118\.\d+$/, 'CNI gave the pod an address');
-    const web = await cri.createContainer(
+    const web = await node.cri.createContainer(
       id,
       {
         metadata: { name: 'web' },
@@ -103,7 +92,7 @@ async function servesOnPodIp(
       pod,
     );
     started = Date.now();
-    await cri.startContainer(web);
+    await node.cri.startContainer(web);
     t.diagnostic(`StartContainer: ${Date.now() - started} ms`);
     let body: string | undefined;
     await until(
@@ -113,7 +102,7 @@ async function servesOnPodIp(
     );
     assert.equal(body, 'hello-from-the-guest\n');
     const port = (seen.address() as AddressInfo).port;
-    const out = await cri.execSync(
+    const out = await node.cri.execSync(
       web,
       ['busybox', 'wget', '-qO-', `http://${GATEWAY}:${port}/`],
       60,
@@ -121,16 +110,16 @@ async function servesOnPodIp(
     assert.deepEqual(out, { stdout: ip, stderr: '', code: 0 }, 'the guest is NATed to the pod IP');
     const [vm, ...more] = await sandboxesOf(id);
     assert.deepEqual(more, [], 'one pod, one VM');
-    await cri.stopPodSandbox(id);
-    await cri.removePodSandbox(id);
+    await node.cri.stopPodSandbox(id);
+    await node.cri.removePodSandbox(id);
     assert.deepEqual(await sandboxesOf(id), []);
     assert.equal(await get(`http://${ip}:8080/`), undefined, 'nothing answers once it is gone');
-    assert.deepEqual(await leftoverMounts(ctrd), []);
+    assert.deepEqual(await leftoverMounts(node.ctrd), []);
     return vm;
   } finally {
     await new Promise((r) => seen.close(r));
-    await cri.stopPodSandbox(id).catch(() => undefined);
-    await cri.removePodSandbox(id).catch(() => undefined);
+    await node.cri.stopPodSandbox(id).catch(() => undefined);
+    await node.cri.removePodSandbox(id).catch(() => undefined);
   }
 }
 
@@ -138,39 +127,39 @@ async function servesOnPodIp(
 function podOnNetwork(name: string, annotations: Record<string, string>): PodConfig {
   return {
     metadata: { name, uid: `uid-${name}`, namespace: 'default' },
-    log_directory: join(ctrd.dir, 'logs', name),
+    log_directory: join(node.ctrd.dir, 'logs', name),
     annotations: { 'forkd.dev/ports': '8080', ...annotations },
   };
 }
 
 test("a pod forked from a network nat snapshot: the guest's HTTP server answers on the pod IP, and its traffic leaves from that IP", async (t) => {
   await Snapshot.create({
-    url: daemon.url,
+    url: node.daemon.url,
     tag: 'pod-web',
     image: 'busybox',
     network: 'nat',
     warm: ['mkdir -p /www && echo hello-from-the-guest > /www/index.html'],
   });
   const pod = podOnNetwork('web', { 'forkd.dev/snapshot': 'pod-web' });
-  assert.equal((await servesOnPodIp(t, pod, ctrd.image))?.snapshot, 'pod-web');
+  assert.equal((await servesOnPodIp(t, pod, node.ctrd.image))?.snapshot, 'pod-web');
 });
 
 test("a pod without a snapshot, its VM made from its container's image, is on the pod's network the same way", async (t) => {
-  await ctrd.importImage(WEB_IMAGE, { '/www/index.html': 'hello-from-the-guest\n' }, 'k8s.io');
+  await node.ctrd.importImage(WEB_IMAGE, { '/www/index.html': 'hello-from-the-guest\n' }, 'k8s.io');
   const vm = await servesOnPodIp(t, podOnNetwork('imgweb', {}), WEB_IMAGE);
   assert.match(vm?.image ?? '', /^rootfs-[0-9a-f]{56}$/, "the pod's VM ran the container's image");
   assert.match(vm?.snapshot ?? '', /^boot-[0-9a-f]{16}$/, "a fork of the image's boot snapshot");
 });
 
 test('a start from an image into a path that is no network namespace is refused, leaving nothing', async () => {
-  const before = (await Sandbox.list({ url: daemon.url })).length;
+  const before = (await Sandbox.list({ url: node.daemon.url })).length;
   await assert.rejects(
-    Sandbox.create({ url: daemon.url, image: 'busybox', netns: '/run/netns/forkd-test-none' }),
+    Sandbox.create({ url: node.daemon.url, image: 'busybox', netns: '/run/netns/forkd-test-none' }),
     (e: unknown) => {
       assert.ok(isForkdError(e, 'bad_request'));
       assert.match(e.message, /no network namespace at \/run\/netns\/forkd-test-none/);
       return true;
     },
   );
-  assert.equal((await Sandbox.list({ url: daemon.url })).length, before);
+  assert.equal((await Sandbox.list({ url: node.daemon.url })).length, before);
 });

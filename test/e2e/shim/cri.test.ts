@@ -14,8 +14,8 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Forkd, Sandbox, Snapshot } from '@forkd/sdk';
-import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
-import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+import type { DaemonProcess } from '../../helpers/daemon-process.js';
+import { startCriNode, type CriNode } from '../../helpers/cri-node.js';
 import {
   createWarmSnapshot,
   leftoverMounts,
@@ -34,26 +34,18 @@ import {
 
 const WARM = 'pod-warm';
 
-let home: TestHome;
+let node: CriNode;
 let daemon: DaemonProcess;
 let ctrd: Containerd;
 let cri: CriClient;
 
 before(async () => {
-  home = await makeTestHome();
-  // Pods may fork `pod-*` snapshots only (annotations are policy).
-  daemon = await startDaemon(home, ['--pod-snapshots', 'pod-*', '--default-pool', '1']);
-  ctrd = await startContainerd(daemon.url, { cri: true });
-  cri = new CriClient(ctrd.address);
+  node = await startCriNode();
+  ({ daemon, ctrd, cri } = node);
   await createWarmSnapshot(daemon.url, WARM);
 });
 
-after(async () => {
-  cri?.close();
-  await ctrd?.stop();
-  await daemon?.stop();
-  await assertNoLeftovers(home).finally(() => home.cleanup());
-});
+after(() => node?.stop());
 
 /** A pod on the node's network (pods on a CNI network: cri-network.test.ts) naming `annotations`. */
 function podConfig(name: string, annotations: Record<string, string>): PodConfig {
