@@ -124,10 +124,20 @@ interface Task {
   pod: PodSandbox;
   /** Whether this task owns the sandbox (and its Delete kills it). */
   owner: boolean;
-  /** The limits its bundle asks of the sandbox it owns (a pod's VM made later takes them). */
-  limits?: BundleSpec['limits'];
+  /** What its bundle asks of the sandbox it owns (a pod's VM made later takes it). */
+  asks?: SandboxAsks;
   init: TaskProcess;
   execs: Map<string, TaskProcess>;
+}
+
+/**
+ * What a task's bundle asks of its sandbox: limits, and for a pod on a CNI network its
+ * namespace, the guest NATed to the pod's IP and the `forkd.dev/ports` forwarded from it.
+ */
+interface SandboxAsks {
+  limits?: BundleSpec['limits'];
+  netns?: string;
+  ports?: number[];
 }
 
 /** Usage of a pod that has no VM yet: nothing. */
@@ -253,30 +263,25 @@ export class TaskService {
   }
 
   /**
-   * A task with a sandbox of its own: a ctr task, or a pod's sandbox container. A pod forked
-   * from a snapshot runs its VM in the pod's network namespace (CNI's), the guest NATed to
-   * the pod's IP and the `forkd.dev/ports` forwarded from it. A pod without a snapshot has
-   * no VM until its first app container (joinPod) makes it from that container's image.
+   * A task with a sandbox of its own: a ctr task, or a pod's sandbox container. A pod's VM
+   * runs in the pod's network namespace (CNI's), whether forked from a snapshot or made
+   * from an image. A pod without a snapshot has no VM until its first app container
+   * (joinPod) makes it from that container's image.
    */
   private async makeSandbox(r: CreateRequest, bundle: BundleSpec, pod: boolean): Promise<Task> {
     const snapshot = bundle.annotations[SNAPSHOT_ANNOTATION];
     const ports = podPorts(bundle.annotations);
-    const { limits } = bundle;
+    const netns = pod ? bundle.netns : undefined;
+    const asks: SandboxAsks = { limits: bundle.limits, ...(netns ? { netns, ports } : {}) };
     let vm: Sandbox | undefined;
-    if (snapshot) {
-      const netns = pod ? bundle.netns : undefined;
-      vm = await this.newSandbox(
-        r.id,
-        { snapshot },
-        { limits, ...(netns ? { netns, ports } : {}) },
-      );
-    } else if (!pod) vm = await this.imageSandbox(r.id, r, limits);
+    if (snapshot) vm = await this.newSandbox(r.id, { snapshot }, asks);
+    else if (!pod) vm = await this.imageSandbox(r.id, r, asks);
     const task: Task = {
       id: r.id,
       bundle: r.bundle,
       pod: new PodSandbox(vm),
       owner: true,
-      limits,
+      asks,
       init: this.process(r.id, '', bundle.process, r, pod ? () => task.pod.hold() : undefined),
       execs: new Map(),
     };
@@ -291,7 +296,7 @@ export class TaskService {
   private async newSandbox(
     id: string,
     from: { snapshot?: string; image?: string },
-    opts: { limits?: BundleSpec['limits']; netns?: string; ports?: number[] },
+    opts: SandboxAsks,
   ): Promise<Sandbox> {
     const image = from.image ?? 'busybox';
     const sandbox = await Sandbox.create({
@@ -310,17 +315,13 @@ export class TaskService {
    * daemon removed between the look-up and the start (pruned: unused for its cache time) is
    * made again, once.
    */
-  private async imageSandbox(
-    id: string,
-    r: CreateRequest,
-    limits: BundleSpec['limits'],
-  ): Promise<Sandbox> {
+  private async imageSandbox(id: string, r: CreateRequest, asks: SandboxAsks): Promise<Sandbox> {
     const image = await this.rootImage(r);
     try {
-      return await this.newSandbox(id, { image }, { limits });
+      return await this.newSandbox(id, { image }, asks);
     } catch (e) {
       if (!image || !isForkdError(e, 'image_not_found')) throw e;
-      return this.newSandbox(id, { image: await this.rootImage(r) }, { limits });
+      return this.newSandbox(id, { image: await this.rootImage(r) }, asks);
     }
   }
 
@@ -357,7 +358,7 @@ export class TaskService {
     }
     await owner.pod.get(async () => {
       this.o.log.write(`pod ${pod}: its VM is made from the image of container ${r.id}`);
-      const vm = await this.imageSandbox(pod, r, owner.limits);
+      const vm = await this.imageSandbox(pod, r, owner.asks ?? {});
       // The sandbox container's pid from now on: the VMM's, as for a pod made at once.
       owner.init.pid = (await vm.refresh()).pid ?? 0;
       return vm;
@@ -556,7 +557,7 @@ export class TaskService {
    */
   private async stats(r: IdRequest): Promise<object> {
     const task = this.get(r.id);
-    if (!task.pod.vm) return { stats: cgroupMetrics(NO_USAGE, task.limits?.memory) };
+    if (!task.pod.vm) return { stats: cgroupMetrics(NO_USAGE, task.asks?.limits?.memory) };
     const info = await task.pod.vm.refresh();
     if (!info.usage) {
       throw new TtrpcError(

@@ -300,6 +300,27 @@ test('a boot and a fork refuse each other’s fields (400, nothing reaches a ser
   }
 });
 
+test("a boot from an image, as a fork, takes a caller's network namespace and its ports", async () => {
+  const net = { netns: '/run/netns/cni-1234', forward_ports: [8080, 8888] };
+  for (const payload of [
+    { image: SEED.image, ...net },
+    { snapshot: SEED.snapshot, ...net },
+  ]) {
+    fake.reset();
+    const { status } = await fork(payload);
+    assert.equal(status, 201, JSON.stringify(payload));
+    const { service, args } = lastCall();
+    assert.equal(service, 'image' in payload ? 'sandboxes' : 'snapshots');
+    assert.deepEqual(
+      {
+        netns: (args[0] as typeof net).netns,
+        forward_ports: (args[0] as typeof net).forward_ports,
+      },
+      net,
+    );
+  }
+});
+
 test('forks are counted per child in /metrics; pools are gauges by tag', async () => {
   const local = new FakeServices();
   const a = await buildApp(local.services, { requireAuth: false });

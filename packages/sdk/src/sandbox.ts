@@ -87,9 +87,9 @@ export interface SandboxCreateOptions extends SandboxOptions {
   /** When it pauses itself after its last request; a fork does not inherit it (docs/idle.md). */
   idle?: IdleOptions;
   /**
-   * A fork only (of a snapshot with network nat): run its QEMU in this network namespace (a
-   * path, as a Kubernetes pod's) instead of one of forkd's; the guest's traffic leaves from
-   * the namespace's addresses (docs/kubernetes.md).
+   * Run its QEMU in this network namespace (a path, as a Kubernetes pod's) instead of one of
+   * forkd's; the guest's traffic leaves from the namespace's addresses (docs/kubernetes.md).
+   * A fork needs a snapshot with network nat; a start from an image needs network nat.
    */
   netns?: string;
   /** With `netns`: guest TCP ports forwarded from every address of the namespace. */

@@ -42,7 +42,7 @@ const isFork = (body: CreateSandboxT): body is ForkBody => body.snapshot !== und
 /** Fields that describe a boot from an image: a fork takes them from its snapshot. */
 const BOOT_ONLY = ['image', 'memory_mib', 'cpus', 'cold'] as const;
 /** Fields that only mean something for a fork. */
-const FORK_ONLY = ['n', 'all_or_nothing', 'netns', 'forward_ports'] as const;
+const FORK_ONLY = ['n', 'all_or_nothing'] as const;
 
 /** Cross-field rules the schema cannot state: a boot and a fork take different fields. */
 function checkCreate(body: CreateSandboxT): void {

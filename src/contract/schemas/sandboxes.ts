@@ -326,7 +326,7 @@ export const CreateSandbox = Type.Object(
         pattern: '^/[^\\0]*$',
         maxLength: 4096,
         description:
-          "with snapshot (network nat): run the child's QEMU in this network namespace (a path, as a Kubernetes pod's) instead of one of forkd's: the guest's traffic leaves from the namespace's addresses; forkd applies no egress policy there",
+          "run the sandbox's QEMU in this network namespace (a path, as a Kubernetes pod's) instead of one of forkd's: the guest's traffic leaves from the namespace's addresses; forkd applies no egress policy there. A fork needs a snapshot made with network nat; a start from an image needs network nat (the default)",
       }),
     ),
     forward_ports: Type.Optional(

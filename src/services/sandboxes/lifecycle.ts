@@ -20,6 +20,7 @@ import { DEFAULT_IMAGE, getImage } from '../images/index.js';
 import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
 import type { Endings } from './ending.js';
 import type { Gate } from './gate.js';
+import { forwardCallerPorts, leaseCallerNetns, type CallerNetns } from './caller-netns.js';
 import type { ForkInit, SandboxStarter } from './host.js';
 import { expiry } from './live.js';
 import type { SandboxParts } from './parts.js';
@@ -42,8 +43,8 @@ interface Booting {
 /** What a sandbox's `starting` row is made from, for a boot or a fork. */
 type StartingInit = Omit<ForkInit, 'snapshot'> & { snapshot: string | null };
 
-/** What a boot from an image asks of the network. */
-interface NetRequest {
+/** What a boot from an image asks of the network: a namespace of forkd's, or the caller's. */
+interface NetRequest extends CallerNetns {
   mode: NetworkModeT;
   egress?: EgressPolicyT;
 }
@@ -73,7 +74,8 @@ export class Starts {
       const image = req.image ?? DEFAULT_IMAGE;
       await getImage(paths, image); // image_not_found before anything exists
       const limits = await limiter.resolve(req.limits, res);
-      const net = { mode: req.network ?? 'nat', egress: req.egress } as const;
+      const { netns, forward_ports } = req;
+      const net = { mode: req.network ?? 'nat', egress: req.egress, netns, forward_ports } as const;
       await this.views.check(net.mode, mergeEgress(OPEN_EGRESS, req.egress));
       await refuseWhenFull(paths.sandboxes, `create from ${image}`);
       const starting = this.insertStarting({
@@ -166,7 +168,10 @@ export class Starts {
     }
   }
 
-  /** Boot from an image, with its NIC and policy in place before QEMU starts. */
+  /**
+   * Boot from an image, with its NIC and policy in place before QEMU starts (in the caller's
+   * namespace when it names one, its ports forwarded once the guest runs).
+   */
   private async boot(
     starting: SandboxRow,
     net: NetRequest,
@@ -175,8 +180,11 @@ export class Starts {
   ): Promise<Sandbox> {
     const { id } = starting;
     const egress = mergeEgress(OPEN_EGRESS, net.egress);
-    const vmNet = this.p.network ? await this.p.network.lease(id, net.mode, egress) : undefined;
-    return bootSandbox(this.p.paths, {
+    const { network } = this.p;
+    const vmNet = net.netns
+      ? await leaseCallerNetns(network, id, net.netns)
+      : await network?.lease(id, net.mode, egress);
+    const sb = await bootSandbox(this.p.paths, {
       id,
       image: starting.image as string,
       memoryMiB: starting.memory_mib,
@@ -191,6 +199,8 @@ export class Starts {
       },
       net: vmNet,
     });
+    await forwardCallerPorts(sb, net.forward_ports);
+    return sb;
   }
 
   private async settle(

@@ -36,6 +36,7 @@ import type { NetworkManager } from '../network/service.js';
 import { Endings } from './ending.js';
 import { ExpiryTimers } from './expiry.js';
 import { bootGate, type Gate } from './gate.js';
+import { checkCallerNetns } from './caller-netns.js';
 import { GuestIo } from './guest-io.js';
 import type { ForkInit, ImageStarter, Lease, SandboxHost, SandboxStarter } from './host.js';
 import { IdleTiers } from './idle.js';
@@ -179,6 +180,12 @@ export class SandboxManager implements SandboxService, SandboxHost {
   }
 
   async create(req: CreateSandboxT, caller: Caller): Promise<SandboxT> {
+    // Refused here, not by the boot snapshot's fork, whose failures fall back to a boot.
+    await checkCallerNetns(
+      req,
+      req.network ?? 'nat',
+      'a sandbox with network none has no NIC: a start into a network namespace needs network nat',
+    );
     if (!req.cold && this.fromBootSnapshot) {
       const forked = await this.fromBootSnapshot(req, caller);
       if (forked) return forked;

@@ -106,7 +106,10 @@ export class BootStarts {
     return bootKey(this.opts.paths, start, await this.opts.qemuVersion());
   }
 
-  /** The one child of a boot snapshot, with the request's labels, env, limits, policy. */
+  /**
+   * The one child of a boot snapshot, with the request's labels, env, limits, policy, and
+   * the caller's network namespace when it names one (a pod's).
+   */
   private async forkOne(
     req: CreateSandboxT,
     caller: Caller,
@@ -124,9 +127,11 @@ export class BootStarts {
         egress: req.egress,
         limits: req.limits,
         idle: req.idle,
+        netns: req.netns,
+        forward_ports: req.forward_ports,
       },
       caller,
-      { requestLabel: false },
+      { imageStart: true },
     );
     const failed = outcome.failed[0];
     if (failed) throw failed.error;

@@ -9,7 +9,6 @@
  * connects the agent, pushing fresh time, entropy, id and hostname.
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { open, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Paths } from '../../config.js';
@@ -22,6 +21,11 @@ import { mergeEgress, OPEN_EGRESS } from '../network/policy.js';
 import type { NetworkManager } from '../network/service.js';
 import type { Limiter, Placement } from '../limits.js';
 import type { SandboxHost } from '../sandboxes/host.js';
+import {
+  checkCallerNetns,
+  forwardCallerPorts,
+  leaseCallerNetns,
+} from '../sandboxes/caller-netns.js';
 import {
   connectGuest,
   destroySandbox,
@@ -196,47 +200,18 @@ export async function leaseNet(
   id: string,
   netns?: string,
 ): Promise<VmNet | undefined> {
-  if (netns) return network ? network.leaseIn(id, netns) : { netns };
+  if (netns) return leaseCallerNetns(network, id, netns);
   if (!network) return networkOf(m) === 'nat' ? { restrict: true } : undefined;
   return network.lease(id, networkOf(m), m.egress ?? OPEN_EGRESS);
 }
 
-/**
- * A fork into a namespace of the caller's (a pod's) needs a NIC to NAT through it, and
- * that namespace's path.
- */
-export function checkForkNetns(m: SnapshotManifest, req: ForkRequest): void {
-  if (!req.netns) {
-    if (req.forward_ports?.length) {
-      throw new ForkdError('bad_request', 'forward_ports goes with netns', {
-        field: 'forward_ports',
-      });
-    }
-    return;
-  }
-  if (networkOf(m) !== 'nat') {
-    throw new ForkdError(
-      'bad_request',
-      `snapshot "${m.tag}" has no NIC (network none): a fork into a network namespace needs a snapshot made with network nat`,
-      { field: 'netns', value: req.netns },
-    );
-  }
-  if (!existsSync(req.netns)) {
-    throw new ForkdError('bad_request', `no network namespace at ${req.netns}`, {
-      field: 'netns',
-      value: req.netns,
-    });
-  }
-}
-
-/** Forward `ports` from every address of the namespace QEMU runs in (a pod's). */
-async function forwardPorts(up: Parameters<typeof destroySandbox>[0], ports: number[]) {
-  try {
-    for (const port of ports) await vmm().addPortForward(up.vm, '0.0.0.0', port, port);
-  } catch (e) {
-    await destroySandbox(up);
-    throw e;
-  }
+/** A fork into a namespace of the caller's (a pod's) needs a snapshot with a NIC to NAT through it. */
+export function checkForkNetns(m: SnapshotManifest, req: ForkRequest): Promise<void> {
+  return checkCallerNetns(
+    req,
+    networkOf(m),
+    `snapshot "${m.tag}" has no NIC (network none): a fork into a network namespace needs a snapshot made with network nat`,
+  );
 }
 
 /** A fork may restate its snapshot's network mode but not change it. */
@@ -261,6 +236,15 @@ export function childLimits(
   return limiter.resolve(req, { memoryMiB: m.memory_mib, cpus: m.cpus, inherited: m.limits });
 }
 
+/** How a fork is asked for, besides its request. */
+export interface ForkOptions {
+  /**
+   * A start from an image: its boot snapshot's one child, the daemon's choice and not the
+   * caller's, so no request label, and no pod allow-list (that is of snapshots pods name).
+   */
+  imageStart?: boolean;
+}
+
 /**
  * Fork `req.n` children of the snapshot `m` at once. Each child that fails is reported
  * with its error; with `all_or_nothing` one failure kills the healthy ones too.
@@ -270,10 +254,9 @@ export async function forkChildren(
   m: SnapshotManifest,
   req: ForkRequest,
   caller: Caller,
-  opts: { requestLabel?: boolean } = {},
+  opts: ForkOptions = {},
 ): Promise<ForkOutcome> {
-  // A start from an image (a boot snapshot's one child) is no fork request of the caller's.
-  const labels = opts.requestLabel === false ? req.labels : withRequestLabel(req.labels);
+  const labels = opts.imageStart ? req.labels : withRequestLabel(req.labels);
   const limits = await childLimits(ctx.limiter, m, req.limits); // bad_request before any child
   const idle = ctx.sandboxes.idlePolicy(req.idle);
   const settled = await Promise.allSettled(
@@ -372,7 +355,7 @@ function forkOne(
       }
       phase('fork: network enforced');
       const up = await restoreChild(child, { env, signal });
-      await forwardPorts(up, req.forward_ports ?? []);
+      await forwardCallerPorts(up, req.forward_ports);
       await runForkHooks(up.agent, m.on_fork).catch(async (e: unknown) => {
         await destroySandbox(up);
         throw e;

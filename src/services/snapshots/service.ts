@@ -35,6 +35,7 @@ import {
   checkForkNetns,
   prepareChild,
   prewarmChild,
+  type ForkOptions,
   type PreparedChild,
 } from './fork.js';
 import type { NetworkManager } from '../network/service.js';
@@ -400,11 +401,7 @@ export class SnapshotManager implements SnapshotService {
 
   private reference?: (reference: string) => Promise<string>;
 
-  async fork(
-    req: ForkRequest,
-    caller: Caller,
-    opts: { requestLabel?: boolean } = {},
-  ): Promise<ForkOutcome> {
+  async fork(req: ForkRequest, caller: Caller, opts: ForkOptions = {}): Promise<ForkOutcome> {
     if (req.snapshot.includes('/')) {
       if (!this.reference) {
         throw new ForkdError('unsupported', 'this daemon does not fork by OCI reference');
@@ -412,11 +409,14 @@ export class SnapshotManager implements SnapshotService {
       return this.fork({ ...req, snapshot: await this.reference(req.snapshot) }, caller, opts);
     }
     checkRange('n', req.n, { min: 1, max: FORK_MAX });
-    (this.opts.podPolicy ?? PodPolicy.parse('')).check(req.snapshot, req.labels);
+    // A pod's allow-list is of the snapshots it names, not of the boot snapshot its image has.
+    if (!opts.imageStart) {
+      (this.opts.podPolicy ?? PodPolicy.parse('')).check(req.snapshot, req.labels);
+    }
     await refuseWhenFull(this.opts.paths.sandboxes, `fork of ${req.snapshot}`);
     const m = await this.materialized(req.snapshot);
     checkForkNetwork(m, req.network);
-    checkForkNetns(m, req);
+    await checkForkNetns(m, req);
     const ctx = {
       paths: this.opts.paths,
       pool: this.pool,

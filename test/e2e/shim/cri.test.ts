@@ -10,14 +10,12 @@
 import { test, before, after, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Forkd, Sandbox, Snapshot } from '@forkd/sdk';
-import { assertNoLeftovers, makeTestHome, type TestHome } from '../../helpers/home.js';
-import { startDaemon, type DaemonProcess } from '../../helpers/daemon-process.js';
+import type { DaemonProcess } from '../../helpers/daemon-process.js';
+import { startCriNode, type CriNode } from '../../helpers/cri-node.js';
 import {
   createWarmSnapshot,
   leftoverMounts,
@@ -35,32 +33,21 @@ import {
 } from '../../helpers/cri.js';
 
 const WARM = 'pod-warm';
-/** The pods' CNI network: a bridge in the host namespace, the gateway at .1 on it. */
-const POD_NETWORK = { bridge: 'fkdtest-br0', subnet: '10.203.117.0/24' };
-const GATEWAY = '10.203.117.1';
 
-let home: TestHome;
+let node: CriNode;
 let daemon: DaemonProcess;
 let ctrd: Containerd;
 let cri: CriClient;
 
 before(async () => {
-  home = await makeTestHome();
-  // Pods may fork `pod-*` snapshots only (annotations are policy).
-  daemon = await startDaemon(home, ['--pod-snapshots', 'pod-*', '--default-pool', '1']);
-  ctrd = await startContainerd(daemon.url, { cri: true, cni: POD_NETWORK });
-  cri = new CriClient(ctrd.address);
+  node = await startCriNode();
+  ({ daemon, ctrd, cri } = node);
   await createWarmSnapshot(daemon.url, WARM);
 });
 
-after(async () => {
-  cri?.close();
-  await ctrd?.stop();
-  await daemon?.stop();
-  await assertNoLeftovers(home).finally(() => home.cleanup());
-});
+after(() => node?.stop());
 
-/** A pod on the node's network (CNI is the network test's) naming `annotations`. */
+/** A pod on the node's network (pods on a CNI network: cri-network.test.ts) naming `annotations`. */
 function podConfig(name: string, annotations: Record<string, string>): PodConfig {
   return {
     metadata: { name, uid: `uid-${name}`, namespace: 'default' },
@@ -285,71 +272,6 @@ test('the install script run against a fresh containerd config makes the CRI pat
   }
 });
 
-/** GET `url` with a 5 s limit; undefined while nothing answers. */
-async function get(url: string): Promise<string | undefined> {
-  try {
-    const r = await fetch(url, { signal: AbortSignal.timeout(5_000) });
-    return await r.text();
-  } catch {
-    return undefined;
-  }
-}
-
-test("a pod on a CNI bridge network: the guest's HTTP server answers on the pod IP, and its traffic leaves from that IP", async (t) => {
-  await Snapshot.create({
-    url: daemon.url,
-    tag: 'pod-web',
-    image: 'busybox',
-    network: 'nat',
-    warm: ['mkdir -p /www && echo hello-from-the-guest > /www/index.html'],
-  });
-  const pod: PodConfig = {
-    metadata: { name: 'web', uid: 'uid-web', namespace: 'default' },
-    log_directory: join(ctrd.dir, 'logs', 'web'),
-    annotations: { 'forkd.dev/snapshot': 'pod-web', 'forkd.dev/ports': '8080' },
-  };
-  // What the guest's connections look like from outside: a server on the bridge's gateway
-  // (the bridge exists once CNI has set up the first pod).
-  const seen = createServer((req, res) => res.end(req.socket.remoteAddress ?? ''));
-  try {
-    const started = Date.now();
-    const id = await cri.runPodSandbox(pod, 'forkd');
-    t.diagnostic(`RunPodSandbox on a CNI network: ${Date.now() - started} ms`);
-    await new Promise<void>((r) => seen.listen(0, GATEWAY, r));
-    const ip = (await cri.podSandboxStatus(id)).status.network?.ip ?? '';
-    assert.match(ip, /^10\.203\.117\.\d+$/, 'CNI gave the pod an address');
-    const web = await cri.createContainer(
-      id,
-      container('web', ['httpd', '-f', '-p', '8080', '-h', '/www']),
-      pod,
-    );
-    await cri.startContainer(web);
-    let body: string | undefined;
-    await until(
-      'the guest answers on the pod IP',
-      async () => {
-        body = await get(`http://${ip}:8080/`);
-        return body !== undefined;
-      },
-      60_000,
-    );
-    assert.equal(body, 'hello-from-the-guest\n');
-    const port = (seen.address() as AddressInfo).port;
-    const out = await cri.execSync(web, ['wget', '-qO-', `http://${GATEWAY}:${port}/`], 60);
-    assert.deepEqual(out, { stdout: ip, stderr: '', code: 0 }, 'the guest is NATed to the pod IP');
-    await cri.stopPodSandbox(id);
-    await cri.removePodSandbox(id);
-    assert.deepEqual(await sandboxesOf(id), []);
-    assert.equal(
-      await get(`http://${ip}:8080/`),
-      undefined,
-      'nothing answers once the pod is gone',
-    );
-  } finally {
-    if (seen.listening) await new Promise((r) => seen.close(r));
-  }
-});
-
 /** An image with a file and a command busybox does not have, for pods without a snapshot. */
 const ROOTED = 'localhost/forkd-test-rooted:1';
 const MARKER = 'only in the rooted image';
@@ -433,6 +355,8 @@ async function podOnItsImage(t: TestContext, id: string, pod: PodConfig): Promis
   const [vm, ...more] = await sandboxesOf(id);
   assert.deepEqual(more, []);
   assert.match(vm?.image ?? '', /^rootfs-[0-9a-f]{56}$/, 'the VM runs the imported image');
+  // Not a cold boot: the pod's labels name no snapshot, the allow-list does not apply.
+  assert.match(vm?.snapshot ?? '', /^boot-[0-9a-f]{16}$/, "a fork of the image's boot snapshot");
   const [image, ...others] = await rootImages();
   assert.deepEqual(others, []);
   assert.equal(image?.name, vm?.image);
